@@ -1,0 +1,76 @@
+//! Fixed window counter.
+
+use super::{Outcome, State};
+use crate::Quota;
+
+/// Counts cost per window aligned to multiples of the window length since
+/// the clock's epoch (with the default clock, the Unix epoch: a `/min` window
+/// resets at every whole minute). A window admits at most `limit`; across a
+/// boundary two windows can admit up to twice that within one window's length.
+///
+/// State: `expires_at` is the current window's end, `value` the cost counted
+/// in it.
+///
+/// ```
+/// use tower_ratelimit::algorithm::{FixedWindow, State};
+/// use tower_ratelimit::Quota;
+///
+/// let fw = FixedWindow::new(Quota::per_minute(2).unwrap());
+/// let mut s = State::default();
+/// s = fw.consume(s, 59_000_000, 2);                  // 0:59, window full
+/// assert!(!fw.check(s, 59_500_000, 1).is_allowed());
+/// assert!(fw.check(s, 60_000_000, 1).is_allowed());   // 1:00, a new window
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FixedWindow {
+    limit: u32,
+    window_us: u64,
+}
+
+impl FixedWindow {
+    /// The window algorithm for `quota` (its burst does not apply).
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.limit(),
+            window_us: quota.window_us(),
+        }
+    }
+
+    /// The window `now` falls in, as (end, cost counted so far).
+    fn current(&self, state: State, now: u64) -> (u64, u64) {
+        if state.is_expired(now) {
+            ((now / self.window_us + 1) * self.window_us, 0)
+        } else {
+            (state.expires_at, state.value)
+        }
+    }
+
+    /// What a request of `cost` at `now` would get.
+    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+        let (end, used) = self.current(state, now);
+        let limit = u64::from(self.limit);
+        let reset = |used: u64| if used > 0 { end - now } else { 0 };
+        if u64::from(cost) > limit {
+            Outcome::never(self.limit, limit - used, reset(used))
+        } else if used + u64::from(cost) <= limit {
+            let used = used + u64::from(cost);
+            Outcome::allowed(self.limit, limit - used, reset(used))
+        } else {
+            Outcome::denied(
+                end - now,
+                self.limit,
+                limit.saturating_sub(used),
+                reset(used),
+            )
+        }
+    }
+
+    /// The state after counting `cost` at `now`, never past the limit.
+    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+        let (end, used) = self.current(state, now);
+        State {
+            expires_at: end,
+            value: (used + u64::from(cost)).min(u64::from(self.limit)),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Generic cell rate algorithm (GCRA).
+
+use super::{Outcome, State};
+use crate::Quota;
+
+/// GCRA: each key holds one time, the *theoretical arrival time* (TAT) —
+/// when the key would be idle again if requests kept coming at the rate.
+/// With emission interval `T = window / limit` and capacity `B` (the burst,
+/// or the limit), a request of cost `c` fits when
+/// `max(TAT, now) + c·T − now ≤ B·T`, and then moves TAT to
+/// `max(TAT, now) + c·T`.
+///
+/// `T` is rounded up to a whole microsecond, so the limiter is never more
+/// generous than its quota. State: `expires_at` is the TAT; `value` is unused.
+///
+/// ```
+/// use tower_ratelimit::algorithm::{Gcra, State};
+/// use tower_ratelimit::Quota;
+///
+/// // 10/s burst 3: three at once, then one every 100 ms.
+/// let gcra = Gcra::new(Quota::per_second(10).unwrap().with_burst(3).unwrap());
+/// let mut s = State::default();
+/// for _ in 0..3 {
+///     s = gcra.consume(s, 0, 1);
+/// }
+/// assert_eq!(gcra.check(s, 0, 1).retry_after_us(), Some(100_000));
+/// assert!(gcra.check(s, 100_000, 1).is_allowed());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    capacity: u32,
+    interval_us: u64,
+}
+
+impl Gcra {
+    /// GCRA for `quota`: rate `limit / window`, capacity `burst` (or `limit`).
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            capacity: quota.capacity(),
+            interval_us: quota.emission_interval_us(),
+        }
+    }
+
+    /// Microseconds of the capacity in use at `now` (`TAT − now`, at least 0).
+    pub(crate) fn in_use(&self, state: State, now: u64) -> u64 {
+        state.expires_at.saturating_sub(now)
+    }
+
+    /// Whole units free when `in_use` microseconds of capacity are taken.
+    fn free(&self, in_use: u64) -> u64 {
+        u64::from(self.capacity) - in_use.div_ceil(self.interval_us)
+    }
+
+    /// The capacity in microseconds: `B·T`.
+    fn span(&self) -> u64 {
+        u64::from(self.capacity) * self.interval_us
+    }
+
+    /// What a request of `cost` at `now` would get.
+    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+        let in_use = self.in_use(state, now);
+        if cost > self.capacity {
+            return Outcome::never(self.capacity, self.free(in_use), in_use);
+        }
+        let after = in_use + u64::from(cost) * self.interval_us;
+        if after <= self.span() {
+            Outcome::allowed(self.capacity, self.free(after), after)
+        } else {
+            Outcome::denied(
+                after - self.span(),
+                self.capacity,
+                self.free(in_use),
+                in_use,
+            )
+        }
+    }
+
+    /// The state after counting `cost` at `now`, never past the capacity.
+    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+        let in_use = self.in_use(state, now) + u64::from(cost) * self.interval_us;
+        State {
+            expires_at: now + in_use.min(self.span()),
+            value: 0,
+        }
+    }
+
+    /// The capacity `B`.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// The emission interval `T` in microseconds.
+    pub fn interval_us(&self) -> u64 {
+        self.interval_us
+    }
+}

@@ -1,0 +1,156 @@
+//! Sliding window log.
+
+use std::collections::VecDeque;
+
+use super::Outcome;
+use crate::Quota;
+
+/// Remembers the time and cost of every admitted request for one window. A
+/// request of cost `c` at `now` fits when the cost admitted in
+/// `(now − W, now]` plus `c` is at most the limit — exact, for every window,
+/// at the price of memory: one entry per admitted request, at most `limit`
+/// entries per key (requests at the same microsecond share one entry).
+///
+/// ```
+/// use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState};
+/// use tower_ratelimit::Quota;
+///
+/// let log = SlidingLog::new(Quota::per_minute(2).unwrap());
+/// let mut s = SlidingLogState::default();
+/// log.consume(&mut s, 10_000_000, 1);
+/// log.consume(&mut s, 50_000_000, 1);
+/// let denied = log.check(&mut s, 60_000_000, 1);
+/// // The request at 0:10 leaves the window at 1:10.
+/// assert_eq!(denied.retry_after_us(), Some(10_000_000));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlidingLog {
+    limit: u32,
+    window_us: u64,
+}
+
+/// One key's log: admitted requests in the last window, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlidingLogState {
+    entries: VecDeque<Entry>,
+    /// Sum of `entries`' costs.
+    used: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    at: u64,
+    cost: u64,
+}
+
+impl SlidingLogState {
+    /// From when the log is empty (0 if it is now).
+    pub fn expires_at(&self, window_us: u64) -> u64 {
+        self.entries.back().map_or(0, |e| e.at + window_us)
+    }
+
+    /// Entries held (for memory accounting).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Heap bytes the entries occupy.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    /// Whether the log holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forget entries outside the window `(now − W, now]`.
+    fn forget_outside(&mut self, now: u64, window_us: u64) {
+        let Some(cutoff) = now.checked_sub(window_us) else {
+            return; // the window reaches back before time zero
+        };
+        while let Some(e) = self.entries.front().filter(|e| e.at <= cutoff) {
+            self.used -= e.cost;
+            self.entries.pop_front();
+        }
+    }
+}
+
+impl SlidingLog {
+    /// The sliding log for `quota` (its burst does not apply).
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.limit(),
+            window_us: quota.window_us(),
+        }
+    }
+
+    /// The window length in microseconds.
+    pub fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// What a request of `cost` at `now` would get. Forgets entries that have
+    /// left the window, which changes no decision.
+    pub fn check(&self, state: &mut SlidingLogState, now: u64, cost: u32) -> Outcome {
+        state.forget_outside(now, self.window_us);
+        let limit = u64::from(self.limit);
+        let reset = |s: &SlidingLogState| s.expires_at(self.window_us).saturating_sub(now);
+        if u64::from(cost) > limit {
+            return Outcome::never(self.limit, limit - state.used, reset(state));
+        }
+        let used = state.used + u64::from(cost);
+        if used <= limit {
+            let reset = if cost > 0 {
+                self.window_us
+            } else {
+                reset(state)
+            };
+            return Outcome::allowed(self.limit, limit - used, reset);
+        }
+        // Wait until enough of the oldest entries have left the window.
+        let mut to_free = used - limit;
+        let mut retry_at = now;
+        for e in &state.entries {
+            retry_at = e.at + self.window_us;
+            to_free = to_free.saturating_sub(e.cost);
+            if to_free == 0 {
+                break;
+            }
+        }
+        Outcome::denied(
+            retry_at - now,
+            self.limit,
+            limit.saturating_sub(state.used),
+            reset(state),
+        )
+    }
+
+    /// Counts `cost` at `now`. When a denied request is counted, the oldest
+    /// entries make room for it, so the log never holds more than the limit.
+    pub fn consume(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
+        state.forget_outside(now, self.window_us);
+        let cost = u64::from(cost).min(u64::from(self.limit));
+        if cost == 0 {
+            return;
+        }
+        let limit = u64::from(self.limit);
+        while state.used + cost > limit {
+            let Some(front) = state.entries.front_mut() else {
+                break;
+            };
+            let excess = state.used + cost - limit;
+            let taken = excess.min(front.cost);
+            front.cost -= taken;
+            state.used -= taken;
+            if front.cost == 0 {
+                state.entries.pop_front();
+            }
+        }
+        state.used += cost;
+        match state.entries.back_mut() {
+            Some(last) if last.at == now => last.cost += cost,
+            _ => state.entries.push_back(Entry { at: now, cost }),
+        }
+    }
+}

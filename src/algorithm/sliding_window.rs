@@ -1,0 +1,160 @@
+//! Sliding window counter.
+
+use super::{Outcome, State};
+use crate::Quota;
+
+/// Counts per aligned window, like [`FixedWindow`](super::FixedWindow), but
+/// judges a request by the current window's count plus the previous window's
+/// count weighted by how much of it the sliding window still overlaps:
+///
+/// ```text
+/// estimate = previous × (W − elapsed) / W + current
+/// ```
+///
+/// where `elapsed` is the time since the current window began. A request of
+/// cost `c` fits when `estimate + c ≤ limit`. The comparison is made exactly,
+/// in integers (`previous·(W − elapsed) + (current + c)·W ≤ limit·W`), with
+/// no rounding.
+///
+/// It is an approximation of the sliding log that assumes the previous
+/// window's requests were spread evenly. Its bound: any window of length `W`
+/// admits at most `limit + previous × elapsed / W`, always less than twice the
+/// limit, and exactly the limit for evenly spread traffic.
+///
+/// State: `expires_at` is the end of the window *after* the current one (when
+/// both counts are forgotten); `value` packs `previous << 32 | current`.
+///
+/// ```
+/// use tower_ratelimit::algorithm::{SlidingWindow, State};
+/// use tower_ratelimit::Quota;
+///
+/// let sw = SlidingWindow::new(Quota::per_minute(100).unwrap());
+/// let s = sw.consume(State::default(), 0, 100);        // 100 in minute 0
+/// // At 1:30 the previous minute still weighs half: 50 left.
+/// assert_eq!(sw.check(s, 90_000_000, 0).remaining(), 50);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlidingWindow {
+    limit: u32,
+    window_us: u64,
+}
+
+/// The two counts as seen from one moment.
+struct Counts {
+    /// Start of the window `now` is in.
+    start: u64,
+    previous: u64,
+    current: u64,
+}
+
+impl SlidingWindow {
+    /// The sliding window counter for `quota` (its burst does not apply).
+    pub fn new(quota: Quota) -> Self {
+        Self {
+            limit: quota.limit(),
+            window_us: quota.window_us(),
+        }
+    }
+
+    fn counts(&self, state: State, now: u64) -> Counts {
+        let w = self.window_us;
+        let start = now / w * w;
+        let (previous, current) = (state.value >> 32, state.value & u64::from(u32::MAX));
+        // The state's current window started at expires_at − 2W.
+        let (previous, current) = match (state.expires_at).checked_sub(2 * w) {
+            _ if state.is_expired(now) => (0, 0),
+            Some(s) if s == start => (previous, current),
+            Some(s) if s + w == start => (current, 0),
+            _ => (0, 0),
+        };
+        Counts {
+            start,
+            previous,
+            current,
+        }
+    }
+
+    /// `estimate × W` for these counts at `now`, exact.
+    fn used_scaled(&self, c: &Counts, now: u64) -> u128 {
+        let w = u128::from(self.window_us);
+        let overlap = w - u128::from(now - c.start);
+        u128::from(c.previous) * overlap + u128::from(c.current) * w
+    }
+
+    /// Whole units left when `used_scaled` is taken: `⌊(limit·W − used) / W⌋`.
+    fn free(&self, used_scaled: u128) -> u64 {
+        let w = u128::from(self.window_us);
+        let capacity = u128::from(self.limit) * w;
+        (capacity.saturating_sub(used_scaled) / w) as u64
+    }
+
+    fn reset_after(&self, c: &Counts, now: u64) -> u64 {
+        if c.current > 0 {
+            c.start + 2 * self.window_us - now
+        } else if c.previous > 0 {
+            c.start + self.window_us - now
+        } else {
+            0
+        }
+    }
+
+    /// What a request of `cost` at `now` would get.
+    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+        let c = self.counts(state, now);
+        let used = self.used_scaled(&c, now);
+        let w = u128::from(self.window_us);
+        let with_cost = used + u128::from(cost) * w;
+        if cost > self.limit {
+            return Outcome::never(self.limit, self.free(used), self.reset_after(&c, now));
+        }
+        if with_cost <= u128::from(self.limit) * w {
+            let after = Counts {
+                current: c.current + u64::from(cost),
+                ..c
+            };
+            return Outcome::allowed(
+                self.limit,
+                self.free(with_cost),
+                self.reset_after(&after, now),
+            );
+        }
+        let retry_at = self.fits_again_at(&c, cost);
+        Outcome::denied(
+            retry_at - now,
+            self.limit,
+            self.free(used),
+            self.reset_after(&c, now),
+        )
+    }
+
+    /// The first moment a denied request of `cost` fits, if nothing else comes.
+    fn fits_again_at(&self, c: &Counts, cost: u32) -> u64 {
+        let w = self.window_us;
+        // Earliest offset into a window at which `previous·(W − e) ≤ room·W`.
+        let offset = |previous: u64, room: u64| -> u64 {
+            if previous == 0 {
+                return 0;
+            }
+            let allowed_overlap = u128::from(room) * u128::from(w) / u128::from(previous);
+            w.saturating_sub(allowed_overlap.min(u128::from(w)) as u64)
+        };
+        let limit = u64::from(self.limit);
+        match limit.checked_sub(c.current + u64::from(cost)) {
+            // Room in this window once the previous one weighs less.
+            Some(room) => c.start + offset(c.previous, room),
+            // This window alone is too full: wait for the next, where the
+            // current count becomes the previous one.
+            None => c.start + w + offset(c.current, limit - u64::from(cost)),
+        }
+    }
+
+    /// The state after counting `cost` at `now`, the current window never past the limit.
+    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+        let c = self.counts(state, now);
+        let current = (c.current + u64::from(cost)).min(u64::from(self.limit));
+        State {
+            expires_at: c.start + 2 * self.window_us,
+            value: (c.previous << 32) | current,
+        }
+    }
+}

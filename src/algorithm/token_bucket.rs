@@ -1,0 +1,54 @@
+//! Token bucket.
+
+use super::{Gcra, Outcome, State};
+use crate::Quota;
+
+/// A bucket of `B` tokens (the burst, or the limit) that starts full and
+/// refills one token every `T = window / limit`; a request of cost `c` takes
+/// `c` tokens or is denied.
+///
+/// The state is the time the bucket is full again, `full_at`, from which
+/// `tokens(now) = B − ⌈(full_at − now) / T⌉`. Taking `c` tokens moves
+/// `full_at` to `max(full_at, now) + c·T`. That is exactly [`Gcra`] with the
+/// same rate and burst — `full_at` is GCRA's theoretical arrival time — so the
+/// arithmetic lives there and both admit the same requests.
+///
+/// ```
+/// use tower_ratelimit::algorithm::{State, TokenBucket};
+/// use tower_ratelimit::Quota;
+///
+/// // Capacity 100, refilling 100 per minute: one token per 600 ms.
+/// let tb = TokenBucket::new(Quota::per_minute(100).unwrap());
+/// let mut s = State::default();
+/// s = tb.consume(s, 0, 100);                          // empty
+/// assert_eq!(tb.check(s, 1_799_999, 1).remaining(), 1); // two tokens back, one taken
+/// assert_eq!(tb.tokens(s, 1_800_000), 3);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenBucket(Gcra);
+
+impl TokenBucket {
+    /// Capacity `burst` (or `limit`), refilling `limit` tokens per window.
+    pub fn new(quota: Quota) -> Self {
+        Self(Gcra::new(quota))
+    }
+
+    /// Tokens in the bucket at `now`.
+    pub fn tokens(&self, state: State, now: u64) -> u32 {
+        self.0.check(state, now, 0).remaining()
+    }
+
+    /// What a request taking `cost` tokens at `now` would get.
+    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+        self.0.check(state, now, cost)
+    }
+
+    /// The state after taking `cost` tokens at `now` (the bucket never goes below empty).
+    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+        self.0.consume(state, now, cost)
+    }
+
+    pub(crate) fn as_gcra(&self) -> &Gcra {
+        &self.0
+    }
+}

@@ -1,0 +1,326 @@
+//! One shard's table: open addressing with linear probing, keyed by a
+//! 64-bit fingerprint, bounded in entries, reclaiming expired state as it
+//! goes.
+//!
+//! Why not `HashMap`: the table must stay at about 24 bytes per entry at ten
+//! million keys, never hold more than its cap, and reclaim expired entries a
+//! few at a time on the request path. Open addressing over a flat slice gives
+//! all three: a cursor walks the slice reclaiming what has expired, deletion
+//! shifts entries back instead of leaving tombstones, and at the cap a new
+//! key can replace the entry near it that expires soonest.
+
+use crate::algorithm::State;
+
+/// State that knows from when it is no longer needed.
+pub(crate) trait Expires: Default {
+    /// Microseconds from which the entry equals no entry.
+    fn expires_at(&self) -> u64;
+}
+
+impl Expires for State {
+    fn expires_at(&self) -> u64 {
+        self.expires_at
+    }
+}
+
+/// Slots tried when choosing an entry to evict at the cap.
+const EVICTION_NEIGHBOURHOOD: usize = 16;
+/// Slots the reclaiming cursor examines per insertion or per full-table check.
+const SWEEP_STEP: usize = 8;
+/// The smallest table, allocated on first insertion.
+const MIN_SLOTS: usize = 16;
+
+#[derive(Default)]
+struct Slot<V> {
+    /// 0 marks an empty slot; fingerprints are never 0.
+    fp: u64,
+    value: V,
+}
+
+pub(crate) struct Table<V> {
+    /// Empty, or a power of two at most `max_slots` long.
+    slots: Box<[Slot<V>]>,
+    len: usize,
+    max_len: usize,
+    max_slots: usize,
+    cursor: usize,
+}
+
+impl<V: Expires> Table<V> {
+    /// A table that will hold at most `max_len` entries (at least 1).
+    pub(crate) fn new(max_len: usize) -> Self {
+        let max_len = max_len.max(1);
+        // Keep the load at or below 3/4 even when full, so probes stay short
+        // and every probe sequence ends at an empty slot.
+        let max_slots = (max_len + 1)
+            .saturating_mul(4)
+            .div_ceil(3)
+            .next_power_of_two()
+            .max(MIN_SLOTS);
+        Self {
+            slots: Box::new([]),
+            len: 0,
+            max_len,
+            max_slots,
+            cursor: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held by the slots (not counting what values own on the heap).
+    pub(crate) fn slot_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot<V>>()
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.slots.iter().filter(|s| s.fp != 0).map(|s| &s.value)
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    fn home(&self, fp: u64) -> usize {
+        fp as usize & self.mask()
+    }
+
+    fn find(&self, fp: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mut i = self.home(fp);
+        loop {
+            match self.slots[i].fp {
+                f if f == fp => return Some(i),
+                0 => return None,
+                _ => i = (i + 1) & self.mask(),
+            }
+        }
+    }
+
+    pub(crate) fn get(&self, fp: u64) -> Option<&V> {
+        self.find(fp).map(|i| &self.slots[i].value)
+    }
+
+    pub(crate) fn get_mut(&mut self, fp: u64) -> Option<&mut V> {
+        self.find(fp).map(|i| &mut self.slots[i].value)
+    }
+
+    /// Whether `needed` new entries fit without evicting, reclaiming a few
+    /// expired entries first if the table is full. Bounded work.
+    pub(crate) fn has_room(&mut self, needed: usize, now: u64) -> bool {
+        if self.len + needed > self.max_len {
+            self.reclaim_step(now, SWEEP_STEP * needed.max(1));
+        }
+        self.len + needed <= self.max_len
+    }
+
+    /// The soonest time an entry near `fp` expires: when a full table is
+    /// likely to have room for `fp`.
+    pub(crate) fn soonest_expiry_near(&self, fp: u64) -> u64 {
+        self.neighbourhood(fp)
+            .map(|i| self.slots[i].value.expires_at())
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Insert `fp`, which must be absent. At the cap, the entry near `fp`
+    /// that expires soonest (an expired one if any) makes way.
+    pub(crate) fn insert(&mut self, fp: u64, value: V, now: u64) -> &mut V {
+        debug_assert!(fp != 0 && self.find(fp).is_none());
+        if self.len >= self.max_len {
+            self.reclaim_step(now, SWEEP_STEP);
+        }
+        if self.len >= self.max_len {
+            // Near `fp` if anything is there (it usually is), else the next
+            // entry after the cursor: either way the cap holds.
+            let victim = self
+                .neighbourhood(fp)
+                .min_by_key(|&i| self.slots[i].value.expires_at())
+                .or_else(|| {
+                    (0..self.slots.len())
+                        .map(|k| (self.cursor + k) & self.mask())
+                        .find(|&i| self.slots[i].fp != 0)
+                });
+            if let Some(victim) = victim {
+                self.remove_at(victim);
+            }
+        }
+        self.grow_if_needed(now);
+        self.reclaim_step(now, SWEEP_STEP);
+
+        let mut i = self.home(fp);
+        loop {
+            let slot = &self.slots[i];
+            if slot.fp == 0 {
+                self.len += 1;
+                break;
+            }
+            // An expired entry is as good as an empty slot, and reusing it
+            // keeps the probe sequence unbroken.
+            if slot.value.expires_at() <= now {
+                break;
+            }
+            i = (i + 1) & self.mask();
+        }
+        self.slots[i] = Slot { fp, value };
+        &mut self.slots[i].value
+    }
+
+    /// Occupied slots among the few that follow `fp`'s home.
+    fn neighbourhood(&self, fp: u64) -> impl Iterator<Item = usize> + '_ {
+        let (home, mask) = if self.slots.is_empty() {
+            (0, 0)
+        } else {
+            (self.home(fp), self.mask())
+        };
+        (0..EVICTION_NEIGHBOURHOOD.min(self.slots.len()))
+            .map(move |k| (home + k) & mask)
+            .filter(|&i| self.slots[i].fp != 0)
+    }
+
+    /// Double the table when one more entry would take it past 3/4 full,
+    /// unless reclaiming what has expired makes enough room.
+    fn grow_if_needed(&mut self, now: u64) {
+        if self.slots.is_empty() {
+            self.rebuild(MIN_SLOTS.min(self.max_slots), now);
+            return;
+        }
+        if (self.len + 1) * 4 <= self.slots.len() * 3 {
+            return;
+        }
+        let live = self
+            .slots
+            .iter()
+            .filter(|s| s.fp != 0 && s.value.expires_at() > now)
+            .count();
+        let size = if (live + 1) * 4 > self.slots.len() * 3 && self.slots.len() < self.max_slots {
+            self.slots.len() * 2
+        } else {
+            self.slots.len()
+        };
+        self.rebuild(size, now);
+    }
+
+    /// Move the live entries into a fresh table of `size` slots.
+    fn rebuild(&mut self, size: usize, now: u64) {
+        let old = std::mem::replace(
+            &mut self.slots,
+            (0..size).map(|_| Slot::default()).collect(),
+        );
+        self.len = 0;
+        self.cursor = 0;
+        for slot in old.into_vec() {
+            if slot.fp == 0 || slot.value.expires_at() <= now {
+                continue;
+            }
+            let mut i = self.home(slot.fp);
+            while self.slots[i].fp != 0 {
+                i = (i + 1) & self.mask();
+            }
+            self.slots[i] = slot;
+            self.len += 1;
+        }
+    }
+
+    /// Examine up to `budget` slots at the cursor, removing expired entries.
+    fn reclaim_step(&mut self, now: u64, budget: usize) {
+        if self.slots.is_empty() {
+            return;
+        }
+        for _ in 0..budget {
+            let i = self.cursor;
+            let slot = &self.slots[i];
+            if slot.fp != 0 && slot.value.expires_at() <= now {
+                // An entry from further on may shift into `i`: look again.
+                self.remove_at(i);
+            } else {
+                self.cursor = (i + 1) & self.mask();
+            }
+        }
+    }
+
+    /// Remove the entry at `hole`, shifting later entries of the same probe
+    /// run back so that no lookup stops early (no tombstones).
+    fn remove_at(&mut self, mut hole: usize) {
+        let mask = self.mask();
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            if self.slots[j].fp == 0 {
+                break;
+            }
+            let home = self.home(self.slots[j].fp);
+            // The entry at j may fill the hole unless its home lies
+            // cyclically in (hole, j].
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                self.slots.swap(hole, j);
+                hole = j;
+            }
+        }
+        self.slots[hole] = Slot::default();
+        self.len -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(expires_at: u64) -> State {
+        State {
+            expires_at,
+            value: expires_at,
+        }
+    }
+
+    /// Fingerprints that all share one home slot, to exercise probe runs.
+    fn clustered(n: u64) -> impl Iterator<Item = u64> {
+        (1..=n).map(|k| k << 32 | 5)
+    }
+
+    #[test]
+    fn finds_what_it_holds_through_growth() {
+        let mut t = Table::new(10_000);
+        for fp in 1..=5_000u64 {
+            t.insert(fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, state(1_000), 0);
+        }
+        assert_eq!(t.len(), 5_000);
+        for fp in 1..=5_000u64 {
+            let fp = fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            assert!(t.get(fp).is_some(), "lost {fp}");
+        }
+    }
+
+    #[test]
+    fn removal_keeps_colliding_entries_reachable() {
+        let mut t = Table::new(64);
+        for fp in clustered(10) {
+            t.insert(fp, state(if fp >> 32 == 3 { 10 } else { 1_000 }), 0);
+        }
+        // Entry 3 expires; the cursor sweeps it out, shifting the run back.
+        t.reclaim_step(20, 64);
+        assert_eq!(t.len(), 9);
+        for fp in clustered(10).filter(|fp| fp >> 32 != 3) {
+            assert_eq!(t.get(fp).map(|s| s.value), Some(1_000));
+        }
+    }
+
+    #[test]
+    fn never_holds_more_than_its_cap() {
+        let mut t = Table::new(100);
+        for fp in 1..=10_000u64 {
+            t.insert(fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, state(fp), 0);
+            assert!(t.len() <= 100);
+        }
+        assert_eq!(t.len(), 100);
+    }
+}

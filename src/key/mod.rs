@@ -1,0 +1,97 @@
+//! Keys: who a request is counted against.
+//!
+//! A [`Key`] is a namespace (what kind of identity: `user`, `ip`, `api-key`,
+//! ...) and a value (whose). The namespace is length-prefixed in the key's
+//! bytes, so keys of different kinds never collide, whatever bytes a client
+//! sends as the value: `user` `1` is not `ip` `1`, and `us` `er1` is neither.
+//!
+//! ```
+//! use tower_ratelimit::Key;
+//!
+//! let alice = Key::new("user", "alice");
+//! assert_eq!(alice.namespace(), "user");
+//! assert_eq!(alice.value(), b"alice");
+//! assert_ne!(Key::new("user", "1"), Key::new("ip", "1"));
+//! assert_ne!(Key::new("us", "er1"), Key::new("user", "1"));
+//! ```
+
+use std::fmt;
+
+/// Bytes held without allocating; longer keys go to the heap.
+const INLINE: usize = 46;
+
+/// A namespaced identity that a policy's limits are counted against.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    repr: Repr,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    /// The key `value` in `namespace`. Namespaces longer than 255 bytes are
+    /// cut to 255 (they are chosen by code, not by clients).
+    pub fn new(namespace: &str, value: impl AsRef<[u8]>) -> Self {
+        let namespace = &namespace.as_bytes()[..namespace.len().min(255)];
+        let value = value.as_ref();
+        let total = 1 + namespace.len() + value.len();
+        let repr = if total <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[0] = namespace.len() as u8;
+            bytes[1..1 + namespace.len()].copy_from_slice(namespace);
+            bytes[1 + namespace.len()..total].copy_from_slice(value);
+            Repr::Inline {
+                len: total as u8,
+                bytes,
+            }
+        } else {
+            let mut bytes = Vec::with_capacity(total);
+            bytes.push(namespace.len() as u8);
+            bytes.extend_from_slice(namespace);
+            bytes.extend_from_slice(value);
+            Repr::Heap(bytes.into_boxed_slice())
+        };
+        Self { repr }
+    }
+
+    /// The whole encoded key: namespace length, namespace, value.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.repr {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Heap(bytes) => bytes,
+        }
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        let bytes = self.as_bytes();
+        let len = usize::from(bytes[0]);
+        // Built from a &str cut at a byte count; a cut inside a character
+        // would not be UTF-8, so fall back to the valid prefix.
+        match std::str::from_utf8(&bytes[1..1 + len]) {
+            Ok(ns) => ns,
+            Err(e) => std::str::from_utf8(&bytes[1..1 + e.valid_up_to()]).unwrap_or_default(),
+        }
+    }
+
+    /// The value, exactly as given (any bytes).
+    pub fn value(&self) -> &[u8] {
+        let bytes = self.as_bytes();
+        &bytes[1 + usize::from(bytes[0])..]
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Key({}:{})",
+            self.namespace(),
+            self.value().escape_ascii()
+        )
+    }
+}

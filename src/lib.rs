@@ -1,0 +1,54 @@
+//! Rate limiting for tower and axum services.
+//!
+//! `tower-ratelimit` decides, for each request, whether it fits a policy of
+//! one or more limits, keyed by who sent it. This release holds the core:
+//!
+//! * [`algorithm`] — six algorithms as pure state transitions in integer
+//!   microseconds: fixed window, sliding log, sliding window counter, token
+//!   bucket, leaky bucket and GCRA;
+//! * [`Quota`] and [`Policy`] — validated quotas (`"10/s burst 20"`) and named,
+//!   all-or-nothing sets of limits;
+//! * [`MemoryBackend`] — the embedded backend: sharded, bounded in memory,
+//!   reclaiming expired state without timers;
+//! * [`Decision`] — what a policy says about one request.
+//!
+//! ```
+//! use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+//!
+//! // 10 per second with bursts of 20, and 100 per minute, per user.
+//! let policy = Policy::builder()
+//!     .limit("burst", Algorithm::TokenBucket, "10/s burst 20".parse()?)
+//!     .limit("sustained", Algorithm::SlidingWindow, Quota::per_minute(100)?)
+//!     .build()?;
+//! let backend = MemoryBackend::new();
+//! let alice = Key::new("user", "alice");
+//!
+//! let admitted = (0..25)
+//!     .filter(|_| backend.check_now(&alice, &policy, 1).is_allowed())
+//!     .count();
+//! assert_eq!(admitted, 20); // the burst, then the bucket is empty
+//!
+//! let denied = backend.check_now(&alice, &policy, 1);
+//! assert_eq!(policy.limits()[denied.decided_by()].name(), "burst");
+//! assert!(denied.retry_after().is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs, unsafe_code)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+pub mod algorithm;
+pub mod backend;
+pub mod clock;
+mod decision;
+pub mod key;
+pub mod policy;
+pub mod quota;
+
+pub use algorithm::{Algorithm, Outcome, Verdict};
+#[cfg(feature = "memory")]
+pub use backend::{AtCapacity, MemoryBackend};
+pub use backend::{Backend, BackendError};
+pub use decision::Decision;
+pub use key::Key;
+pub use policy::{Limit, Policy, PolicyError};
+pub use quota::{Quota, QuotaError};

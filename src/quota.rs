@@ -1,0 +1,438 @@
+//! Quotas: how much, per how long, with what burst.
+//!
+//! A [`Quota`] is validated when it is built, so a limiter never runs with a
+//! zero limit, a zero window or a rate it cannot represent exactly in integer
+//! microseconds. Quotas also parse from a human syntax:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_ratelimit::Quota;
+//!
+//! let q: Quota = "10/s burst 20".parse().unwrap();
+//! assert_eq!(q.limit(), 10);
+//! assert_eq!(q.window(), Duration::from_secs(1));
+//! assert_eq!(q.burst(), Some(20));
+//!
+//! assert_eq!("100/min".parse::<Quota>().unwrap(), Quota::per_minute(100).unwrap());
+//! assert_eq!("1000/hour".parse::<Quota>().unwrap().to_string(), "1000/h");
+//!
+//! let err = "10/fortnight".parse::<Quota>().unwrap_err();
+//! assert!(err.to_string().contains("unknown time unit \"fortnight\""));
+//! ```
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Microseconds in one second.
+pub(crate) const MICROS_PER_SEC: u64 = 1_000_000;
+
+/// The longest window a quota may have: 366 days.
+pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The longest span of time one key's state may cover (`burst × interval`),
+/// about 8.9 years. It keeps every timestamp below 2^53 microseconds, which
+/// Lua numbers (Redis scripts) represent exactly.
+pub(crate) const MAX_SPAN_US: u64 = 1 << 48;
+
+/// How many requests (or units of cost) are allowed per window, and for the
+/// bucket algorithms how many may come at once.
+///
+/// Build one with [`Quota::per_second`] and friends, [`Quota::new`], or by
+/// parsing (`"10/s burst 20"`). A quota is only a rate; the algorithm that
+/// enforces it is chosen with the [`Limit`](crate::Limit) that holds it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    limit: NonZeroU32,
+    window_us: u64,
+    burst: Option<NonZeroU32>,
+}
+
+impl Quota {
+    /// `limit` per `window`.
+    pub fn new(limit: u32, window: Duration) -> Result<Self, QuotaError> {
+        let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroLimit)?;
+        if window.is_zero() {
+            return Err(QuotaError::ZeroWindow);
+        }
+        if window.subsec_nanos() % 1_000 != 0 {
+            return Err(QuotaError::SubMicrosecondWindow(window));
+        }
+        if window > MAX_WINDOW {
+            return Err(QuotaError::WindowTooLong(window));
+        }
+        let window_us = window.as_micros() as u64;
+        if u64::from(limit.get()) > window_us {
+            return Err(QuotaError::RateTooFine {
+                limit: limit.get(),
+                window,
+            });
+        }
+        Ok(Self {
+            limit,
+            window_us,
+            burst: None,
+        })
+    }
+
+    /// `limit` per second.
+    pub fn per_second(limit: u32) -> Result<Self, QuotaError> {
+        Self::new(limit, Duration::from_secs(1))
+    }
+
+    /// `limit` per minute.
+    pub fn per_minute(limit: u32) -> Result<Self, QuotaError> {
+        Self::new(limit, Duration::from_secs(60))
+    }
+
+    /// `limit` per hour.
+    pub fn per_hour(limit: u32) -> Result<Self, QuotaError> {
+        Self::new(limit, Duration::from_secs(3600))
+    }
+
+    /// `limit` per day.
+    pub fn per_day(limit: u32) -> Result<Self, QuotaError> {
+        Self::new(limit, Duration::from_secs(86_400))
+    }
+
+    /// Allow up to `burst` at once (bucket algorithms only: token bucket,
+    /// leaky bucket, GCRA). Without it the burst equals the limit.
+    pub fn with_burst(self, burst: u32) -> Result<Self, QuotaError> {
+        let burst = NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?;
+        let span = u64::from(burst.get()).checked_mul(self.emission_interval_us());
+        if span.is_none_or(|span| span > MAX_SPAN_US) {
+            return Err(QuotaError::BurstTooLong {
+                burst: burst.get(),
+                quota: self,
+            });
+        }
+        Ok(Self {
+            burst: Some(burst),
+            ..self
+        })
+    }
+
+    /// Requests (or units of cost) allowed per window.
+    pub fn limit(&self) -> u32 {
+        self.limit.get()
+    }
+
+    /// The window the limit applies to.
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
+    /// The burst set with [`Quota::with_burst`], if any.
+    pub fn burst(&self) -> Option<u32> {
+        self.burst.map(NonZeroU32::get)
+    }
+
+    /// The window in microseconds.
+    pub(crate) fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// The bucket capacity: the burst if set, else the limit.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.burst().unwrap_or(self.limit())
+    }
+
+    /// Time for one unit to come back, rounded up so the limiter never admits
+    /// more than the quota says (at most one microsecond slower per unit).
+    pub(crate) fn emission_interval_us(&self) -> u64 {
+        self.window_us.div_ceil(u64::from(self.limit.get()))
+    }
+}
+
+impl fmt::Debug for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Quota({self})")
+    }
+}
+
+/// Written in the syntax [`FromStr`] reads: `10/s`, `100/5min`, `10/s burst 20`.
+impl fmt::Display for Quota {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/", self.limit)?;
+        write_window(f, self.window_us)?;
+        if let Some(burst) = self.burst {
+            write!(f, " burst {burst}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Time units the syntax knows, largest first: (names, microseconds, canonical name).
+const UNITS: &[(&[&str], u64, &str)] = &[
+    (&["d", "day", "days"], 86_400 * MICROS_PER_SEC, "day"),
+    (&["h", "hr", "hour", "hours"], 3_600 * MICROS_PER_SEC, "h"),
+    (
+        &["m", "min", "mins", "minute", "minutes"],
+        60 * MICROS_PER_SEC,
+        "min",
+    ),
+    (
+        &["s", "sec", "secs", "second", "seconds"],
+        MICROS_PER_SEC,
+        "s",
+    ),
+    (
+        &["ms", "millis", "millisecond", "milliseconds"],
+        1_000,
+        "ms",
+    ),
+    (&["us", "micros", "microsecond", "microseconds"], 1, "us"),
+];
+
+/// Writes a window as a count of the largest unit that divides it (`min`, `5min`, `90s`).
+pub(crate) fn write_window(f: &mut impl fmt::Write, window_us: u64) -> fmt::Result {
+    let (unit_us, name) = UNITS
+        .iter()
+        .find(|(_, unit_us, _)| window_us % unit_us == 0)
+        .map(|(_, unit_us, name)| (*unit_us, *name))
+        .unwrap_or((1, "us"));
+    match window_us / unit_us {
+        1 => write!(f, "{name}"),
+        n => write!(f, "{n}{name}"),
+    }
+}
+
+impl FromStr for Quota {
+    type Err = QuotaError;
+
+    /// Reads `LIMIT/[N]UNIT [burst B]`, e.g. `10/s`, `100/min`, `1000/hour`,
+    /// `5000/day`, `100/5m`, `10/s burst 20`. Units: `us`, `ms`, `s`, `min`
+    /// (or `m`), `h`, `day` and their long forms.
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        Parser::new(input).quota()
+    }
+}
+
+/// A small cursor over the input that reports errors with their byte offset.
+struct Parser<'a> {
+    input: &'a str,
+    pos: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn new(input: &'a str) -> Self {
+        Self { input, pos: 0 }
+    }
+
+    fn quota(mut self) -> Result<Quota, QuotaError> {
+        self.skip_space();
+        let (limit, limit_at) = self.number("a limit, like the 10 in \"10/s\"")?;
+        self.skip_space();
+        if !self.eat("/") {
+            return Err(self.error("\"/\" between the limit and the window"));
+        }
+        self.skip_space();
+        let count = if self.peek().is_some_and(|c| c.is_ascii_digit()) {
+            let (count, count_at) = self.number("a window length")?;
+            if count == 0 {
+                return Err(self.error_at(count_at, "a window longer than zero"));
+            }
+            self.skip_space();
+            count
+        } else {
+            1
+        };
+        let unit_at = self.pos;
+        let unit = self.word();
+        let Some((_, unit_us, _)) = UNITS.iter().find(|(names, _, _)| names.contains(&unit)) else {
+            return Err(QuotaError::Syntax {
+                input: self.input.to_owned(),
+                at: unit_at,
+                problem: if unit.is_empty() {
+                    "expected a time unit (s, min, h or day)".to_owned()
+                } else {
+                    format!("unknown time unit {unit:?} (expected s, min, h or day)")
+                },
+            });
+        };
+        let window_us = count
+            .checked_mul(*unit_us)
+            .filter(|us| *us <= MAX_WINDOW.as_micros() as u64)
+            .ok_or_else(|| self.error_at(unit_at, "a window of at most 366 days"))?;
+        let limit = u32::try_from(limit)
+            .map_err(|_| self.error_at(limit_at, "a limit of at most 4294967295"))?;
+        let mut quota = Quota::new(limit, Duration::from_micros(window_us))?;
+
+        self.skip_space();
+        if !self.at_end() {
+            let word_at = self.pos;
+            if self.word() != "burst" {
+                return Err(self.error_at(word_at, "\"burst\" or the end of the quota"));
+            }
+            self.skip_space();
+            let (burst, burst_at) = self.number("a burst size after \"burst\"")?;
+            let burst = u32::try_from(burst)
+                .map_err(|_| self.error_at(burst_at, "a burst of at most 4294967295"))?;
+            quota = quota.with_burst(burst)?;
+            self.skip_space();
+            if !self.at_end() {
+                return Err(self.error("the end of the quota"));
+            }
+        }
+        Ok(quota)
+    }
+
+    fn number(&mut self, what: &str) -> Result<(u64, usize), QuotaError> {
+        let start = self.pos;
+        let digits = self.take_while(|c| c.is_ascii_digit());
+        if digits.is_empty() {
+            return Err(self.error(what));
+        }
+        let value = digits
+            .parse()
+            .map_err(|_| self.error_at(start, "a number that fits in 64 bits"))?;
+        Ok((value, start))
+    }
+
+    fn word(&mut self) -> &'a str {
+        self.take_while(|c| c.is_ascii_alphabetic())
+    }
+
+    fn take_while(&mut self, keep: impl Fn(char) -> bool) -> &'a str {
+        let rest = &self.input[self.pos..];
+        let len = rest.find(|c| !keep(c)).unwrap_or(rest.len());
+        self.pos += len;
+        &rest[..len]
+    }
+
+    fn skip_space(&mut self) {
+        self.take_while(char::is_whitespace);
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        let found = self.input[self.pos..].starts_with(token);
+        if found {
+            self.pos += token.len();
+        }
+        found
+    }
+
+    fn peek(&self) -> Option<char> {
+        self.input[self.pos..].chars().next()
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos == self.input.len()
+    }
+
+    fn error(&self, expected: &str) -> QuotaError {
+        self.error_at(self.pos, expected)
+    }
+
+    fn error_at(&self, at: usize, expected: &str) -> QuotaError {
+        QuotaError::Syntax {
+            input: self.input.to_owned(),
+            at,
+            problem: format!("expected {expected}"),
+        }
+    }
+}
+
+/// Why a quota was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaError {
+    /// The limit was zero: nothing could ever pass.
+    ZeroLimit,
+    /// The window was zero.
+    ZeroWindow,
+    /// The burst was zero: nothing could ever pass.
+    ZeroBurst,
+    /// The window is not a whole number of microseconds.
+    SubMicrosecondWindow(Duration),
+    /// The window is longer than [`MAX_WINDOW`].
+    WindowTooLong(Duration),
+    /// More than one unit per microsecond: too fine to enforce exactly.
+    RateTooFine {
+        /// The limit asked for.
+        limit: u32,
+        /// The window asked for.
+        window: Duration,
+    },
+    /// `burst × (window / limit)` spans more time than a key's state may cover.
+    BurstTooLong {
+        /// The burst asked for.
+        burst: u32,
+        /// The quota it was added to.
+        quota: Quota,
+    },
+    /// The text could not be read as a quota.
+    Syntax {
+        /// The whole text.
+        input: String,
+        /// Byte offset of the problem in `input`.
+        at: usize,
+        /// What was wrong there.
+        problem: String,
+    },
+}
+
+impl fmt::Display for QuotaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ZeroLimit => f.write_str("invalid quota: the limit must be at least 1"),
+            Self::ZeroWindow => f.write_str("invalid quota: the window must be longer than zero"),
+            Self::ZeroBurst => f.write_str("invalid quota: the burst must be at least 1"),
+            Self::SubMicrosecondWindow(w) => write!(
+                f,
+                "invalid quota: the window {w:?} is not a whole number of microseconds"
+            ),
+            Self::WindowTooLong(w) => write!(
+                f,
+                "invalid quota: the window {w:?} is longer than the maximum of 366 days"
+            ),
+            Self::RateTooFine { limit, window } => write!(
+                f,
+                "invalid quota: {limit} per {window:?} is more than one per microsecond"
+            ),
+            Self::BurstTooLong { burst, quota } => write!(
+                f,
+                "invalid quota: a burst of {burst} at {quota} takes longer than 8.9 years to refill"
+            ),
+            Self::Syntax { input, at, problem } => {
+                let near = input.get(*at..).unwrap_or("");
+                if near.is_empty() {
+                    write!(f, "invalid quota {input:?} at its end: {problem}")
+                } else {
+                    write!(
+                        f,
+                        "invalid quota {input:?} at {near:?} (byte {at}): {problem}"
+                    )
+                }
+            }
+        }
+    }
+}
+
+impl std::error::Error for QuotaError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emission_interval_rounds_up() {
+        assert_eq!(
+            Quota::per_second(3).unwrap().emission_interval_us(),
+            333_334
+        );
+        assert_eq!(
+            Quota::per_minute(100).unwrap().emission_interval_us(),
+            600_000
+        );
+    }
+
+    #[test]
+    fn display_picks_the_largest_whole_unit() {
+        let q = Quota::new(100, Duration::from_secs(300)).unwrap();
+        assert_eq!(q.to_string(), "100/5min");
+        let q = Quota::new(7, Duration::from_millis(1500)).unwrap();
+        assert_eq!(q.to_string(), "7/1500ms");
+    }
+}
