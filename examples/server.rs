@@ -10,7 +10,11 @@ use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let policy = Policy::builder()
         .limit("burst", Algorithm::TokenBucket, "10/s burst 20".parse()?)
-        .limit("sustained", Algorithm::SlidingWindow, Quota::per_minute(100)?)
+        .limit(
+            "sustained",
+            Algorithm::SlidingWindow,
+            Quota::per_minute(100)?,
+        )
         .limit("hourly", Algorithm::FixedWindow, Quota::per_hour(1000)?)
         .build()?;
     let backend = MemoryBackend::new();

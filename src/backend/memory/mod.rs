@@ -360,7 +360,10 @@ impl<C: Clock> MemoryBackendBuilder<C> {
     }
 
     /// Number of independently locked shards, rounded up to a power of two
-    /// (default 64). The cap is split evenly between them.
+    /// (default 64, fewer for caps under 1,024 so that each holds at least
+    /// 16). The cap is split evenly between them: a shard is full at
+    /// `max_keys / shards`. Keys spread over shards by a keyed hash, so at
+    /// realistic caps shards fill within a few percent of each other.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.clamp(1, 1 << 16).next_power_of_two();
         self

@@ -24,7 +24,7 @@ impl Expires for State {
 }
 
 /// Slots tried when choosing an entry to evict at the cap.
-const EVICTION_NEIGHBOURHOOD: usize = 16;
+const EVICTION_NEIGHBOURHOOD: usize = 64;
 /// Slots the reclaiming cursor examines per insertion or per full-table check.
 const SWEEP_STEP: usize = 8;
 /// The smallest table, allocated on first insertion.

@@ -1,0 +1,212 @@
+//! The in-memory backend under concurrency, key floods and expiry.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use tower_ratelimit::clock::ManualClock;
+use tower_ratelimit::{Algorithm, AtCapacity, Key, MemoryBackend, Policy, Quota};
+
+const SEC: u64 = 1_000_000;
+
+#[test]
+fn two_threads_on_one_key_admit_exactly_the_limit() {
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::single(algorithm, Quota::per_hour(5_000).unwrap());
+        let backend = MemoryBackend::new();
+        let admitted = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let key = Key::new("user", "hot");
+                    for _ in 0..10_000 {
+                        if backend.check_at(&key, &policy, 1, 0).is_allowed() {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(admitted.into_inner(), 5_000, "{algorithm}");
+    }
+}
+
+#[test]
+fn a_million_keys_from_two_threads_are_each_counted_once() {
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(1).unwrap());
+    let backend = MemoryBackend::builder().max_keys(2_000_000).build();
+    let keys = 1_000_000u32;
+    let admitted = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for offset in [0, keys / 2] {
+            let (backend, policy, admitted) = (&backend, &policy, &admitted);
+            s.spawn(move || {
+                // Both threads visit every key, starting at different places.
+                for i in 0..keys {
+                    let key = Key::new("ip", ((i + offset) % keys).to_be_bytes());
+                    if backend.check_at(&key, policy, 1, 0).is_allowed() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(admitted.into_inner(), keys as usize);
+    assert_eq!(backend.len(), keys as usize);
+}
+
+#[test]
+fn a_key_flood_never_grows_past_the_cap_and_evicts_what_expires_soonest() {
+    let clock = ManualClock::new(0);
+    // 64 shards of 64 states: the cap is split per shard, so the loyal
+    // clients below (8 per shard on average) must fit in any one shard.
+    let backend = MemoryBackend::builder()
+        .max_keys(4_096)
+        .clock(clock.clone())
+        .build();
+    assert_eq!(backend.max_keys(), 4_096);
+    let minute: Policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap());
+    let hour: Policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap());
+
+    // 512 clients under an hourly limit, then a flood of 100,000 spoofed
+    // clients under a per-minute limit.
+    let loyal = |i: u32| Key::new("user", i.to_be_bytes());
+    for i in 0..512 {
+        assert!(backend.check_now(&loyal(i), &hour, 1).is_allowed());
+    }
+    let mut high_water = 0;
+    for i in 0..100_000u32 {
+        let d = backend.check_now(&Key::new("ip", i.to_be_bytes()), &minute, 1);
+        assert!(d.is_allowed(), "evicting: new keys are never turned away");
+        high_water = high_water.max(backend.len());
+    }
+    assert!(high_water <= backend.max_keys(), "{high_water}");
+    assert_eq!(backend.len(), backend.max_keys());
+    // The flood's states expire within the minute, the loyal ones' within the
+    // hour, so eviction took the flood's own states: the loyal clients are
+    // still counted (their one request this hour is spent).
+    let still_limited = (0..512)
+        .filter(|&i| !backend.check_now(&loyal(i), &hour, 1).is_allowed())
+        .count();
+    assert_eq!(still_limited, 512, "a loyal client's state was evicted");
+    // Memory stays where the cap put it.
+    assert!(
+        backend.memory_bytes() <= 4_096 * 48,
+        "{}",
+        backend.memory_bytes()
+    );
+}
+
+#[test]
+fn at_capacity_deny_turns_new_keys_away_until_state_expires() {
+    let clock = ManualClock::new(0);
+    let backend = MemoryBackend::builder()
+        .max_keys(256)
+        .at_capacity(AtCapacity::Deny)
+        .clock(clock.clone())
+        .build();
+    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_minute(2).unwrap());
+    let key = |i: u32| Key::new("ip", i.to_be_bytes());
+
+    let mut admitted = 0;
+    let mut turned_away = 0;
+    for i in 0..10_000 {
+        let d = backend.check_now(&key(i), &policy, 1);
+        if d.is_allowed() {
+            admitted += 1;
+        } else {
+            assert!(d.is_capacity_exhausted());
+            assert!(d.retry_after().unwrap() <= Duration::from_secs(120));
+            turned_away += 1;
+        }
+    }
+    assert_eq!(admitted, backend.len());
+    assert!(admitted <= backend.max_keys() && admitted > backend.max_keys() / 2);
+    assert_eq!(admitted + turned_away, 10_000);
+    // Known keys are still decided by their limit: one more fits, then none.
+    let known = (0..10_000).find(|&i| {
+        backend
+            .check_now(&key(i), &policy, 0)
+            .deciding()
+            .remaining()
+            == 1
+    });
+    let known = known.expect("an admitted key");
+    assert!(backend.check_now(&key(known), &policy, 1).is_allowed());
+    let d = backend.check_now(&key(known), &policy, 1);
+    assert!(!d.is_allowed() && !d.is_capacity_exhausted());
+    // Two minutes on, every state has expired: new keys get in again.
+    clock.advance(Duration::from_secs(121));
+    let fresh = (20_000..20_100)
+        .filter(|&i| backend.check_now(&key(i), &policy, 1).is_allowed())
+        .count();
+    assert_eq!(fresh, 100);
+}
+
+#[test]
+fn expired_state_is_reclaimed_without_timers() {
+    let clock = ManualClock::new(0);
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
+    for i in 0..100_000u32 {
+        backend.check_now(&Key::new("ip", i.to_be_bytes()), &policy, 1);
+    }
+    assert_eq!(backend.len(), 100_000);
+    let bytes = backend.memory_bytes();
+    // A second later all of that has expired; a new crowd arrives.
+    clock.advance(Duration::from_secs(1));
+    for i in 100_000..200_000u32 {
+        backend.check_now(&Key::new("ip", i.to_be_bytes()), &policy, 1);
+    }
+    assert_eq!(backend.len(), 100_000, "the first crowd was reclaimed");
+    // Shards get a different share of the new crowd, so a few may grow; two
+    // crowds' worth would be about twice the memory.
+    assert!(
+        backend.memory_bytes() < bytes * 3 / 2,
+        "{} vs {bytes}",
+        backend.memory_bytes()
+    );
+}
+
+#[test]
+fn sliding_logs_are_bounded_by_their_limit() {
+    let backend = MemoryBackend::new();
+    let policy = Policy::single(Algorithm::SlidingLog, Quota::per_minute(50).unwrap());
+    let key = Key::new("user", "logger");
+    for i in 0..10_000u64 {
+        backend.check_at(&key, &policy, 1, i * 1_000);
+    }
+    // 50 entries at most, 16 bytes each, plus the slot table.
+    assert!(
+        backend.memory_bytes() < 64 * 16 + 16 * 64,
+        "{}",
+        backend.memory_bytes()
+    );
+}
+
+#[test]
+fn keys_of_different_kinds_never_share_state() {
+    let backend = MemoryBackend::new();
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap());
+    let keys = [
+        Key::new("user", "1"),
+        Key::new("ip", "1"),
+        Key::new("us", "er1"),
+        Key::new("user", "1\0"),
+        Key::new("user", ""),
+        Key::new("user", vec![0xff; 1 << 20]),
+        Key::new("user", [0xff; 1 << 20].as_slice()[..(1 << 20) - 1].to_vec()),
+    ];
+    for key in &keys {
+        assert!(
+            backend.check_at(key, &policy, 1, SEC).is_allowed(),
+            "{key:?}"
+        );
+    }
+    for key in &keys {
+        assert!(
+            !backend.check_at(key, &policy, 1, SEC).is_allowed(),
+            "{key:?}"
+        );
+    }
+}
