@@ -1,1 +1,107 @@
-fn main() {}
+//! Memory per key at 1M and 10M keys, for each algorithm and for governor.
+//!
+//! Each measurement runs in a fresh child process: it records resident
+//! memory (RSS, from /proc/self/statm), fills the limiter with N distinct
+//! keys, and records RSS again. For our backend it also prints the exact
+//! accounting (`MemoryBackend::memory_bytes`: table slots plus sliding-log
+//! entries). Governor is measured with IP-address keys and with string keys.
+//!
+//! Run: `cargo bench --bench memory_per_key` (add `-- 1000000` for one size).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroU32;
+use std::process::Command;
+
+use governor::{Quota as GovernorQuota, RateLimiter};
+use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+
+fn rss_bytes() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4096
+}
+
+fn ip(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(i))
+}
+
+/// Fill one limiter with `n` keys and print: name, RSS bytes/key, exact bytes/key.
+fn child(subject: &str, n: u32) {
+    let before = rss_bytes();
+    let exact = match subject {
+        "governor-ip" => {
+            let limiter = RateLimiter::keyed(GovernorQuota::per_hour(NonZeroU32::MIN));
+            for i in 0..n {
+                let _ = limiter.check_key(&ip(i));
+            }
+            std::hint::black_box(&limiter);
+            None
+        }
+        "governor-string" => {
+            let limiter = RateLimiter::keyed(GovernorQuota::per_hour(NonZeroU32::MIN));
+            for i in 0..n {
+                let _ = limiter.check_key(&format!("user-{i}"));
+            }
+            std::hint::black_box(&limiter);
+            None
+        }
+        name => {
+            let algorithm: Algorithm = name.parse().expect("an algorithm");
+            let policy = Policy::single(algorithm, Quota::per_hour(100).unwrap());
+            let backend = MemoryBackend::builder().max_keys(n as usize).build();
+            for i in 0..n {
+                backend.check_now(&Key::new("ip", ip(i).to_string()), &policy, 1);
+            }
+            assert_eq!(backend.len(), n as usize, "every key kept");
+            Some(backend.memory_bytes())
+        }
+    };
+    let grown = rss_bytes().saturating_sub(before);
+    let per_key = |bytes: usize| bytes as f64 / f64::from(n);
+    match exact {
+        Some(exact) => println!(
+            "{subject:<16} {n:>9} keys  RSS {:>6.1} B/key  exact {:>6.1} B/key",
+            per_key(grown),
+            per_key(exact)
+        ),
+        None => println!(
+            "{subject:<16} {n:>9} keys  RSS {:>6.1} B/key",
+            per_key(grown)
+        ),
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--child") {
+        child(&args[i + 1], args[i + 2].parse().expect("a key count"));
+        return;
+    }
+    let sizes: Vec<u32> = match args
+        .iter()
+        .filter_map(|a| a.parse().ok())
+        .collect::<Vec<_>>()
+    {
+        sizes if !sizes.is_empty() => sizes,
+        _ => vec![1_000_000, 10_000_000],
+    };
+    let me = std::env::current_exe().expect("own path");
+    let subjects = Algorithm::ALL
+        .iter()
+        .map(|a| a.to_string())
+        .chain(["governor-ip".to_owned(), "governor-string".to_owned()]);
+    let subjects: Vec<String> = subjects.collect();
+    for n in sizes {
+        for subject in &subjects {
+            let status = Command::new(&me)
+                .args(["--child", subject, &n.to_string()])
+                .status()
+                .expect("run a child");
+            assert!(status.success(), "{subject} at {n} keys failed");
+        }
+    }
+}

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time in microseconds.
 pub trait Clock: Send + Sync + 'static {
@@ -25,12 +25,17 @@ pub trait Clock: Send + Sync + 'static {
     fn now_us(&self) -> u64;
 }
 
-/// The system's monotonic clock, reported as microseconds since the Unix
-/// epoch as of when the clock was made. Later changes to the wall clock do
-/// not move it.
-#[derive(Clone, Copy, Debug)]
+/// A monotonic clock, reported as microseconds since the Unix epoch as of
+/// when the clock was made. Later changes to the wall clock do not move it.
+///
+/// It reads the CPU's time-stamp counter through `quanta` where that is
+/// reliable (about 10 ns here, against 25 ns for `std::time::Instant`: the
+/// clock is the largest single cost of an in-memory decision) and the
+/// operating system's monotonic clock elsewhere.
+#[derive(Clone, Debug)]
 pub struct MonotonicClock {
-    start: Instant,
+    clock: quanta::Clock,
+    start: quanta::Instant,
     start_us: u64,
 }
 
@@ -40,8 +45,10 @@ impl MonotonicClock {
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
+        let clock = quanta::Clock::new();
         Self {
-            start: Instant::now(),
+            start: clock.now(),
+            clock,
             start_us: since_epoch.as_micros() as u64,
         }
     }
@@ -55,7 +62,8 @@ impl Default for MonotonicClock {
 
 impl Clock for MonotonicClock {
     fn now_us(&self) -> u64 {
-        self.start_us + self.start.elapsed().as_micros() as u64
+        let elapsed = self.clock.now().saturating_duration_since(self.start);
+        self.start_us + elapsed.as_secs() * 1_000_000 + u64::from(elapsed.subsec_micros())
     }
 }
 

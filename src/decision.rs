@@ -33,45 +33,59 @@ pub struct Decision {
     outcomes: [Outcome; MAX_LIMITS],
     len: u8,
     decided_by: u8,
-    verdict: Verdict,
     capacity_exhausted: bool,
+    /// Overrides the deciding outcome's verdict (a capacity denial).
+    verdict: Option<Verdict>,
 }
 
 impl Decision {
-    /// The decision for a policy whose limits gave `outcomes` (at least one,
-    /// at most [`MAX_LIMITS`]).
-    pub(crate) fn from_outcomes(outcomes: &[Outcome]) -> Self {
-        debug_assert!(!outcomes.is_empty() && outcomes.len() <= MAX_LIMITS);
+    /// No outcomes yet: [`push`](Self::push) them, then [`decide`](Self::decide).
+    #[inline]
+    pub(crate) fn empty() -> Self {
+        Self {
+            outcomes: [Outcome::allowed(0, 0, 0); MAX_LIMITS],
+            len: 0,
+            decided_by: 0,
+            capacity_exhausted: false,
+            verdict: None,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, outcome: Outcome) {
+        if let Some(slot) = self.outcomes.get_mut(usize::from(self.len)) {
+            *slot = outcome;
+            self.len += 1;
+        }
+    }
+
+    /// Choose the deciding limit among the pushed outcomes.
+    #[inline]
+    pub(crate) fn decide(&mut self) {
+        let outcomes = &self.outcomes[..usize::from(self.len)];
+        if outcomes.len() <= 1 {
+            self.decided_by = 0;
+            return;
+        }
         let denied_rank = |o: &Outcome| match o.verdict() {
             Verdict::Never => u64::MAX,
             Verdict::RetryAfter(us) => us.get(),
             Verdict::Allowed => 0,
         };
-        let any_denied = outcomes.iter().any(|o| !o.is_allowed());
-        let decided_by = if any_denied {
+        let decided_by = if outcomes.iter().any(|o| !o.is_allowed()) {
             index_of_max(outcomes, |o| (denied_rank(o), 0))
         } else {
-            index_of_max(outcomes, |o| {
-                (u64::from(u32::MAX - o.remaining()), o.reset_after_us())
-            })
+            index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after_us()))
         };
-        let mut stored = [Outcome::allowed(0, 0, 0); MAX_LIMITS];
-        stored[..outcomes.len()].copy_from_slice(outcomes);
-        Self {
-            outcomes: stored,
-            len: outcomes.len() as u8,
-            decided_by: decided_by as u8,
-            verdict: outcomes[decided_by].verdict(),
-            capacity_exhausted: false,
-        }
+        self.decided_by = decided_by as u8;
     }
 
     /// A denial because the backend holds as many keys as it may and this
     /// key is new (see [`AtCapacity::Deny`](crate::AtCapacity::Deny)).
     pub(crate) fn capacity_exhausted(mut self, limit_index: usize, retry_after_us: u64) -> Self {
         self.decided_by = limit_index as u8;
-        self.verdict =
-            Verdict::RetryAfter(NonZeroU64::new(retry_after_us).unwrap_or(NonZeroU64::MIN));
+        let retry = NonZeroU64::new(retry_after_us).unwrap_or(NonZeroU64::MIN);
+        self.verdict = Some(Verdict::RetryAfter(retry));
         self.capacity_exhausted = true;
         self
     }
@@ -79,18 +93,19 @@ impl Decision {
     /// Replace limit `index`'s remaining and reset with what `now` reports,
     /// keeping its verdict: how a denied request reports the state it left.
     pub(crate) fn report_state(&mut self, index: usize, now: Outcome) {
-        let outcome = &mut self.outcomes[index];
-        *outcome = now.with_verdict(outcome.verdict());
+        if let Some(outcome) = self.outcomes.get_mut(index) {
+            *outcome = now.with_verdict_of(*outcome);
+        }
     }
 
     /// Whether the request may pass.
     pub fn is_allowed(&self) -> bool {
-        self.verdict == Verdict::Allowed
+        self.verdict.is_none() && self.deciding().is_allowed()
     }
 
     /// The overall verdict.
     pub fn verdict(&self) -> Verdict {
-        self.verdict
+        self.verdict.unwrap_or_else(|| self.deciding().verdict())
     }
 
     /// Index (in the policy) of the limit that decided.
@@ -115,7 +130,7 @@ impl Decision {
 
     /// When the same request may pass, if it is denied and ever can.
     pub fn retry_after(&self) -> Option<Duration> {
-        match self.verdict {
+        match self.verdict() {
             Verdict::RetryAfter(us) => Some(Duration::from_micros(us.get())),
             Verdict::Allowed | Verdict::Never => None,
         }

@@ -29,6 +29,7 @@ pub struct FixedWindow {
 
 impl FixedWindow {
     /// The window algorithm for `quota` (its burst does not apply).
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
@@ -37,6 +38,7 @@ impl FixedWindow {
     }
 
     /// The window `now` falls in, as (end, cost counted so far).
+    #[inline]
     fn current(&self, state: State, now: u64) -> (u64, u64) {
         if state.is_expired(now) {
             ((now / self.window_us + 1) * self.window_us, 0)
@@ -46,6 +48,7 @@ impl FixedWindow {
     }
 
     /// What a request of `cost` at `now` would get.
+    #[inline]
     pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
         let (end, used) = self.current(state, now);
         let limit = u64::from(self.limit);
@@ -66,6 +69,7 @@ impl FixedWindow {
     }
 
     /// The state after counting `cost` at `now`, never past the limit.
+    #[inline]
     pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
         let (end, used) = self.current(state, now);
         State {

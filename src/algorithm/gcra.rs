@@ -34,6 +34,7 @@ pub struct Gcra {
 
 impl Gcra {
     /// GCRA for `quota`: rate `limit / window`, capacity `burst` (or `limit`).
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self {
             capacity: quota.capacity(),
@@ -42,21 +43,25 @@ impl Gcra {
     }
 
     /// Microseconds of the capacity in use at `now` (`TAT − now`, at least 0).
+    #[inline]
     pub(crate) fn in_use(&self, state: State, now: u64) -> u64 {
         state.expires_at.saturating_sub(now)
     }
 
     /// Whole units free when `in_use` microseconds of capacity are taken.
+    #[inline]
     fn free(&self, in_use: u64) -> u64 {
         u64::from(self.capacity) - in_use.div_ceil(self.interval_us)
     }
 
     /// The capacity in microseconds: `B·T`.
+    #[inline]
     fn span(&self) -> u64 {
         u64::from(self.capacity) * self.interval_us
     }
 
     /// What a request of `cost` at `now` would get.
+    #[inline]
     pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
         let in_use = self.in_use(state, now);
         if cost > self.capacity {
@@ -76,6 +81,7 @@ impl Gcra {
     }
 
     /// The state after counting `cost` at `now`, never past the capacity.
+    #[inline]
     pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
         let in_use = self.in_use(state, now) + u64::from(cost) * self.interval_us;
         State {

@@ -30,6 +30,7 @@ pub struct LeakyBucket(Gcra);
 
 impl LeakyBucket {
     /// Capacity `burst` (or `limit`), draining `limit` per window.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self(Gcra::new(quota))
     }
@@ -40,15 +41,18 @@ impl LeakyBucket {
     }
 
     /// What a request of `cost` at `now` would get.
+    #[inline]
     pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
         self.0.check(state, now, cost)
     }
 
     /// The state after pouring in `cost` at `now` (the bucket never overflows).
+    #[inline]
     pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
         self.0.consume(state, now, cost)
     }
 
+    #[inline]
     pub(crate) fn as_gcra(&self) -> &Gcra {
         &self.0
     }

@@ -81,11 +81,16 @@ impl State {
 /// What a limit says about one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
-    verdict: Verdict,
+    /// 0: allowed; `u64::MAX`: never; else the retry-after in µs. Kept as
+    /// one word (rather than a [`Verdict`]) so that a decision holding eight
+    /// outcomes stays small on the request path.
+    retry_us: u64,
+    reset_after_us: u64,
     limit: u32,
     remaining: u32,
-    reset_after_us: u64,
 }
+
+const NEVER: u64 = u64::MAX;
 
 /// Allowed, or denied with when to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,61 +105,77 @@ pub enum Verdict {
 }
 
 impl Outcome {
+    #[inline]
     pub(crate) fn allowed(limit: u32, remaining: u64, reset_after_us: u64) -> Self {
-        Self::new(Verdict::Allowed, limit, remaining, reset_after_us)
+        Self::new(0, limit, remaining, reset_after_us)
     }
 
     /// A denial; `retry_after_us` of zero is raised to one (a denied request
     /// must never be told to retry at once).
+    #[inline]
     pub(crate) fn denied(
         retry_after_us: u64,
         limit: u32,
         remaining: u64,
         reset_after_us: u64,
     ) -> Self {
-        let retry = NonZeroU64::new(retry_after_us).unwrap_or(NonZeroU64::MIN);
-        Self::new(Verdict::RetryAfter(retry), limit, remaining, reset_after_us)
+        let retry = retry_after_us.clamp(1, NEVER - 1);
+        Self::new(retry, limit, remaining, reset_after_us)
     }
 
+    #[inline]
     pub(crate) fn never(limit: u32, remaining: u64, reset_after_us: u64) -> Self {
-        Self::new(Verdict::Never, limit, remaining, reset_after_us)
+        Self::new(NEVER, limit, remaining, reset_after_us)
     }
 
-    fn new(verdict: Verdict, limit: u32, remaining: u64, reset_after_us: u64) -> Self {
+    #[inline]
+    fn new(retry_us: u64, limit: u32, remaining: u64, reset_after_us: u64) -> Self {
         Self {
-            verdict,
+            retry_us,
+            reset_after_us,
             limit,
             // Remaining never exceeds the limit, which is a u32.
             remaining: remaining.min(u64::from(limit)) as u32,
-            reset_after_us,
         }
     }
 
-    pub(crate) fn with_verdict(self, verdict: Verdict) -> Self {
-        Self { verdict, ..self }
+    #[inline]
+    pub(crate) fn with_verdict_of(self, other: Outcome) -> Self {
+        Self {
+            retry_us: other.retry_us,
+            ..self
+        }
     }
 
     /// Allowed or denied, and when to retry.
+    #[inline]
     pub fn verdict(&self) -> Verdict {
-        self.verdict
+        match self.retry_us {
+            NEVER => Verdict::Never,
+            us => NonZeroU64::new(us).map_or(Verdict::Allowed, Verdict::RetryAfter),
+        }
     }
 
     /// Whether the request fits.
+    #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.verdict == Verdict::Allowed
+        self.retry_us == 0
     }
 
     /// The limit's capacity: requests per window, or the bucket size.
+    #[inline]
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
     /// Units left after this request (if allowed) or now (if denied).
+    #[inline]
     pub fn remaining(&self) -> u32 {
         self.remaining
     }
 
     /// Microseconds until the limit is fully available again (0 if it is).
+    #[inline]
     pub fn reset_after_us(&self) -> u64 {
         self.reset_after_us
     }
@@ -167,9 +188,9 @@ impl Outcome {
     /// Microseconds after which the same request fits; `None` if it is allowed
     /// now or can never fit.
     pub fn retry_after_us(&self) -> Option<u64> {
-        match self.verdict {
-            Verdict::RetryAfter(us) => Some(us.get()),
-            Verdict::Allowed | Verdict::Never => None,
+        match self.retry_us {
+            0 | NEVER => None,
+            us => Some(us),
         }
     }
 
@@ -283,6 +304,7 @@ pub(crate) enum Rule {
 }
 
 impl Rule {
+    #[inline]
     pub(crate) fn new(algorithm: Algorithm, quota: Quota) -> Self {
         match algorithm {
             Algorithm::FixedWindow => Rule::FixedWindow(FixedWindow::new(quota)),
@@ -295,6 +317,7 @@ impl Rule {
     }
 
     /// How its state is kept.
+    #[inline]
     pub(crate) fn form(&self) -> Form<'_> {
         match self {
             Rule::FixedWindow(a) => Form::Fixed(FixedRule::FixedWindow(a)),
@@ -325,6 +348,7 @@ pub(crate) enum FixedRule<'a> {
 }
 
 impl FixedRule<'_> {
+    #[inline]
     pub(crate) fn check(self, state: State, now: u64, cost: u32) -> Outcome {
         match self {
             FixedRule::FixedWindow(a) => a.check(state, now, cost),
@@ -333,6 +357,7 @@ impl FixedRule<'_> {
         }
     }
 
+    #[inline]
     pub(crate) fn consume(self, state: State, now: u64, cost: u32) -> State {
         match self {
             FixedRule::FixedWindow(a) => a.consume(state, now, cost),

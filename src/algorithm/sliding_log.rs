@@ -78,6 +78,7 @@ impl SlidingLogState {
 
 impl SlidingLog {
     /// The sliding log for `quota` (its burst does not apply).
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
@@ -92,6 +93,7 @@ impl SlidingLog {
 
     /// What a request of `cost` at `now` would get. Forgets entries that have
     /// left the window, which changes no decision.
+    #[inline]
     pub fn check(&self, state: &mut SlidingLogState, now: u64, cost: u32) -> Outcome {
         state.forget_outside(now, self.window_us);
         let limit = u64::from(self.limit);
@@ -128,6 +130,7 @@ impl SlidingLog {
 
     /// Counts `cost` at `now`. When a denied request is counted, the oldest
     /// entries make room for it, so the log never holds more than the limit.
+    #[inline]
     pub fn consume(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
         state.forget_outside(now, self.window_us);
         let cost = u64::from(cost).min(u64::from(self.limit));
@@ -149,7 +152,10 @@ impl SlidingLog {
         }
         state.used += cost;
         match state.entries.back_mut() {
-            Some(last) if last.at == now => last.cost += cost,
+            // A `now` a little behind the newest entry (another thread read
+            // the clock first and took the lock second) joins that entry, so
+            // the log stays in time order.
+            Some(last) if last.at >= now => last.cost += cost,
             _ => state.entries.push_back(Entry { at: now, cost }),
         }
     }

@@ -49,6 +49,7 @@ struct Counts {
 
 impl SlidingWindow {
     /// The sliding window counter for `quota` (its burst does not apply).
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
@@ -56,49 +57,76 @@ impl SlidingWindow {
         }
     }
 
+    #[inline]
     fn counts(&self, state: State, now: u64) -> Counts {
         let w = self.window_us;
         let start = now / w * w;
+        if state.is_expired(now) {
+            return Counts {
+                start,
+                previous: 0,
+                current: 0,
+            };
+        }
         let (previous, current) = (state.value >> 32, state.value & u64::from(u32::MAX));
-        // The state's current window started at expires_at − 2W.
-        let (previous, current) = match (state.expires_at).checked_sub(2 * w) {
-            _ if state.is_expired(now) => (0, 0),
-            Some(s) if s == start => (previous, current),
-            Some(s) if s + w == start => (current, 0),
-            _ => (0, 0),
-        };
-        Counts {
-            start,
-            previous,
-            current,
+        // The state's current window started at expires_at − 2W. A `now` a
+        // little behind it (another thread read the clock first and took the
+        // lock second) counts in the state's window rather than erasing it.
+        let state_start = state.expires_at.saturating_sub(2 * w);
+        match start.checked_sub(state_start) {
+            None | Some(0) => Counts {
+                start: state_start,
+                previous,
+                current,
+            },
+            Some(gap) if gap == w => Counts {
+                start,
+                previous: current,
+                current: 0,
+            },
+            Some(_) => Counts {
+                start,
+                previous: 0,
+                current: 0,
+            },
         }
     }
 
+    /// Time into the window of `c` (0 if `now` is a little before it).
+    #[inline]
+    fn elapsed(c: &Counts, now: u64) -> u64 {
+        now.saturating_sub(c.start)
+    }
+
     /// `estimate × W` for these counts at `now`, exact.
+    #[inline]
     fn used_scaled(&self, c: &Counts, now: u64) -> u128 {
         let w = u128::from(self.window_us);
-        let overlap = w - u128::from(now - c.start);
+        let overlap = w - u128::from(Self::elapsed(c, now));
         u128::from(c.previous) * overlap + u128::from(c.current) * w
     }
 
     /// Whole units left when `used_scaled` is taken: `⌊(limit·W − used) / W⌋`.
+    #[inline]
     fn free(&self, used_scaled: u128) -> u64 {
         let w = u128::from(self.window_us);
         let capacity = u128::from(self.limit) * w;
         (capacity.saturating_sub(used_scaled) / w) as u64
     }
 
+    #[inline]
     fn reset_after(&self, c: &Counts, now: u64) -> u64 {
         if c.current > 0 {
-            c.start + 2 * self.window_us - now
+            (c.start + 2 * self.window_us).saturating_sub(now)
         } else if c.previous > 0 {
-            c.start + self.window_us - now
+            (c.start + self.window_us).saturating_sub(now)
         } else {
             0
         }
     }
 
     /// What a request of `cost` at `now` would get.
+    #[inline]
     pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
         let c = self.counts(state, now);
         let used = self.used_scaled(&c, now);
@@ -120,7 +148,7 @@ impl SlidingWindow {
         }
         let retry_at = self.fits_again_at(&c, cost);
         Outcome::denied(
-            retry_at - now,
+            retry_at.saturating_sub(now),
             self.limit,
             self.free(used),
             self.reset_after(&c, now),
@@ -149,6 +177,7 @@ impl SlidingWindow {
     }
 
     /// The state after counting `cost` at `now`, the current window never past the limit.
+    #[inline]
     pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
         let c = self.counts(state, now);
         let current = (c.current + u64::from(cost)).min(u64::from(self.limit));

@@ -29,6 +29,7 @@ pub struct TokenBucket(Gcra);
 
 impl TokenBucket {
     /// Capacity `burst` (or `limit`), refilling `limit` tokens per window.
+    #[inline]
     pub fn new(quota: Quota) -> Self {
         Self(Gcra::new(quota))
     }
@@ -39,15 +40,18 @@ impl TokenBucket {
     }
 
     /// What a request taking `cost` tokens at `now` would get.
+    #[inline]
     pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
         self.0.check(state, now, cost)
     }
 
     /// The state after taking `cost` tokens at `now` (the bucket never goes below empty).
+    #[inline]
     pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
         self.0.consume(state, now, cost)
     }
 
+    #[inline]
     pub(crate) fn as_gcra(&self) -> &Gcra {
         &self.0
     }

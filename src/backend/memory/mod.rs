@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use self::table::{Expires, Table};
 use super::{Backend, BackendError};
-use crate::algorithm::{Form, Outcome, SlidingLogState, State};
+use crate::algorithm::{Form, Outcome, SlidingLog, SlidingLogState, State};
 use crate::clock::{Clock, MonotonicClock};
 use crate::policy::MAX_LIMITS;
 use crate::{Decision, Key, Limit, Policy};
@@ -80,10 +80,16 @@ pub struct MemoryBackend<C = MonotonicClock> {
 }
 
 struct Inner<C> {
+    store: Store,
+    clock: C,
+}
+
+/// Everything but the clock. Not generic, so the whole decision is compiled
+/// (and inlined) here rather than in each crate that names a clock type.
+struct Store {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
     shard_mask: u64,
     hasher: RandomState,
-    clock: C,
     at_capacity: AtCapacity,
     max_keys: usize,
 }
@@ -145,47 +151,13 @@ impl<C: Clock> MemoryBackend<C> {
     /// (microseconds on this backend's clock). Time must not go backwards for
     /// a key; the clock guarantees that for [`check_now`](Self::check_now).
     pub fn check_at(&self, key: &Key, policy: &Policy, cost: u32, now_us: u64) -> Decision {
-        let base = self.inner.hasher.hash_one(key.as_bytes());
-        let mut shard = self.inner.shard(base);
-        let limits = policy.limits();
-        let mut fps = [0u64; MAX_LIMITS];
-        for (fp, limit) in fps.iter_mut().zip(limits) {
-            *fp = fingerprint(base, limit.id());
-        }
-        let fps = &fps[..limits.len()];
-
-        let mut outcomes = [Outcome::allowed(0, 0, 0); MAX_LIMITS];
-        for ((outcome, limit), &fp) in outcomes.iter_mut().zip(limits).zip(fps) {
-            *outcome = shard.check(limit, fp, now_us, cost);
-        }
-        let mut decision = Decision::from_outcomes(&outcomes[..limits.len()]);
-
-        let commit = cost > 0 && (decision.is_allowed() || policy.counts_denied());
-        if commit {
-            if self.inner.at_capacity == AtCapacity::Deny {
-                if let Some((index, retry_at)) = shard.lacks_room(limits, fps, now_us) {
-                    return decision.capacity_exhausted(index, retry_at.saturating_sub(now_us));
-                }
-            }
-            for (limit, &fp) in limits.iter().zip(fps) {
-                shard.consume(limit, fp, now_us, cost);
-            }
-        }
-        if !decision.is_allowed() {
-            // What each limit holds now, for headers: nothing was taken from
-            // the limits that would have allowed the request (or, when denied
-            // requests count, something was taken from all of them).
-            for (i, (limit, &fp)) in limits.iter().zip(fps).enumerate() {
-                let now = shard.check(limit, fp, now_us, 0);
-                decision.report_state(i, now);
-            }
-        }
-        decision
+        self.inner.store.check(key, policy, cost, now_us)
     }
 
     /// States held (fixed-size states plus sliding logs).
     pub fn len(&self) -> usize {
         self.inner
+            .store
             .shards
             .iter()
             .map(|s| {
@@ -204,6 +176,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// entries (the heap allocator's own overhead is not counted).
     pub fn memory_bytes(&self) -> usize {
         self.inner
+            .store
             .shards
             .iter()
             .map(|s| {
@@ -216,11 +189,66 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// The cap on states of each kind.
     pub fn max_keys(&self) -> usize {
-        self.inner.max_keys
+        self.inner.store.max_keys
     }
 }
 
-impl<C> Inner<C> {
+impl Store {
+    fn check(&self, key: &Key, policy: &Policy, cost: u32, now: u64) -> Decision {
+        let base = self.hasher.hash_one(key.as_bytes());
+        let limits = policy.limits();
+        // Each limit's fingerprint, and its slot if the key is known.
+        let mut found = [(0u64, None); MAX_LIMITS];
+        for (f, limit) in found.iter_mut().zip(limits) {
+            f.0 = fingerprint(base, limit.id());
+        }
+        let found = &mut found[..limits.len()];
+
+        let mut shard = self.shard(base);
+        let mut decision = Decision::empty();
+        for (f, limit) in found.iter_mut().zip(limits) {
+            let (outcome, slot) = shard.check(limit, f.0, now, cost);
+            f.1 = slot;
+            decision.push(outcome);
+        }
+        decision.decide();
+
+        let commit = cost > 0 && (decision.is_allowed() || policy.counts_denied());
+        if commit {
+            if self.at_capacity == AtCapacity::Deny {
+                if let Some((index, retry_at)) = shard.lacks_room(limits, found, now) {
+                    return decision.capacity_exhausted(index, retry_at.saturating_sub(now));
+                }
+            }
+            // Known keys first, by slot; then new ones, whose insertion may
+            // move other entries.
+            for (&(_, slot), limit) in found.iter().zip(limits) {
+                if let Some(slot) = slot {
+                    shard.consume_at(limit, slot, now, cost);
+                }
+            }
+            for (&(fp, slot), limit) in found.iter().zip(limits) {
+                if slot.is_none() {
+                    shard.consume_new(limit, fp, now, cost);
+                }
+            }
+        }
+        if !decision.is_allowed() {
+            // Report what each limit holds now. A limit that denied already
+            // reports that, unless the denial was counted; a limit that would
+            // have allowed reported the state after a consumption that did
+            // not happen.
+            for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
+                let reported = decision.outcome(i).is_some_and(|o| o.is_allowed());
+                if reported || commit {
+                    decision.report_state(i, shard.check(limit, fp, now, 0).0);
+                }
+            }
+        }
+        decision
+    }
+
+    #[inline]
     fn shard(&self, base: u64) -> MutexGuard<'_, Shard> {
         // The high bits pick the shard; fingerprints mix all bits anew.
         lock(&self.shards[((base >> 40) & self.shard_mask) as usize].0)
@@ -229,12 +257,14 @@ impl<C> Inner<C> {
 
 /// Our critical sections cannot panic half-way, so a poisoned lock still
 /// guards consistent state.
+#[inline]
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A limit's own fingerprint of a key: a bijective mix of the key's base
 /// hash with the limit's identity, never 0 (0 marks an empty slot).
+#[inline]
 fn fingerprint(base: u64, limit_id: u64) -> u64 {
     let mut x = base ^ limit_id;
     x ^= x >> 33;
@@ -246,67 +276,91 @@ fn fingerprint(base: u64, limit_id: u64) -> u64 {
 }
 
 impl Shard {
-    fn check(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) -> Outcome {
+    /// What `limit` says about `cost` for fingerprint `fp`, and the slot
+    /// holding its state if there is one.
+    #[inline]
+    fn check(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) -> (Outcome, Option<usize>) {
         match limit.rule().form() {
             Form::Fixed(rule) => {
-                let state = self.states.get(fp).copied().unwrap_or_default();
-                rule.check(state, now, cost)
+                let slot = self.states.find(fp);
+                let state = slot.map_or_else(State::default, |i| *self.states.at(i));
+                (rule.check(state, now, cost), slot)
             }
-            Form::Log(log) => match self.logs.get_mut(fp) {
-                Some(timed) => log.check(&mut timed.log, now, cost),
-                None => log.check(&mut SlidingLogState::default(), now, cost),
-            },
+            Form::Log(log) => {
+                let slot = self.logs.find(fp);
+                let outcome = match slot {
+                    Some(i) => log.check(&mut self.logs.at_mut(i).log, now, cost),
+                    None => log.check(&mut SlidingLogState::default(), now, cost),
+                };
+                (outcome, slot)
+            }
         }
     }
 
-    fn consume(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) {
+    /// Count `cost` in the state at `slot`.
+    #[inline]
+    fn consume_at(&mut self, limit: &Limit, slot: usize, now: u64, cost: u32) {
         match limit.rule().form() {
-            Form::Fixed(rule) => match self.states.get_mut(fp) {
-                Some(state) => *state = rule.consume(*state, now, cost),
-                None => {
-                    let state = rule.consume(State::default(), now, cost);
-                    self.states.insert(fp, state, now);
-                }
-            },
+            Form::Fixed(rule) => {
+                let state = self.states.at_mut(slot);
+                *state = rule.consume(*state, now, cost);
+            }
+            Form::Log(log) => consume_log(log, self.logs.at_mut(slot), now, cost),
+        }
+    }
+
+    /// Count `cost` for a key `limit` holds no state for yet.
+    fn consume_new(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                let state = rule.consume(State::default(), now, cost);
+                self.states.insert(fp, state, now);
+            }
             Form::Log(log) => {
-                let timed = match self.logs.get_mut(fp) {
-                    Some(timed) => timed,
-                    None => self.logs.insert(fp, TimedLog::default(), now),
-                };
-                log.consume(&mut timed.log, now, cost);
-                timed.expires_at = timed.log.expires_at(log.window_us());
+                let timed = self.logs.insert(fp, TimedLog::default(), now);
+                consume_log(log, timed, now, cost);
             }
         }
     }
 
     /// For [`AtCapacity::Deny`]: the first limit whose new state finds no
     /// room, and when room is likely.
-    fn lacks_room(&mut self, limits: &[Limit], fps: &[u64], now: u64) -> Option<(usize, u64)> {
+    fn lacks_room(
+        &mut self,
+        limits: &[Limit],
+        found: &[(u64, Option<usize>)],
+        now: u64,
+    ) -> Option<(usize, u64)> {
         // (count of new entries, first new one) for states and for logs.
         let mut new_states = (0, None);
         let mut new_logs = (0, None);
-        for (i, (limit, &fp)) in limits.iter().zip(fps).enumerate() {
-            let (known, counter) = match limit.rule().form() {
-                Form::Fixed(_) => (self.states.get(fp).is_some(), &mut new_states),
-                Form::Log(_) => (self.logs.get(fp).is_some(), &mut new_logs),
+        for (i, (limit, &(fp, slot))) in limits.iter().zip(found).enumerate() {
+            let counter = match limit.rule().form() {
+                Form::Fixed(_) => &mut new_states,
+                Form::Log(_) => &mut new_logs,
             };
-            if !known {
+            if slot.is_none() {
                 counter.0 += 1;
                 counter.1 = counter.1.or(Some((i, fp)));
             }
         }
         if let (n, Some((i, fp))) = new_states {
-            if !self.states.has_room(n, now) {
+            if !self.states.has_room(fp, n, now) {
                 return Some((i, self.states.soonest_expiry_near(fp)));
             }
         }
         if let (n, Some((i, fp))) = new_logs {
-            if !self.logs.has_room(n, now) {
+            if !self.logs.has_room(fp, n, now) {
                 return Some((i, self.logs.soonest_expiry_near(fp)));
             }
         }
         None
     }
+}
+
+fn consume_log(log: &SlidingLog, timed: &mut TimedLog, now: u64, cost: u32) {
+    log.consume(&mut timed.log, now, cost);
+    timed.expires_at = timed.log.expires_at(log.window_us());
 }
 
 impl<C> Clone for MemoryBackend<C> {
@@ -320,9 +374,9 @@ impl<C> Clone for MemoryBackend<C> {
 impl<C> fmt::Debug for MemoryBackend<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryBackend")
-            .field("shards", &self.inner.shards.len())
-            .field("max_keys", &self.inner.max_keys)
-            .field("at_capacity", &self.inner.at_capacity)
+            .field("shards", &self.inner.store.shards.len())
+            .field("max_keys", &self.inner.store.max_keys)
+            .field("at_capacity", &self.inner.store.at_capacity)
             .finish_non_exhaustive()
     }
 }
@@ -395,12 +449,14 @@ impl<C: Clock> MemoryBackendBuilder<C> {
             .collect();
         MemoryBackend {
             inner: Arc::new(Inner {
-                shards: shards_vec,
-                shard_mask: shards as u64 - 1,
-                hasher: RandomState::new(),
+                store: Store {
+                    shards: shards_vec,
+                    shard_mask: shards as u64 - 1,
+                    hasher: RandomState::new(),
+                    at_capacity: self.at_capacity,
+                    max_keys: per_shard * shards,
+                },
                 clock: self.clock,
-                at_capacity: self.at_capacity,
-                max_keys: per_shard * shards,
             }),
         }
     }

@@ -79,15 +79,19 @@ impl<V: Expires> Table<V> {
         self.slots.iter().filter(|s| s.fp != 0).map(|s| &s.value)
     }
 
+    #[inline]
     fn mask(&self) -> usize {
         self.slots.len() - 1
     }
 
+    #[inline]
     fn home(&self, fp: u64) -> usize {
         fp as usize & self.mask()
     }
 
-    fn find(&self, fp: u64) -> Option<usize> {
+    /// The slot holding `fp`. Valid until the next insertion.
+    #[inline]
+    pub(crate) fn find(&self, fp: u64) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
@@ -101,19 +105,39 @@ impl<V: Expires> Table<V> {
         }
     }
 
-    pub(crate) fn get(&self, fp: u64) -> Option<&V> {
+    /// The value in slot `index` (from [`find`](Self::find)).
+    #[inline]
+    pub(crate) fn at(&self, index: usize) -> &V {
+        &self.slots[index].value
+    }
+
+    /// The value in slot `index` (from [`find`](Self::find)), to change.
+    #[inline]
+    pub(crate) fn at_mut(&mut self, index: usize) -> &mut V {
+        &mut self.slots[index].value
+    }
+
+    #[cfg(test)]
+    fn get(&self, fp: u64) -> Option<&V> {
         self.find(fp).map(|i| &self.slots[i].value)
     }
 
-    pub(crate) fn get_mut(&mut self, fp: u64) -> Option<&mut V> {
-        self.find(fp).map(|i| &mut self.slots[i].value)
-    }
-
-    /// Whether `needed` new entries fit without evicting, reclaiming a few
-    /// expired entries first if the table is full. Bounded work.
-    pub(crate) fn has_room(&mut self, needed: usize, now: u64) -> bool {
+    /// Whether `needed` new entries, the first at `fp`, fit without
+    /// evicting. A full table first reclaims expired entries at the cursor
+    /// and around `fp`: bounded work, so a flood of new keys cannot make each
+    /// request scan the table.
+    pub(crate) fn has_room(&mut self, fp: u64, needed: usize, now: u64) -> bool {
         if self.len + needed > self.max_len {
-            self.reclaim_step(now, SWEEP_STEP * needed.max(1));
+            self.reclaim_step(now, EVICTION_NEIGHBOURHOOD * needed);
+        }
+        while self.len + needed > self.max_len {
+            let expired = self
+                .neighbourhood(fp)
+                .find(|&i| self.slots[i].value.expires_at() <= now);
+            match expired {
+                Some(i) => self.remove_at(i),
+                None => break,
+            }
         }
         self.len + needed <= self.max_len
     }
