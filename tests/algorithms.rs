@@ -3,6 +3,7 @@
 //! Every trace runs through a fresh single-limit policy on the memory backend
 //! at explicit times (microseconds), so the numbers are the algorithm's own.
 
+use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState, SlidingWindow, State};
 use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota, Verdict};
 
 const SEC: u64 = 1_000_000;
@@ -221,4 +222,27 @@ fn a_denied_request_is_never_told_to_retry_at_once() {
         }
     }
     assert_eq!(denied, 1_000_000);
+}
+
+/// Two threads read the clock, then take the lock in the other order: the
+/// second sees a `now` a microsecond behind the state. That must count in the
+/// state's window, never erase it.
+#[test]
+fn a_clock_read_a_moment_earlier_never_erases_state() {
+    let minute = Quota::per_minute(2).unwrap();
+    let sw = SlidingWindow::new(minute);
+    let full = sw.consume(State::default(), 60 * SEC, 2); // minute 1 is full
+    let late = 60 * SEC - 1; // read just before minute 1 began
+    assert!(!sw.check(full, late, 1).is_allowed());
+    let counted = sw.consume(full, late, 1);
+    assert!(!sw.check(counted, 60 * SEC, 1).is_allowed());
+    assert!(!sw.check(counted, 119 * SEC, 1).is_allowed());
+
+    let log = SlidingLog::new(minute);
+    let mut s = SlidingLogState::default();
+    log.consume(&mut s, 60 * SEC, 1);
+    log.consume(&mut s, late, 1);
+    assert!(!log.check(&mut s, 60 * SEC, 1).is_allowed());
+    // Both entries leave the window together, a minute after the newest.
+    assert_eq!(log.check(&mut s, 60 * SEC, 1).retry_after_us(), Some(60 * SEC));
 }
