@@ -244,5 +244,8 @@ fn a_clock_read_a_moment_earlier_never_erases_state() {
     log.consume(&mut s, late, 1);
     assert!(!log.check(&mut s, 60 * SEC, 1).is_allowed());
     // Both entries leave the window together, a minute after the newest.
-    assert_eq!(log.check(&mut s, 60 * SEC, 1).retry_after_us(), Some(60 * SEC));
+    assert_eq!(
+        log.check(&mut s, 60 * SEC, 1).retry_after_us(),
+        Some(60 * SEC)
+    );
 }
