@@ -32,35 +32,36 @@ fn ip(i: u32) -> IpAddr {
 /// Fill one limiter with `n` keys and print: name, RSS bytes/key, exact bytes/key.
 fn child(subject: &str, n: u32) {
     let before = rss_bytes();
-    let exact = match subject {
+    // Each arm returns the filled limiter, kept alive until RSS is read.
+    let (exact, limiter): (Option<usize>, Box<dyn std::any::Any>) = match subject {
         "governor-ip" => {
             let limiter = RateLimiter::keyed(GovernorQuota::per_hour(NonZeroU32::MIN));
             for i in 0..n {
                 let _ = limiter.check_key(&ip(i));
             }
-            std::hint::black_box(&limiter);
-            None
+            (None, Box::new(limiter))
         }
         "governor-string" => {
             let limiter = RateLimiter::keyed(GovernorQuota::per_hour(NonZeroU32::MIN));
             for i in 0..n {
                 let _ = limiter.check_key(&format!("user-{i}"));
             }
-            std::hint::black_box(&limiter);
-            None
+            (None, Box::new(limiter))
         }
         name => {
             let algorithm: Algorithm = name.parse().expect("an algorithm");
             let policy = Policy::single(algorithm, Quota::per_hour(100).unwrap());
-            let backend = MemoryBackend::builder().max_keys(n as usize).build();
+            // Headroom over n: the cap is split per shard, and tables grow with use, not with the cap.
+            let backend = MemoryBackend::builder().max_keys(2 * n as usize).build();
             for i in 0..n {
                 backend.check_now(&Key::new("ip", ip(i).to_string()), &policy, 1);
             }
             assert_eq!(backend.len(), n as usize, "every key kept");
-            Some(backend.memory_bytes())
+            (Some(backend.memory_bytes()), Box::new(backend))
         }
     };
     let grown = rss_bytes().saturating_sub(before);
+    drop(limiter);
     let per_key = |bytes: usize| bytes as f64 / f64::from(n);
     match exact {
         Some(exact) => println!(
