@@ -47,7 +47,7 @@ mod table;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::future::{ready, Ready};
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use self::table::{Expires, Table};
@@ -195,7 +195,7 @@ impl<C: Clock> MemoryBackend<C> {
 
 impl Store {
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: u64) -> Decision {
-        let base = self.hasher.hash_one(key.as_bytes());
+        let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         // Each limit's fingerprint, and its slot if the key is known.
         let mut found = [(0u64, None); MAX_LIMITS];
@@ -260,6 +260,18 @@ impl Store {
 #[inline]
 fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Hashes bytes in one write. `[u8]`'s own `Hash` also writes a length
+/// prefix, which only matters when several values share one hasher; SipHash
+/// folds the total length into the result anyway.
+struct OneWrite<'a>(&'a [u8]);
+
+impl Hash for OneWrite<'_> {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.0);
+    }
 }
 
 /// A limit's own fingerprint of a key: a bijective mix of the key's base
