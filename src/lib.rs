@@ -38,17 +38,30 @@
 
 pub mod algorithm;
 pub mod backend;
+mod body;
 pub mod clock;
 mod decision;
+mod future;
+mod head;
+pub mod headers;
 pub mod key;
+mod layer;
 pub mod policy;
 pub mod quota;
+mod resolver;
+pub mod response;
+mod service;
 
 pub use algorithm::{Algorithm, Outcome, Verdict};
-#[cfg(feature = "memory")]
-pub use backend::{AtCapacity, MemoryBackend};
-pub use backend::{Backend, BackendError};
+pub use backend::{AtCapacity, Backend, BackendError, MemoryBackend};
+pub use body::ResponseBody;
 pub use decision::Decision;
+pub use future::ResponseFuture;
+pub use head::RequestHead;
 pub use key::Key;
+pub use layer::{OnBackendError, OnKeyError, RateLimitLayer};
 pub use policy::{Limit, Policy, PolicyError};
 pub use quota::{Quota, QuotaError};
+pub use resolver::{cost_fn, policy_fn, Cost, CostFn, PolicyFn, PolicyResolver, RoutePolicies};
+pub use response::LimitedResponse;
+pub use service::RateLimit;

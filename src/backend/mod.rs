@@ -6,7 +6,6 @@
 //! with a ready future; a networked backend answers later.
 //!
 //! ```
-//! use std::future::Future;
 //! use tower_ratelimit::{Backend, Key, MemoryBackend, Policy};
 //!
 //! let backend = MemoryBackend::new();
@@ -17,7 +16,6 @@
 //! assert!(decision.is_allowed());
 //! ```
 
-#[cfg(feature = "memory")]
 pub mod memory;
 
 use std::fmt;
@@ -25,7 +23,6 @@ use std::future::Future;
 
 use crate::{Decision, Key, Policy};
 
-#[cfg(feature = "memory")]
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 
 /// Stores per-key state and decides requests against a policy.

@@ -1,4 +1,14 @@
-//! Keys: who a request is counted against.
+//! Keys: who a request is counted against, and the extractors that find them.
+//!
+//! | extractor | key | namespace |
+//! |---|---|---|
+//! | [`UserHeader`] | a header's value (`x-user-id`) | `header:<name>` |
+//! | [`ClientIp`] | the client address (IPv6 grouped by prefix) | `ip` |
+//! | [`ApiKey`] | a keyed hash of an API key, never the key itself | `api-key` |
+//! | [`Endpoint`] | method + route template (axum's `MatchedPath`) | `endpoint` |
+//! | [`Global`] | one key for everything | `global` |
+//! | a tuple of extractors | each key, length-prefixed | `+` |
+//! | [`key_fn`] | whatever the closure returns | the closure's choice |
 //!
 //! A [`Key`] is a namespace (what kind of identity: `user`, `ip`, `api-key`,
 //! ...) and a value (whose). The namespace is length-prefixed in the key's
@@ -15,7 +25,25 @@
 //! assert_ne!(Key::new("us", "er1"), Key::new("user", "1"));
 //! ```
 
+mod api_key;
+mod client_ip;
+#[cfg(feature = "axum")]
+mod endpoint;
+mod extractor;
+mod header;
+
+pub use api_key::ApiKey;
+pub use client_ip::{ClientIp, ForwardedHeader, PeerAddr};
+#[cfg(feature = "axum")]
+pub use endpoint::Endpoint;
+pub use extractor::{key_fn, Global, KeyError, KeyExtractor, KeyFn, Or};
+pub use header::UserHeader;
+
 use std::fmt;
+
+/// The longest value an extractor accepts from a client (bytes); longer
+/// ones are [`KeyError::Invalid`], never truncated into someone else's key.
+pub const MAX_KEY_VALUE: usize = 256;
 
 /// Bytes held without allocating; longer keys go to the heap.
 const INLINE: usize = 46;
@@ -56,6 +84,18 @@ impl Key {
             Repr::Heap(bytes.into_boxed_slice())
         };
         Self { repr }
+    }
+
+    /// Several keys as one: each key's bytes with a 4-byte length before them,
+    /// so different combinations never encode alike.
+    pub fn composite(parts: &[Key]) -> Self {
+        let mut value = Vec::with_capacity(parts.iter().map(|k| 4 + k.as_bytes().len()).sum());
+        for part in parts {
+            let bytes = part.as_bytes();
+            value.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+            value.extend_from_slice(bytes);
+        }
+        Self::new("+", value)
     }
 
     /// The whole encoded key: namespace length, namespace, value.

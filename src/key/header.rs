@@ -1,0 +1,63 @@
+//! A key from a request header: the user id an auth proxy put there.
+
+use http::HeaderName;
+
+use super::{Key, KeyError, KeyExtractor, MAX_KEY_VALUE};
+use crate::RequestHead;
+
+/// Keys each request by the value of one header (e.g. `x-user-id`), as raw
+/// bytes: any bytes are fine, but an empty value, a value over
+/// [`MAX_KEY_VALUE`] bytes or a header sent twice is no key at all.
+///
+/// Only use it for a header a trusted component (an auth layer or proxy)
+/// sets; otherwise clients choose their own key. Pair it with a fallback:
+///
+/// ```
+/// use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
+/// use tower_ratelimit::RequestHead;
+///
+/// let key = UserHeader::new("x-user-id").or(ClientIp::new());
+/// let req = http::Request::get("/").header("x-user-id", "alice").body(()).unwrap();
+/// let k = key.extract(&RequestHead::from(&req)).unwrap();
+/// assert_eq!((k.namespace(), k.value()), ("header:x-user-id", &b"alice"[..]));
+/// ```
+#[derive(Clone, Debug)]
+pub struct UserHeader {
+    name: HeaderName,
+    namespace: Box<str>,
+}
+
+impl UserHeader {
+    /// Key by the header `name`.
+    ///
+    /// # Panics
+    ///
+    /// If `name` is not a valid lowercase header name (like
+    /// [`HeaderName::from_static`]): a mistake in code, caught at start-up.
+    pub fn new(name: &'static str) -> Self {
+        Self::from_name(HeaderName::from_static(name))
+    }
+
+    /// Key by the header `name`.
+    pub fn from_name(name: HeaderName) -> Self {
+        Self {
+            namespace: format!("header:{name}").into(),
+            name,
+        }
+    }
+}
+
+impl KeyExtractor for UserHeader {
+    fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
+        let mut values = req.headers.get_all(&self.name).iter();
+        let value = values.next().ok_or(KeyError::Missing("key header"))?;
+        if values.next().is_some() {
+            return Err(KeyError::Invalid("key header", "sent more than once"));
+        }
+        match value.as_bytes() {
+            [] => Err(KeyError::Missing("key header")),
+            v if v.len() > MAX_KEY_VALUE => Err(KeyError::Invalid("key header", "too long")),
+            v => Ok(Key::new(&self.namespace, v)),
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Choosing the policy (and the cost) for each request.
+//!
+//! A [`Policy`] is its own resolver: every request gets it. [`RoutePolicies`]
+//! picks one by route, [`policy_fn`] by anything in the request head — a tier
+//! an auth layer put in the extensions, say — and returning `None` leaves a
+//! request unlimited.
+//!
+//! ```
+//! use tower_ratelimit::{policy_fn, Policy, PolicyResolver, RequestHead};
+//!
+//! #[derive(Clone, Copy)]
+//! enum Tier { Free, Pro }
+//!
+//! let free: Policy = "100/hour".parse().unwrap();
+//! let pro: Policy = "1000/hour".parse().unwrap();
+//! let by_tier = policy_fn(move |req| match req.extensions.get::<Tier>()? {
+//!     Tier::Free => Some(free.clone()),
+//!     Tier::Pro => Some(pro.clone()),
+//! });
+//!
+//! let mut req = http::Request::get("/").body(()).unwrap();
+//! req.extensions_mut().insert(Tier::Pro);
+//! let policy = by_tier.resolve(&RequestHead::from(&req)).unwrap();
+//! assert_eq!(policy.limits()[0].quota().limit(), 1000);
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use http::Method;
+
+use crate::{Policy, RequestHead};
+
+/// Chooses the policy for a request; `None` means the request is not limited.
+pub trait PolicyResolver: Clone + Send + Sync + 'static {
+    /// The policy for `req`.
+    fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy>;
+}
+
+impl PolicyResolver for Policy {
+    fn resolve(&self, _: &RequestHead<'_>) -> Option<Policy> {
+        Some(self.clone())
+    }
+}
+
+/// A closure as a policy resolver.
+pub fn policy_fn<F>(f: F) -> PolicyFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> Option<Policy> + Clone + Send + Sync + 'static,
+{
+    PolicyFn(f)
+}
+
+/// A closure as a policy resolver; see [`policy_fn`].
+#[derive(Clone)]
+pub struct PolicyFn<F>(F);
+
+impl<F> fmt::Debug for PolicyFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PolicyFn")
+    }
+}
+
+impl<F> PolicyResolver for PolicyFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> Option<Policy> + Clone + Send + Sync + 'static,
+{
+    fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
+        (self.0)(req)
+    }
+}
+
+/// One layer, a policy per route: routes are matched by axum's route
+/// template (`/users/{id}`) when the `axum` feature is on and the request
+/// matched one, else by the exact path. Optionally per method.
+///
+/// ```
+/// use tower_ratelimit::{Policy, RoutePolicies};
+///
+/// let table = RoutePolicies::new()
+///     .route("/api/search", "10/min".parse::<Policy>().unwrap())
+///     .route_method(http::Method::POST, "/api/upload", "5/min".parse().unwrap())
+///     .fallback("100/min".parse().unwrap());
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RoutePolicies {
+    routes: Arc<HashMap<String, RouteEntry>>,
+    fallback: Option<Policy>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct RouteEntry {
+    any_method: Option<Policy>,
+    by_method: Vec<(Method, Policy)>,
+}
+
+impl RoutePolicies {
+    /// No routes; unmatched requests are not limited until a fallback is set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Limit requests to `route` (any method) with `policy`.
+    pub fn route(self, route: impl Into<String>, policy: Policy) -> Self {
+        self.insert(None, route.into(), policy)
+    }
+
+    /// Limit `method` requests to `route` with `policy`; these win over
+    /// [`route`](Self::route) entries for the same route.
+    pub fn route_method(self, method: Method, route: impl Into<String>, policy: Policy) -> Self {
+        self.insert(Some(method), route.into(), policy)
+    }
+
+    /// The policy for requests no route matches.
+    pub fn fallback(mut self, policy: Policy) -> Self {
+        self.fallback = Some(policy);
+        self
+    }
+
+    fn insert(mut self, method: Option<Method>, route: String, policy: Policy) -> Self {
+        let entry = Arc::make_mut(&mut self.routes).entry(route).or_default();
+        match method {
+            None => entry.any_method = Some(policy),
+            Some(method) => {
+                entry.by_method.retain(|(m, _)| *m != method);
+                entry.by_method.push((method, policy));
+            }
+        }
+        self
+    }
+}
+
+impl PolicyResolver for RoutePolicies {
+    fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
+        #[cfg(feature = "axum")]
+        let route = req
+            .extensions
+            .get::<axum::extract::MatchedPath>()
+            .map_or(req.uri.path(), |m| m.as_str());
+        #[cfg(not(feature = "axum"))]
+        let route = req.uri.path();
+        let entry = self.routes.get(route);
+        let by_method = entry.and_then(|e| {
+            e.by_method
+                .iter()
+                .find(|(m, _)| m == req.method)
+                .map(|(_, p)| p)
+        });
+        by_method
+            .or_else(|| entry?.any_method.as_ref())
+            .or(self.fallback.as_ref())
+            .cloned()
+    }
+}
+
+/// How much of a limit one request takes.
+pub trait Cost: Clone + Send + Sync + 'static {
+    /// The cost of `req` (0 only peeks; see [`Policy`]).
+    fn cost(&self, req: &RequestHead<'_>) -> u32;
+}
+
+impl Cost for u32 {
+    fn cost(&self, _: &RequestHead<'_>) -> u32 {
+        *self
+    }
+}
+
+/// A closure as a cost.
+///
+/// ```
+/// use tower_ratelimit::cost_fn;
+///
+/// // One unit per started kilobyte of declared body, at least one.
+/// let by_size = cost_fn(|req| {
+///     let bytes: u64 = req.headers.get("content-length")
+///         .and_then(|v| v.to_str().ok()?.parse().ok())
+///         .unwrap_or(0);
+///     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1)
+/// });
+/// ```
+pub fn cost_fn<F>(f: F) -> CostFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> u32 + Clone + Send + Sync + 'static,
+{
+    CostFn(f)
+}
+
+/// A closure as a cost; see [`cost_fn`].
+#[derive(Clone)]
+pub struct CostFn<F>(F);
+
+impl<F> fmt::Debug for CostFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CostFn")
+    }
+}
+
+impl<F> Cost for CostFn<F>
+where
+    F: Fn(&RequestHead<'_>) -> u32 + Clone + Send + Sync + 'static,
+{
+    fn cost(&self, req: &RequestHead<'_>) -> u32 {
+        (self.0)(req)
+    }
+}

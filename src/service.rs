@@ -1,0 +1,108 @@
+//! [`RateLimit`]: the service a [`RateLimitLayer`] wraps around another.
+
+use std::mem;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use crate::body::ResponseBody;
+use crate::future::ResponseFuture;
+use crate::key::KeyExtractor;
+use crate::layer::OnKeyError;
+use crate::resolver::{Cost, PolicyResolver};
+use crate::{response, Backend, RateLimitLayer, RequestHead};
+
+/// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
+///
+/// `poll_ready` only asks the inner service; quota is never reserved there,
+/// since the key is only known from the request. `call` decides first and
+/// calls the inner service only for allowed requests.
+///
+/// Works with any `Service<http::Request<_>>` whose response body yields
+/// [`bytes::Bytes`] — axum, hyper, tonic — not only axum:
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{Service, ServiceExt};
+/// use tower_ratelimit::key::Global;
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let hello = tower::service_fn(|_req: http::Request<String>| async {
+///     Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(bytes::Bytes::from("hi"))))
+/// });
+/// let mut svc = tower::ServiceBuilder::new()
+///     .layer(RateLimitLayer::new("1/min".parse::<Policy>().unwrap()).key(Global))
+///     .service(hello);
+///
+/// let first = svc.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+/// assert_eq!(first.status(), 200);
+/// assert_eq!(first.headers()["x-ratelimit-remaining"], "0");
+/// let second = svc.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+/// assert_eq!(second.status(), 429);
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimit<S, K, P, B, C> {
+    pub(crate) inner: S,
+    pub(crate) layer: RateLimitLayer<K, P, B, C>,
+}
+
+impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// Take the ready inner service, leaving a clone (not yet ready) behind.
+    fn take_inner(&mut self) -> S
+    where
+        S: Clone,
+    {
+        let clone = self.inner.clone();
+        mem::replace(&mut self.inner, clone)
+    }
+}
+
+impl<S, K, P, B, C, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, P, B, C>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    K: KeyExtractor,
+    P: PolicyResolver,
+    B: Backend,
+    C: Cost,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB, B::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let options = self.layer.options.clone();
+        let head = RequestHead::from(&req);
+        let Some(policy) = self.layer.policy.resolve(&head) else {
+            return ResponseFuture::unlimited(self.take_inner().call(req), options);
+        };
+        let key = match self.layer.key.extract(&head) {
+            Ok(key) => key,
+            Err(error) => {
+                return match options.on_key_error {
+                    OnKeyError::Skip => {
+                        ResponseFuture::unlimited(self.take_inner().call(req), options)
+                    }
+                    OnKeyError::Reject(status) => {
+                        ResponseFuture::respond(response::key_error(status, &error), options)
+                    }
+                };
+            }
+        };
+        let cost = self.layer.cost.cost(&head);
+        let check = self.layer.backend.check(&key, &policy, cost);
+        ResponseFuture::check(check, self.take_inner(), req, policy, options)
+    }
+}
