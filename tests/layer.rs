@@ -1,0 +1,568 @@
+//! The layer through `oneshot`: what a client of the wrapped service sees.
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_ratelimit::headers::HeaderStyle;
+use tower_ratelimit::key::{key_fn, Endpoint, Global, KeyError, KeyExtractor, UserHeader};
+use tower_ratelimit::{
+    cost_fn, policy_fn, Algorithm, Backend, BackendError, Decision, Key, LimitedResponse,
+    OnBackendError, OnKeyError, Policy, Quota, RateLimitLayer, RoutePolicies,
+};
+
+fn policy(text: &str) -> Policy {
+    text.parse().unwrap()
+}
+
+fn user(id: &str) -> Request<Body> {
+    Request::get("/")
+        .header("x-user-id", id)
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// Status, headers and body text of a response.
+async fn read<B>(res: Response<B>) -> (StatusCode, HeaderMap, String)
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let (parts, body) = res.into_parts();
+    let bytes = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(bytes.to_vec()).unwrap(),
+    )
+}
+
+/// A service that counts its calls.
+fn counting(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<
+    Request<Body>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = Ready<Result<Response<Full<Bytes>>, Infallible>>,
+> + Clone {
+    service_fn(move |_req: Request<Body>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(
+            "ok",
+        )))))
+    })
+}
+
+#[tokio::test]
+async fn a_denied_request_never_reaches_the_inner_service() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer = RateLimitLayer::new(policy("3/min")).key(UserHeader::new("x-user-id"));
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(calls.clone()));
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let res = svc.clone().oneshot(user("alice")).await.unwrap();
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // Another user has a budget of their own.
+    let res = svc.clone().oneshot(user("bob")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn every_response_carries_quota_headers() {
+    let two = Policy::builder()
+        .limit(
+            "burst",
+            Algorithm::TokenBucket,
+            Quota::per_second(10).unwrap(),
+        )
+        .limit(
+            "sustained",
+            Algorithm::SlidingWindow,
+            Quota::per_minute(100).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", get(|| async { "hi" }))
+        .layer(RateLimitLayer::new(two).key(UserHeader::new("x-user-id")));
+
+    let (status, headers, _) = read(app.clone().oneshot(user("u1")).await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        headers["ratelimit-policy"],
+        r#""burst";q=10;w=1, "sustained";q=100;w=60"#
+    );
+    // One request: 9 tokens left, the token back in 0.1 s (rounded up to 1 s);
+    // 99 left in the minute, whose count is forgotten by the end of the next.
+    let ratelimit = headers["ratelimit"].to_str().unwrap();
+    assert!(
+        ratelimit.starts_with(r#""burst";r=9;t=1, "sustained";r=99;t="#),
+        "{ratelimit}"
+    );
+    assert_eq!(headers["x-ratelimit-limit"], "10");
+    assert_eq!(headers["x-ratelimit-remaining"], "9");
+    let reset: u64 = headers["x-ratelimit-reset"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!((now..=now + 2).contains(&reset), "{reset} vs {now}");
+
+    for _ in 0..9 {
+        app.clone().oneshot(user("u1")).await.unwrap();
+    }
+    let (status, headers, body) = read(app.clone().oneshot(user("u1")).await.unwrap()).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["x-ratelimit-remaining"], "0");
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["content-type"], "application/json");
+    assert!(headers["ratelimit"]
+        .to_str()
+        .unwrap()
+        .contains(r#""sustained";r=90;"#));
+    assert_eq!(
+        body,
+        r#"{"error":"rate_limit_exceeded","limit":10,"window":"1s","retry_after_seconds":1}"#
+    );
+}
+
+#[tokio::test]
+async fn header_styles_choose_what_is_sent() {
+    for (style, legacy, ietf) in [
+        (HeaderStyle::Legacy, true, false),
+        (HeaderStyle::Ietf, false, true),
+        (HeaderStyle::Both, true, true),
+        (HeaderStyle::None, false, false),
+    ] {
+        let layer = RateLimitLayer::new(policy("1/min"))
+            .key(Global)
+            .headers(style);
+        let svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(counting(Arc::default()));
+        let (_, ok, _) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
+        let (status, denied, _) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
+        assert_eq!(status, 429);
+        for headers in [&ok, &denied] {
+            assert_eq!(
+                headers.contains_key("x-ratelimit-limit"),
+                legacy,
+                "{style:?}"
+            );
+            assert_eq!(headers.contains_key("ratelimit"), ietf, "{style:?}");
+            assert_eq!(headers.contains_key("ratelimit-policy"), ietf, "{style:?}");
+        }
+        assert!(denied.contains_key("retry-after"), "{style:?}");
+        assert!(!ok.contains_key("retry-after"));
+    }
+}
+
+#[tokio::test]
+async fn retry_after_rounds_up_and_jitter_stays_within_its_bound() {
+    // 1 per 90 s: the second request waits 90 s.
+    let quota = Quota::new(1, Duration::from_secs(90)).unwrap();
+    let layer = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota)).key(Global);
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    svc.clone().oneshot(user("a")).await.unwrap();
+    let res = svc.clone().oneshot(user("a")).await.unwrap();
+    let retry: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((89..=90).contains(&retry), "{retry}");
+
+    let jittered = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota))
+        .key(Global)
+        .retry_after_jitter(Duration::from_secs(10));
+    let svc = ServiceBuilder::new()
+        .layer(jittered)
+        .service(counting(Arc::default()));
+    svc.clone().oneshot(user("a")).await.unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let res = svc.clone().oneshot(user("a")).await.unwrap();
+        let retry: u64 = res.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((89..=100).contains(&retry), "{retry}");
+        seen.insert(retry);
+    }
+    assert!(seen.len() > 5, "jitter spreads clients: {seen:?}");
+}
+
+#[tokio::test]
+async fn problem_json_and_custom_responses() {
+    let layer = RateLimitLayer::new(policy("1/min"))
+        .key(Global)
+        .limited_response(LimitedResponse::ProblemJson);
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    svc.clone().oneshot(user("a")).await.unwrap();
+    let (status, headers, body) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body.starts_with(r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit \"1/min\" exceeded","error":"rate_limit_exceeded","limit":1,"window":"1m","retry_after_seconds":"#), "{body}");
+
+    let custom = LimitedResponse::custom(|decision: &Decision, policy: &Policy| {
+        let name = policy.limits()[decision.decided_by()].name().to_owned();
+        Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .body(Bytes::from(format!("slow down ({name})")))
+            .unwrap()
+    });
+    let layer = RateLimitLayer::new(policy("1/min"))
+        .key(Global)
+        .limited_response(custom);
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    svc.clone().oneshot(user("a")).await.unwrap();
+    let (status, headers, body) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "slow down (1/min)")
+    );
+    assert!(headers.contains_key("retry-after") && headers.contains_key("ratelimit"));
+}
+
+#[tokio::test]
+async fn a_cost_that_never_fits_says_so() {
+    let layer = RateLimitLayer::new(policy("5/min")).key(Global).cost(6);
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    let (status, headers, body) = read(svc.oneshot(user("a")).await.unwrap()).await;
+    assert_eq!(status, 429);
+    assert!(!headers.contains_key("retry-after"));
+    assert_eq!(
+        body,
+        r#"{"error":"cost_exceeds_limit","limit":5,"window":"1m","retry_after_seconds":null}"#
+    );
+}
+
+#[tokio::test]
+async fn missing_keys_are_rejected_skipped_or_fall_back() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let anonymous = || Request::get("/").body(Body::empty()).unwrap();
+
+    let strict = RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id"));
+    let svc = ServiceBuilder::new()
+        .layer(strict)
+        .service(counting(calls.clone()));
+    let (status, _, body) = read(svc.oneshot(anonymous()).await.unwrap()).await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        body,
+        r#"{"error":"rate_limit_key_missing","detail":"missing key header"}"#
+    );
+
+    let unauthorized = RateLimitLayer::new(policy("1/min"))
+        .key(UserHeader::new("x-user-id"))
+        .on_key_error(OnKeyError::Reject(StatusCode::UNAUTHORIZED));
+    let svc = ServiceBuilder::new()
+        .layer(unauthorized)
+        .service(counting(calls.clone()));
+    assert_eq!(svc.oneshot(anonymous()).await.unwrap().status(), 401);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    let lenient = RateLimitLayer::new(policy("1/min"))
+        .key(UserHeader::new("x-user-id"))
+        .on_key_error(OnKeyError::Skip);
+    let svc = ServiceBuilder::new()
+        .layer(lenient)
+        .service(counting(calls.clone()));
+    for _ in 0..3 {
+        let (status, headers, _) = read(svc.clone().oneshot(anonymous()).await.unwrap()).await;
+        assert_eq!(status, 200);
+        assert!(
+            !headers.contains_key("ratelimit"),
+            "unlimited requests carry no quota"
+        );
+    }
+
+    // Without a user id, fall back to one shared anonymous bucket.
+    let fallback = key_fn(|_| Ok(Key::new("anonymous", "")));
+    let layered =
+        RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id").or(fallback));
+    let svc = ServiceBuilder::new()
+        .layer(layered)
+        .service(counting(calls.clone()));
+    assert_eq!(
+        svc.clone().oneshot(anonymous()).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        svc.clone().oneshot(anonymous()).await.unwrap().status(),
+        429
+    );
+    assert_eq!(
+        svc.clone().oneshot(user("carol")).await.unwrap().status(),
+        200
+    );
+}
+
+/// A backend that always fails, as an unreachable Redis would.
+#[derive(Clone)]
+struct Broken;
+
+impl Backend for Broken {
+    type Future = Ready<Result<Decision, BackendError>>;
+    fn check(&self, _: &Key, _: &Policy, _: u32) -> Self::Future {
+        ready(Err(BackendError::new("connection refused")))
+    }
+}
+
+#[tokio::test]
+async fn backend_failure_allows_or_denies_as_configured() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let open = RateLimitLayer::new(policy("1/min"))
+        .key(Global)
+        .backend(Broken);
+    let svc = ServiceBuilder::new()
+        .layer(open)
+        .service(counting(calls.clone()));
+    for _ in 0..3 {
+        let (status, headers, _) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
+        assert_eq!(status, 200);
+        assert!(!headers.contains_key("x-ratelimit-remaining"));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    let closed = RateLimitLayer::new(policy("1/min"))
+        .key(Global)
+        .backend(Broken)
+        .on_backend_error(OnBackendError::Deny);
+    let svc = ServiceBuilder::new()
+        .layer(closed)
+        .service(counting(calls.clone()));
+    let (status, headers, body) = read(svc.oneshot(user("a")).await.unwrap()).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "1");
+    assert_eq!(
+        body,
+        r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn per_route_layers_and_a_route_table() {
+    // route_layer: only /search is limited, per user per endpoint.
+    let app = Router::new()
+        .route("/search", get(|| async { "results" }))
+        .route_layer(
+            RateLimitLayer::new(policy("search = 2/min"))
+                .key((UserHeader::new("x-user-id"), Endpoint)),
+        )
+        .route("/home", get(|| async { "home" }));
+    let request = |path: &str| {
+        Request::get(path)
+            .header("x-user-id", "u")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let search: Vec<u16> = futures_statuses(&app, || request("/search"), 3).await;
+    assert_eq!(search, [200, 200, 429]);
+    assert_eq!(futures_statuses(&app, || request("/home"), 5).await, [200; 5]);
+
+    // One layer, a policy per route template: /users/1 and /users/2 share
+    // the /users/{id} budget.
+    let table = RoutePolicies::new()
+        .route("/users/{id}", policy("users = 2/min"))
+        .fallback(policy("other = 100/min"));
+    let app = Router::new()
+        .route("/users/{id}", get(|| async { "user" }))
+        .route("/about", get(|| async { "about" }))
+        .layer(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    let statuses: Vec<u16> = {
+        let mut v = Vec::new();
+        for path in ["/users/1", "/users/2", "/users/3"] {
+            v.push(
+                app.clone()
+                    .oneshot(request(path))
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16(),
+            );
+        }
+        v
+    };
+    assert_eq!(statuses, [200, 200, 429]);
+    let res = app.clone().oneshot(request("/about")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-limit"], "100");
+}
+
+async fn futures_statuses(app: &Router, req: impl Fn() -> Request<Body>, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(app.clone().oneshot(req()).await.unwrap().status().as_u16());
+    }
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Tier {
+    Free,
+    Pro,
+}
+
+#[tokio::test]
+async fn policies_by_tier_and_costs_by_request() {
+    let (free, pro) = (policy("tier = 2/hour"), policy("tier = 5/hour"));
+    let by_tier = policy_fn(move |req| match req.extensions.get::<Tier>()? {
+        Tier::Free => Some(free.clone()),
+        Tier::Pro => Some(pro.clone()),
+    });
+    let layer = RateLimitLayer::new(by_tier).key(UserHeader::new("x-user-id"));
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    let as_tier = |id: &str, tier: Tier| {
+        let mut req = user(id);
+        req.extensions_mut().insert(tier);
+        req
+    };
+    let mut admitted = [0, 0];
+    for _ in 0..10 {
+        for (i, (id, tier)) in [("f", Tier::Free), ("p", Tier::Pro)]
+            .into_iter()
+            .enumerate()
+        {
+            if svc
+                .clone()
+                .oneshot(as_tier(id, tier))
+                .await
+                .unwrap()
+                .status()
+                == 200
+            {
+                admitted[i] += 1;
+            }
+        }
+    }
+    assert_eq!(admitted, [2, 5]);
+
+    // Cost from a header: one unit per started kilobyte.
+    let by_size = cost_fn(|req| {
+        let bytes: u32 = req
+            .headers
+            .get("content-length")
+            .and_then(|v| v.to_str().ok()?.parse().ok())
+            .unwrap_or(0);
+        bytes.div_ceil(1024).max(1)
+    });
+    let layer = RateLimitLayer::new(policy("10/min"))
+        .key(Global)
+        .cost(by_size);
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(counting(Arc::default()));
+    let upload = |len: u32| {
+        Request::post("/")
+            .header("content-length", len)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let res = svc.clone().oneshot(upload(4000)).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "6");
+    assert_eq!(
+        svc.clone()
+            .oneshot(upload(7 * 1024))
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    assert_eq!(
+        svc.clone()
+            .oneshot(upload(6 * 1024))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn nested_layers_report_the_tighter_legacy_quota_and_every_ietf_item() {
+    let app = Router::new()
+        .route("/", get(|| async { "hi" }))
+        .route_layer(RateLimitLayer::new(policy("inner = 3/min")).key(Global))
+        .layer(RateLimitLayer::new(policy("outer = 100/min")).key(Global));
+    let res = app.oneshot(user("a")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+    let items: Vec<_> = res.headers().get_all("ratelimit").iter().collect();
+    assert_eq!(items.len(), 2);
+}
+
+#[tokio::test]
+async fn poll_ready_is_the_inner_services() {
+    // An inner service that is never ready keeps the layer not ready, and
+    // no quota is reserved meanwhile.
+    #[derive(Clone)]
+    struct NeverReady;
+    impl Service<Request<Body>> for NeverReady {
+        type Response = Response<Full<Bytes>>;
+        type Error = Infallible;
+        type Future = Ready<Result<Self::Response, Infallible>>;
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Infallible>> {
+            std::task::Poll::Pending
+        }
+        fn call(&mut self, _: Request<Body>) -> Self::Future {
+            ready(Ok(Response::new(Full::default())))
+        }
+    }
+    let mut svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(policy("1/min")).key(Global))
+        .service(NeverReady);
+    let ready = tokio::time::timeout(Duration::from_millis(50), svc.ready()).await;
+    assert!(ready.is_err(), "not ready while the inner service is not");
+}
+
+#[test]
+fn the_layer_is_clone_and_debug() {
+    fn assert_clone_debug<T: Clone + std::fmt::Debug>(_: &T) {}
+    let layer = RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id").or(Global));
+    assert_clone_debug(&layer);
+    let debug = format!("{layer:?}");
+    assert!(
+        debug.contains("RateLimitLayer") && debug.contains("x-user-id"),
+        "{debug}"
+    );
+    // Extractors give clear errors.
+    let req = Request::get("/").body(()).unwrap();
+    let err = UserHeader::new("x-user-id")
+        .extract(&(&req).into())
+        .unwrap_err();
+    assert_eq!(err, KeyError::Missing("key header"));
+}
