@@ -389,7 +389,10 @@ async fn per_route_layers_and_a_route_table() {
     };
     let search: Vec<u16> = futures_statuses(&app, || request("/search"), 3).await;
     assert_eq!(search, [200, 200, 429]);
-    assert_eq!(futures_statuses(&app, || request("/home"), 5).await, [200; 5]);
+    assert_eq!(
+        futures_statuses(&app, || request("/home"), 5).await,
+        [200; 5]
+    );
 
     // One layer, a policy per route template: /users/1 and /users/2 share
     // the /users/{id} budget.
