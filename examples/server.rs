@@ -1,40 +1,290 @@
-//! The core, exercised: three limits on one user, in memory.
+//! The demo server: every kind of limit the crate offers, on one axum app.
 //!
-//! The HTTP server (routes, key extractors, headers) arrives with the layer;
-//! until then this shows what the layer will ask the backend.
+//! ```sh
+//! cargo run --example server
+//! ALGORITHM=gcra ADDR=127.0.0.1:8080 cargo run --example server
+//! TRUSTED_PROXIES=10.0.0.0/8,192.168.0.0/16 cargo run --example server
+//! ```
 //!
-//! Run with `cargo run --example server`.
+//! | route | limit |
+//! |---|---|
+//! | `GET /`, `GET /health` | none |
+//! | `GET /api/user` | 100/min per user (`x-user-id`, else client IP) |
+//! | `GET /api/ip` | 30/min per client IP |
+//! | `GET /api/search` | 10/min per user per endpoint |
+//! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401 |
+//! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
+//! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
 
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let policy = Policy::builder()
-        .limit("burst", Algorithm::TokenBucket, "10/s burst 20".parse()?)
-        .limit(
-            "sustained",
-            Algorithm::SlidingWindow,
-            Quota::per_minute(100)?,
-        )
-        .limit("hourly", Algorithm::FixedWindow, Quota::per_hour(1000)?)
-        .build()?;
-    let backend = MemoryBackend::new();
-    let alice = Key::new("user", "alice");
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ipnet::IpNet;
+use serde_json::{json, Value};
+use tower_ratelimit::key::{
+    key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
+};
+use tower_ratelimit::{
+    policy_fn, Algorithm, Key, MemoryBackend, Policy, Quota, RateLimitLayer, RequestHead,
+};
 
-    println!("policy: {policy:?}");
-    for i in 1..=25 {
-        let d = backend.check_now(&alice, &policy, 1);
-        let limit = &policy.limits()[d.decided_by()];
-        match d.retry_after() {
-            None => println!(
-                "request {i:>2}: allowed, {} left on {:?}",
-                d.deciding().remaining(),
-                limit.name()
-            ),
-            Some(wait) => println!(
-                "request {i:>2}: denied by {:?}, retry after {wait:?}",
-                limit.name()
-            ),
-        }
+/// What the environment configures.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `ALGORITHM`: the algorithm of every limit (default sliding-window).
+    pub algorithm: Algorithm,
+    /// `TRUSTED_PROXIES`: comma-separated CIDRs (default none).
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Config {
+    /// Read `ALGORITHM` and `TRUSTED_PROXIES`, with a clear error for bad values.
+    pub fn from_env() -> Result<Self, String> {
+        let algorithm = match std::env::var("ALGORITHM") {
+            Ok(name) => name.parse().map_err(|e| format!("ALGORITHM: {e}"))?,
+            Err(_) => Algorithm::SlidingWindow,
+        };
+        let trusted_proxies = std::env::var("TRUSTED_PROXIES")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse()
+                    .map_err(|e| format!("TRUSTED_PROXIES: {s:?}: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            algorithm,
+            trusted_proxies,
+        })
     }
+}
+
+/// The demo API keys and their hourly quotas.
+const TIERS: [(&str, &str, u32); 3] = [
+    ("free-demo", "free", 100),
+    ("pro-demo", "pro", 1_000),
+    ("enterprise-demo", "enterprise", 10_000),
+];
+
+/// The tier the auth layer found for an API key.
+#[derive(Clone, Copy, Debug)]
+struct Tier(usize);
+
+type KeyOf = Arc<dyn Fn(&RequestHead<'_>) -> Result<Key, KeyError> + Send + Sync>;
+type PolicyOf = Arc<dyn Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync>;
+
+/// One limited route: how it keys requests and which policy it applies.
+#[derive(Clone)]
+struct Route {
+    path: &'static str,
+    about: &'static str,
+    key: KeyOf,
+    /// The same key computed from a request to another route (`/api/quota`).
+    peek_key: KeyOf,
+    policy: PolicyOf,
+}
+
+#[derive(Clone)]
+struct AppState {
+    backend: MemoryBackend,
+    routes: Arc<[Route]>,
+}
+
+fn limits(config: &Config, text: &str) -> Policy {
+    Policy::parse_with(text, config.algorithm).expect("the demo's own policies are valid")
+}
+
+fn routes(config: &Config) -> Vec<Route> {
+    let ip = ClientIp::new().trust_networks(config.trusted_proxies.clone());
+    let user = UserHeader::new("x-user-id").or(ip.clone());
+    let fixed = |policy: Policy| -> PolicyOf { Arc::new(move |_| Some(policy.clone())) };
+    // A key function used both by the route's layer and by /api/quota.
+    fn same(key: impl KeyExtractor) -> (KeyOf, KeyOf) {
+        let key: KeyOf = Arc::new(move |r| key.extract(r));
+        (key.clone(), key)
+    }
+    let route = |path, about, (key, peek_key): (KeyOf, KeyOf), policy| Route {
+        path,
+        about,
+        key,
+        peek_key,
+        policy,
+    };
+    let tiers: Vec<Policy> = TIERS
+        .iter()
+        .map(|(_, name, per_hour)| {
+            let quota = Quota::per_hour(*per_hour).expect("valid demo quota");
+            Policy::builder()
+                .limit(format!("key-{name}"), config.algorithm, quota)
+                .build()
+                .expect("valid demo policy")
+        })
+        .collect();
+    let search_key = (user.clone(), Endpoint);
+    let search_peek = user.clone();
+    vec![
+        route(
+            "/api/user",
+            "100/min per user (x-user-id, else client IP)",
+            same(user.clone()),
+            fixed(limits(config, "user = 100/min")),
+        ),
+        route(
+            "/api/ip",
+            "30/min per client IP",
+            same(ip),
+            fixed(limits(config, "ip = 30/min")),
+        ),
+        route(
+            "/api/search",
+            "10/min per user per endpoint",
+            (
+                Arc::new(move |r| search_key.extract(r)),
+                // What `Endpoint` derives on /api/search, from any route.
+                Arc::new(move |r| {
+                    let endpoint = Key::new("endpoint", "GET /api/search");
+                    Ok(Key::composite(&[search_peek.extract(r)?, endpoint]))
+                }),
+            ),
+            fixed(limits(config, "search = 10/min")),
+        ),
+        route(
+            "/api/key",
+            "per API key (x-api-key): free-demo 100/h, pro-demo 1000/h, enterprise-demo 10000/h",
+            same(ApiKey::header("x-api-key").secret("tower-ratelimit demo secret")),
+            Arc::new(move |r| {
+                let tier = r.extensions.get::<Tier>().copied().or_else(|| tier_of(r))?;
+                tiers.get(tier.0).cloned()
+            }),
+        ),
+        route(
+            "/api/burst",
+            "10/s and 100/min and 1000/h per user",
+            same(user),
+            fixed(limits(
+                config,
+                "burst-second = 10/s; burst-minute = 100/min; burst-hour = 1000/h",
+            )),
+        ),
+    ]
+}
+
+/// The tier of the request's demo API key, if it has one.
+fn tier_of(req: &RequestHead<'_>) -> Option<Tier> {
+    let key = req.headers.get("x-api-key")?.as_bytes();
+    TIERS
+        .iter()
+        .position(|(k, _, _)| k.as_bytes() == key)
+        .map(Tier)
+}
+
+/// The auth layer in front of `/api/key`: known demo keys get a tier,
+/// anything else is a 401.
+async fn authenticate(mut req: Request, next: Next) -> Response {
+    match tier_of(&RequestHead::from(&req)) {
+        Some(tier) => {
+            req.extensions_mut().insert(tier);
+            next.run(req).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": "unknown_api_key" })),
+        )
+            .into_response(),
+    }
+}
+
+/// The demo app on one shared in-memory backend.
+pub fn app(config: &Config) -> Router {
+    let backend = MemoryBackend::new();
+    let routes: Arc<[Route]> = routes(config).into();
+    let mut app = Router::new()
+        .route("/", get(index))
+        .route("/health", get(|| async { "ok" }))
+        .route("/api/quota", get(quota));
+    for route in routes.iter() {
+        let (key, policy) = (route.key.clone(), route.policy.clone());
+        let limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
+            .key(key_fn(move |r| key(r)))
+            .backend(backend.clone());
+        let path = route.path;
+        let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
+        let handler = if path == "/api/key" {
+            handler.layer(middleware::from_fn(authenticate))
+        } else {
+            handler
+        };
+        app = app.route(path, handler);
+    }
+    app.with_state(AppState { backend, routes })
+}
+
+async fn index(State(state): State<AppState>) -> String {
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\n");
+    for route in state.routes.iter() {
+        text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
+    }
+    text
+}
+
+/// Each route's limits for the caller, peeked with cost 0.
+async fn quota(State(state): State<AppState>, req: Request) -> Json<Value> {
+    let head = RequestHead::from(&req);
+    let routes: Vec<Value> = state
+        .routes
+        .iter()
+        .map(|route| {
+            let (Ok(key), Some(policy)) = ((route.peek_key)(&head), (route.policy)(&head)) else {
+                return json!({ "route": route.path, "limits": null });
+            };
+            let decision = state.backend.check_now(&key, &policy, 0);
+            let limits: Vec<Value> = policy
+                .limits()
+                .iter()
+                .zip(decision.outcomes())
+                .map(|(limit, outcome)| {
+                    json!({
+                        "name": limit.name(),
+                        "limit": outcome.limit(),
+                        "remaining": outcome.remaining(),
+                        "reset_seconds": outcome.reset_after().as_secs_f64().ceil() as u64,
+                    })
+                })
+                .collect();
+            json!({ "route": route.path, "limits": limits })
+        })
+        .collect();
+    Json(Value::Array(routes))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let config = Config::from_env()?;
+    let addr: SocketAddr = std::env::var("ADDR")
+        .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
+        .parse()
+        .map_err(|e| format!("ADDR: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!(
+        "tower-ratelimit demo on http://{addr} ({} algorithm, in memory)",
+        config.algorithm
+    );
+    for route in routes(&config) {
+        println!("  GET {:<13} {}", route.path, route.about);
+    }
+    println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
+    axum::serve(
+        listener,
+        app(&config).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
     Ok(())
 }

@@ -46,15 +46,13 @@ where
     )
 }
 
+type Ok200 = Ready<Result<Response<Full<Bytes>>, Infallible>>;
+
 /// A service that counts its calls.
 fn counting(
     calls: Arc<AtomicUsize>,
-) -> impl Service<
-    Request<Body>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = Ready<Result<Response<Full<Bytes>>, Infallible>>,
-> + Clone {
+) -> impl Service<Request<Body>, Response = Response<Full<Bytes>>, Error = Infallible, Future = Ok200>
+       + Clone {
     service_fn(move |_req: Request<Body>| {
         calls.fetch_add(1, Ordering::SeqCst);
         ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(

@@ -1,0 +1,189 @@
+//! The example server over real HTTP: a listener on 127.0.0.1 and a real
+//! client, so peer addresses, headers and bodies are what a user gets.
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/server.rs"]
+mod server;
+
+use std::net::SocketAddr;
+
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tower_ratelimit::Algorithm;
+
+/// Serve the demo app on a free port; the server stops with the test's runtime.
+async fn start(algorithm: Algorithm, trusted: &[&str]) -> SocketAddr {
+    let config = server::Config {
+        algorithm,
+        trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = server::app(&config).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+/// One GET over a fresh connection.
+async fn get(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, HeaderMap, String) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = Request::get(path).header("host", addr.to_string());
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let res = sender
+        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
+        .await
+        .unwrap();
+    let (parts, body) = res.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+async fn statuses(addr: SocketAddr, path: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(get(addr, path, headers).await.0.as_u16());
+    }
+    out
+}
+
+#[tokio::test]
+async fn search_admits_ten_per_user_then_429_for_every_algorithm() {
+    for algorithm in Algorithm::ALL {
+        let addr = start(algorithm, &[]).await;
+        let alice = [("x-user-id", "alice")];
+        let got = statuses(addr, "/api/search", &alice, 12).await;
+        assert_eq!(
+            got,
+            [[200; 10].as_slice(), &[429, 429]].concat(),
+            "{algorithm}"
+        );
+        let (status, headers, body) = get(addr, "/api/search", &alice).await;
+        assert_eq!(status, 429);
+        assert_eq!(headers["x-ratelimit-limit"], "10");
+        assert_eq!(headers["ratelimit-policy"], r#""search";q=10;w=60"#);
+        assert!(headers.contains_key("retry-after"), "{algorithm}");
+        assert!(body.starts_with(r#"{"error":"rate_limit_exceeded","limit":10,"window":"1m","#));
+        // Bob, and alice elsewhere, are untouched.
+        assert_eq!(
+            get(addr, "/api/search", &[("x-user-id", "bob")]).await.0,
+            200
+        );
+        assert_eq!(get(addr, "/api/user", &alice).await.0, 200);
+    }
+}
+
+#[tokio::test]
+async fn quota_reports_what_was_spent_and_spends_nothing() {
+    let addr = start(Algorithm::FixedWindow, &[]).await;
+    let carol = [("x-user-id", "carol")];
+    statuses(addr, "/api/search", &carol, 4).await;
+    statuses(addr, "/api/burst", &carol, 3).await;
+    let (status, headers, first) = get(addr, "/api/quota", &carol).await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["content-type"], "application/json");
+    assert!(
+        first.contains(r#""name":"search","remaining":6"#),
+        "{first}"
+    );
+    assert!(
+        first.contains(r#""name":"burst-second","remaining":7"#),
+        "{first}"
+    );
+    assert!(
+        first.contains(r#""name":"burst-hour","remaining":997"#),
+        "{first}"
+    );
+    let (_, _, second) = get(addr, "/api/quota", &carol).await;
+    assert_eq!(first, second, "peeking consumed nothing");
+}
+
+#[tokio::test]
+async fn api_keys_by_tier_and_unknown_keys_rejected() {
+    let addr = start(Algorithm::Gcra, &[]).await;
+    assert_eq!(get(addr, "/api/key", &[]).await.0, 401);
+    assert_eq!(
+        get(addr, "/api/key", &[("x-api-key", "stolen")]).await.0,
+        401
+    );
+    for (key, limit) in [
+        ("free-demo", "100"),
+        ("pro-demo", "1000"),
+        ("enterprise-demo", "10000"),
+    ] {
+        let (status, headers, _) = get(addr, "/api/key", &[("x-api-key", key)]).await;
+        assert_eq!(status, 200);
+        assert_eq!(headers["x-ratelimit-limit"], limit);
+    }
+}
+
+#[tokio::test]
+async fn per_ip_limits_use_the_real_peer_and_ignore_spoofed_headers() {
+    let addr = start(Algorithm::SlidingLog, &[]).await;
+    // Thirty from 127.0.0.1, each claiming to be someone else.
+    for i in 0..30 {
+        let claim = format!("203.0.113.{i}");
+        let (status, _, _) = get(addr, "/api/ip", &[("x-forwarded-for", &claim)]).await;
+        assert_eq!(status, 200);
+    }
+    let got = get(addr, "/api/ip", &[("x-forwarded-for", "198.51.100.1")]).await;
+    assert_eq!(got.0, 429, "the spoofed header bought no new budget");
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
+    let addr = start(Algorithm::TokenBucket, &["127.0.0.0/8"]).await;
+    let via = |client: &'static str| [("x-forwarded-for", client)];
+    assert_eq!(
+        statuses(addr, "/api/ip", &via("203.0.113.1"), 31).await[30],
+        429
+    );
+    assert_eq!(get(addr, "/api/ip", &via("203.0.113.2")).await.0, 200);
+}
+
+#[tokio::test]
+async fn three_limits_at_once_and_the_tightest_decides() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let dave = [("x-user-id", "dave")];
+    let got = statuses(addr, "/api/burst", &dave, 11).await;
+    assert_eq!(got[..10], [200; 10]);
+    assert_eq!(got[10], 429);
+    let (_, headers, body) = get(addr, "/api/burst", &dave).await;
+    assert_eq!(
+        headers["ratelimit-policy"],
+        r#""burst-second";q=10;w=1, "burst-minute";q=100;w=60, "burst-hour";q=1000;w=3600"#
+    );
+    assert!(headers["ratelimit"]
+        .to_str()
+        .unwrap()
+        .contains(r#""burst-minute";r=90;"#));
+    assert!(body.contains(r#""limit":10,"window":"1s""#), "{body}");
+}
+
+#[tokio::test]
+async fn unlimited_routes_stay_unlimited() {
+    let addr = start(Algorithm::FixedWindow, &[]).await;
+    assert_eq!(statuses(addr, "/health", &[], 50).await, vec![200; 50]);
+    let (status, headers, body) = get(addr, "/", &[]).await;
+    assert_eq!(status, 200);
+    assert!(!headers.contains_key("ratelimit"));
+    assert!(
+        body.contains("GET /api/search  10/min per user per endpoint"),
+        "{body}"
+    );
+}
