@@ -4,43 +4,52 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use crate::algorithm::Verdict;
 use crate::body::ResponseBody;
 use crate::headers;
 use crate::layer::{OnBackendError, Options};
-use crate::{response, BackendError, Decision, Policy};
+use crate::shaping::Waiting;
+use crate::{response, Backend, Decision, Key, Policy};
 
 pin_project! {
     /// The future of a [`RateLimit`](crate::RateLimit) call: it awaits the
     /// backend's decision, then (if allowed) the inner service, then adds the
     /// quota headers. With the memory backend the decision is ready at once.
-    pub struct ResponseFuture<S, ReqB, F>
+    pub struct ResponseFuture<S, ReqB, B>
     where
         S: Service<Request<ReqB>>,
+        B: Backend,
     {
         #[pin]
-        state: State<S, ReqB, F>,
+        state: State<S, ReqB, B>,
         options: Arc<Options>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, ReqB, F>
+    enum State<S, ReqB, B>
     where
         S: Service<Request<ReqB>>,
+        B: Backend,
     {
         Check {
             #[pin]
-            check: F,
-            pending: Option<(S, Request<ReqB>)>,
-            policy: Policy,
+            check: B::Future,
+            pending: Option<Pending<S, ReqB, B>>,
+        },
+        Wait {
+            #[pin]
+            sleep: Sleep,
+            pending: Option<Pending<S, ReqB, B>>,
         },
         Call {
             #[pin]
@@ -54,22 +63,56 @@ pin_project! {
     }
 }
 
-impl<S, ReqB, F> ResponseFuture<S, ReqB, F>
+/// What a request holds while its decision is not yet known.
+struct Pending<S, ReqB, B> {
+    inner: S,
+    req: Request<ReqB>,
+    policy: Policy,
+    /// Present when the layer shapes: what it takes to ask again.
+    retry: Option<Retry<B>>,
+}
+
+struct Retry<B> {
+    backend: B,
+    key: Key,
+    cost: u32,
+    deadline: Instant,
+    waiting: Option<Waiting>,
+}
+
+impl<S, ReqB, B> ResponseFuture<S, ReqB, B>
 where
     S: Service<Request<ReqB>>,
+    B: Backend,
 {
+    /// Decide with `backend`, then call `inner` if allowed.
     pub(crate) fn check(
-        check: F,
+        backend: &B,
+        key: Key,
+        cost: u32,
         inner: S,
         req: Request<ReqB>,
         policy: Policy,
         options: Arc<Options>,
     ) -> Self {
+        let check = backend.check(&key, &policy, cost);
+        let retry = options.shaping.as_ref().map(|shaping| Retry {
+            backend: backend.clone(),
+            key,
+            cost,
+            deadline: Instant::now() + Duration::from_micros(shaping.max_wait_us),
+            waiting: None,
+        });
+        let pending = Pending {
+            inner,
+            req,
+            policy,
+            retry,
+        };
         Self {
             state: State::Check {
                 check,
-                pending: Some((inner, req)),
-                policy,
+                pending: Some(pending),
             },
             options,
         }
@@ -101,10 +144,10 @@ fn now_unix_us() -> u64 {
         .map_or(0, |d| d.as_micros() as u64)
 }
 
-impl<S, ReqB, ResB, F> Future for ResponseFuture<S, ReqB, F>
+impl<S, ReqB, ResB, B> Future for ResponseFuture<S, ReqB, B>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    F: Future<Output = Result<Decision, BackendError>>,
+    B: Backend,
 {
     type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 
@@ -112,30 +155,54 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Check {
-                    check,
-                    pending,
-                    policy,
-                } => {
+                StateProj::Check { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let (mut inner, req) = pending
+                    let mut p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let limited = match result {
-                        Ok(decision) if decision.is_allowed() => Some((decision, policy.clone())),
-                        Ok(decision) => {
-                            let response = limited_response(this.options, &decision, policy);
-                            return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
-                        }
+                    let decision = match result {
+                        Ok(decision) => decision,
                         Err(_) if this.options.on_backend_error == OnBackendError::Deny => {
                             let mut response = response::unavailable();
                             headers::write_retry_after(response.headers_mut(), 1_000_000, 0);
                             return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                         }
-                        Err(_) => None,
+                        Err(_) => {
+                            let call = p.inner.call(p.req);
+                            this.state.set(State::Call {
+                                call,
+                                limited: None,
+                            });
+                            continue;
+                        }
                     };
-                    let call = inner.call(req);
-                    this.state.set(State::Call { call, limited });
+                    if decision.is_allowed() {
+                        let call = p.inner.call(p.req);
+                        let limited = Some((decision, p.policy));
+                        this.state.set(State::Call { call, limited });
+                        continue;
+                    }
+                    if let Some(sleep) = wait_for(this.options, &mut p, &decision) {
+                        this.state.set(State::Wait {
+                            sleep,
+                            pending: Some(p),
+                        });
+                        continue;
+                    }
+                    let response = limited_response(this.options, &decision, &p.policy);
+                    return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                }
+                StateProj::Wait { sleep, pending } => {
+                    ready!(sleep.poll(cx));
+                    let p = pending
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    let retry = p.retry.as_ref().expect("only shaped requests wait");
+                    let check = retry.backend.check(&retry.key, &p.policy, retry.cost);
+                    this.state.set(State::Check {
+                        check,
+                        pending: Some(p),
+                    });
                 }
                 StateProj::Call { call, limited } => {
                     let mut response = ready!(call.poll(cx))?;
@@ -159,6 +226,30 @@ where
             }
         }
     }
+}
+
+/// For a shaped request the limit denied: how long to sleep before asking
+/// again, if it will fit before its deadline and it may wait.
+fn wait_for<S, ReqB, B>(
+    options: &Options,
+    pending: &mut Pending<S, ReqB, B>,
+    decision: &Decision,
+) -> Option<Sleep> {
+    let (shaping, retry) = (options.shaping.as_ref()?, pending.retry.as_mut()?);
+    let Verdict::RetryAfter(after) = decision.verdict() else {
+        return None; // can never fit
+    };
+    if decision.is_capacity_exhausted() {
+        return None;
+    }
+    let wake = Instant::now() + Duration::from_micros(after.get());
+    if wake > retry.deadline {
+        return None;
+    }
+    if retry.waiting.is_none() {
+        retry.waiting = Some(shaping.enter()?);
+    }
+    Some(tokio::time::sleep_until(wake))
 }
 
 /// The 429 (or custom answer) for a denied request, with quota headers.

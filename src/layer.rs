@@ -10,6 +10,7 @@ use crate::headers::HeaderStyle;
 use crate::key::{ClientIp, KeyExtractor};
 use crate::resolver::{Cost, PolicyResolver};
 use crate::response::LimitedResponse;
+use crate::shaping::Shaping;
 use crate::{Backend, MemoryBackend, RateLimit};
 
 /// What to do with a request no key can be derived for.
@@ -49,6 +50,7 @@ pub(crate) struct Options {
     pub(crate) on_key_error: OnKeyError,
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter_us: u64,
+    pub(crate) shaping: Option<Shaping>,
 }
 
 /// Rate-limits requests to the services it wraps.
@@ -179,6 +181,15 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         self
     }
 
+    /// Delay requests that do not fit yet, by up to `max_wait`, instead of
+    /// rejecting them; at most `max_waiting` wait at once (see
+    /// [`shaping`](crate::shaping)).
+    pub fn shape(mut self, max_wait: Duration, max_waiting: usize) -> Self {
+        let max_wait_us = max_wait.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.options_mut().shaping = Some(Shaping::new(max_wait_us, max_waiting));
+        self
+    }
+
     fn options_mut(&mut self) -> &mut Options {
         // Setters run while building, before any clone is shared.
         if Arc::get_mut(&mut self.options).is_none() {
@@ -188,6 +199,11 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
                 on_key_error: self.options.on_key_error,
                 on_backend_error: self.options.on_backend_error,
                 retry_jitter_us: self.options.retry_jitter_us,
+                shaping: self
+                    .options
+                    .shaping
+                    .as_ref()
+                    .map(|s| Shaping::new(s.max_wait_us, s.max_waiting)),
             };
             self.options = Arc::new(copy);
         }

@@ -51,6 +51,7 @@ pub mod quota;
 mod resolver;
 pub mod response;
 mod service;
+pub mod shaping;
 
 pub use algorithm::{Algorithm, Outcome, Verdict};
 pub use backend::{AtCapacity, Backend, BackendError, MemoryBackend};

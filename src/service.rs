@@ -76,7 +76,7 @@ where
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqB, B::Future>;
+    type Future = ResponseFuture<S, ReqB, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -102,7 +102,7 @@ where
             }
         };
         let cost = self.layer.cost.cost(&head);
-        let check = self.layer.backend.check(&key, &policy, cost);
-        ResponseFuture::check(check, self.take_inner(), req, policy, options)
+        let inner = self.take_inner();
+        ResponseFuture::check(&self.layer.backend, key, cost, inner, req, policy, options)
     }
 }
