@@ -52,12 +52,6 @@ impl Shaping {
             .ok()
             .map(|_| Waiting(self.waiting.clone()))
     }
-
-    /// Requests waiting now.
-    #[cfg(test)]
-    pub(crate) fn waiting(&self) -> usize {
-        self.waiting.load(Ordering::Acquire)
-    }
 }
 
 /// A place in the waiting room; leaving it (done, or the future dropped)
