@@ -47,8 +47,9 @@ pin_project! {
             pending: Option<Pending<S, ReqB, B>>,
         },
         Wait {
-            #[pin]
-            sleep: Sleep,
+            // Boxed: only shaped requests wait, and every request's future
+            // would otherwise carry a timer's worth of bytes.
+            sleep: Pin<Box<Sleep>>,
             pending: Option<Pending<S, ReqB, B>>,
         },
         Call {
@@ -69,7 +70,7 @@ struct Pending<S, ReqB, B> {
     req: Request<ReqB>,
     policy: Policy,
     /// Present when the layer shapes: what it takes to ask again.
-    retry: Option<Retry<B>>,
+    retry: Option<Box<Retry<B>>>,
 }
 
 struct Retry<B> {
@@ -96,12 +97,14 @@ where
         options: Arc<Options>,
     ) -> Self {
         let check = backend.check(&key, &policy, cost);
-        let retry = options.shaping.as_ref().map(|shaping| Retry {
-            backend: backend.clone(),
-            key,
-            cost,
-            deadline: Instant::now() + Duration::from_micros(shaping.max_wait_us),
-            waiting: None,
+        let retry = options.shaping.as_ref().map(|shaping| {
+            Box::new(Retry {
+                backend: backend.clone(),
+                key,
+                cost,
+                deadline: Instant::now() + Duration::from_micros(shaping.max_wait_us),
+                waiting: None,
+            })
         });
         let pending = Pending {
             inner,
@@ -193,7 +196,7 @@ where
                     return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
                 StateProj::Wait { sleep, pending } => {
-                    ready!(sleep.poll(cx));
+                    ready!(sleep.as_mut().poll(cx));
                     let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
@@ -234,7 +237,7 @@ fn wait_for<S, ReqB, B>(
     options: &Options,
     pending: &mut Pending<S, ReqB, B>,
     decision: &Decision,
-) -> Option<Sleep> {
+) -> Option<Pin<Box<Sleep>>> {
     let (shaping, retry) = (options.shaping.as_ref()?, pending.retry.as_mut()?);
     let Verdict::RetryAfter(after) = decision.verdict() else {
         return None; // can never fit
@@ -249,7 +252,7 @@ fn wait_for<S, ReqB, B>(
     if retry.waiting.is_none() {
         retry.waiting = Some(shaping.enter()?);
     }
-    Some(tokio::time::sleep_until(wake))
+    Some(Box::pin(tokio::time::sleep_until(wake)))
 }
 
 /// The 429 (or custom answer) for a denied request, with quota headers.

@@ -14,11 +14,11 @@
 //! assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
 //! ```
 
-use std::fmt::Write;
-
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
+use crate::render::push_u64;
 use crate::{Decision, Policy};
 
 /// Which quota headers responses carry.
@@ -58,6 +58,8 @@ pub(crate) fn write(
     decision: &Decision,
     now_unix_us: u64,
 ) {
+    // Room for every header below at once, rather than growing as they come.
+    headers.reserve(6);
     if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
         let deciding = decision.deciding();
         let theirs = headers
@@ -71,31 +73,24 @@ pub(crate) fn write(
         }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let mut policy_field = String::new();
-        let mut state_field = String::new();
-        for (limit, outcome) in policy.limits().iter().zip(decision.outcomes()) {
-            let sep = if policy_field.is_empty() { "" } else { ", " };
-            let window = ceil_secs(limit.quota().window().as_micros() as u64);
-            // Limit names are printable ASCII without '"' or '\\', so they
-            // are valid structured-field strings as they are.
-            let _ = write!(
-                policy_field,
-                "{sep}\"{}\";q={};w={window}",
-                limit.name(),
-                limit.capacity()
-            );
-            let _ = write!(
-                state_field,
-                "{sep}\"{}\";r={};t={}",
-                limit.name(),
-                outcome.remaining(),
-                ceil_secs(outcome.reset_after_us())
-            );
+        let rendered = policy.rendered();
+        if let Some(field) = &rendered.policy_field {
+            headers.append(RATELIMIT_POLICY, field.clone());
         }
-        for (name, field) in [(RATELIMIT_POLICY, policy_field), (RATELIMIT, state_field)] {
-            if let Ok(value) = HeaderValue::try_from(field) {
-                headers.append(name, value);
+        let mut field = Vec::with_capacity(32 * policy.limits().len());
+        for (i, (limit, outcome)) in policy.limits().iter().zip(decision.outcomes()).enumerate() {
+            if i > 0 {
+                field.extend_from_slice(b", ");
             }
+            field.push(b'"');
+            field.extend_from_slice(limit.name().as_bytes());
+            field.extend_from_slice(b"\";r=");
+            push_u64(&mut field, u64::from(outcome.remaining()));
+            field.extend_from_slice(b";t=");
+            push_u64(&mut field, ceil_secs(outcome.reset_after_us()));
+        }
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(field)) {
+            headers.append(RATELIMIT, value);
         }
     }
 }

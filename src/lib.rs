@@ -48,6 +48,7 @@ pub mod key;
 mod layer;
 pub mod policy;
 pub mod quota;
+mod render;
 mod resolver;
 pub mod response;
 mod service;

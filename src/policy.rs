@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use crate::algorithm::{Algorithm, Rule};
 use crate::quota::{Quota, QuotaError};
+use crate::render::Rendered;
 
 /// The most limits one policy may hold. Decisions keep one outcome per
 /// limit inline, without allocating.
@@ -132,11 +133,21 @@ impl fmt::Debug for Limit {
 }
 
 /// Limits a request must all pass. Cheap to clone.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Policy {
     limits: Arc<[Limit]>,
     count_denied: bool,
+    /// Header and body text that never changes, rendered once.
+    rendered: Arc<Rendered>,
 }
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        self.limits == other.limits && self.count_denied == other.count_denied
+    }
+}
+
+impl Eq for Policy {}
 
 impl Policy {
     /// Start building a policy.
@@ -180,6 +191,10 @@ impl Policy {
     /// Whether denied requests count against the limits.
     pub fn counts_denied(&self) -> bool {
         self.count_denied
+    }
+
+    pub(crate) fn rendered(&self) -> &Rendered {
+        &self.rendered
     }
 }
 
@@ -244,6 +259,7 @@ impl PolicyBuilder {
             }
         }
         Ok(Policy {
+            rendered: Arc::new(Rendered::new(&limits)),
             limits: limits.into(),
             count_denied: self.count_denied,
         })

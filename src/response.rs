@@ -22,7 +22,7 @@
 //! });
 //! ```
 
-use std::fmt::{self, Write};
+use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -32,6 +32,7 @@ use http::{Response, StatusCode};
 use crate::algorithm::Verdict;
 use crate::headers::ceil_secs;
 use crate::key::KeyError;
+use crate::render::push_u64;
 use crate::{Decision, Policy};
 
 /// A function that renders the response to a limited request.
@@ -64,37 +65,34 @@ impl LimitedResponse {
             Self::Json => false,
             Self::ProblemJson => true,
         };
-        let limit = policy.limits().get(decision.decided_by());
-        let outcome = decision.deciding();
+        let rendered = policy.rendered();
+        let part = |parts: &[Bytes]| {
+            parts
+                .get(decision.decided_by())
+                .cloned()
+                .unwrap_or_default()
+        };
         let (error, retry) = match decision.verdict() {
             Verdict::Never => ("cost_exceeds_limit", None),
             Verdict::RetryAfter(us) => ("rate_limit_exceeded", Some(ceil_secs(us.get()))),
             Verdict::Allowed => ("rate_limit_exceeded", Some(1)),
         };
-        let mut body = String::with_capacity(160);
-        body.push('{');
+        let members = part(&rendered.body_members);
+        let mut body = Vec::with_capacity(160);
+        body.push(b'{');
         if problem {
-            let name = limit.map_or("", |l| l.name());
-            let _ = write!(
-                body,
-                r#""type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit \"{name}\" exceeded","#
-            );
+            body.extend_from_slice(&part(&rendered.problem_members));
         }
-        let _ = write!(body, r#""error":"{error}","limit":{}"#, outcome.limit());
-        if let Some(limit) = limit {
-            let _ = write!(
-                body,
-                r#","window":"{}""#,
-                Compact(limit.quota().window_us())
-            );
-        }
+        body.extend_from_slice(br#""error":""#);
+        body.extend_from_slice(error.as_bytes());
+        body.extend_from_slice(b"\",");
+        body.extend_from_slice(&members);
         match retry {
-            Some(secs) => {
-                let _ = write!(body, r#","retry_after_seconds":{secs}}}"#);
-            }
-            None => body.push_str(r#","retry_after_seconds":null}"#),
+            Some(secs) => push_u64(&mut body, secs),
+            None => body.extend_from_slice(b"null"),
         }
-        json(StatusCode::TOO_MANY_REQUESTS, problem, body)
+        body.push(b'}');
+        json(StatusCode::TOO_MANY_REQUESTS, problem, Bytes::from(body))
     }
 }
 
@@ -108,50 +106,34 @@ impl fmt::Debug for LimitedResponse {
     }
 }
 
-/// A window as `1s`, `1m`, `5m`, `1h`, `1d`, `1500ms`: the largest unit that divides it.
-struct Compact(u64);
-
-impl fmt::Display for Compact {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const UNITS: [(u64, &str); 6] = [
-            (86_400_000_000, "d"),
-            (3_600_000_000, "h"),
-            (60_000_000, "m"),
-            (1_000_000, "s"),
-            (1_000, "ms"),
-            (1, "us"),
-        ];
-        let (size, unit) = UNITS
-            .into_iter()
-            .find(|(size, _)| self.0 % size == 0)
-            .unwrap_or((1, "us"));
-        write!(f, "{}{unit}", self.0 / size)
-    }
-}
-
 /// The answer when no key could be derived and the layer rejects such requests.
 pub(crate) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
     // KeyError's text is made of fixed phrases: nothing from the client.
     let body = format!(r#"{{"error":"rate_limit_key_missing","detail":"{error}"}}"#);
-    json(status, false, body)
+    json(status, false, Bytes::from(body))
 }
 
 /// The answer when the backend failed and the layer fails closed.
 pub(crate) fn unavailable() -> Response<Bytes> {
-    let body = r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#.to_owned();
-    json(StatusCode::TOO_MANY_REQUESTS, false, body)
+    let body = r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#;
+    json(
+        StatusCode::TOO_MANY_REQUESTS,
+        false,
+        Bytes::from_static(body.as_bytes()),
+    )
 }
 
-fn json(status: StatusCode, problem: bool, body: String) -> Response<Bytes> {
+fn json(status: StatusCode, problem: bool, body: Bytes) -> Response<Bytes> {
     let content_type = if problem {
         "application/problem+json"
     } else {
         "application/json"
     };
-    let mut response = Response::new(Bytes::from(body));
+    let mut response = Response::new(body);
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    // Content type, five quota headers and Retry-After, in one allocation.
+    let headers = response.headers_mut();
+    headers.reserve(8);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }

@@ -1,5 +1,7 @@
 //! A key from a request header: the user id an auth proxy put there.
 
+use std::sync::Arc;
+
 use http::HeaderName;
 
 use super::{Key, KeyError, KeyExtractor, MAX_KEY_VALUE};
@@ -24,7 +26,8 @@ use crate::RequestHead;
 #[derive(Clone, Debug)]
 pub struct UserHeader {
     name: HeaderName,
-    namespace: Box<str>,
+    // Shared: services (and their extractors) are cloned per request.
+    namespace: Arc<str>,
 }
 
 impl UserHeader {
