@@ -17,12 +17,16 @@
 //! ```
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::fmt;
 use std::future::Future;
 
 use crate::{Decision, Key, Policy};
 
+#[cfg(feature = "redis")]
+pub use self::redis::{RedisBackend, RedisBackendBuilder};
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 
 /// Stores per-key state and decides requests against a policy.

@@ -1,0 +1,84 @@
+-- The decision for one request under a whole policy, in one call.
+--
+-- KEYS: per limit, its state key (two for a sliding log: entries, sum).
+-- ARGV: now (microseconds, or "" for the server's TIME), cost,
+--       count_denied (0/1), then per limit: algorithm, limit, window, interval.
+--       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
+-- Reply: per limit, {retry, remaining, reset} (see common.lua). All limits
+-- allow, and the request is counted in all; or it is counted in none
+-- (unless denied requests count). Mirrors backend/memory: Store::check.
+
+local now = tonumber(ARGV[1])
+if now then
+  ttl_slack_ms = 60000
+else
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local count_denied = ARGV[3] == '1'
+
+local limits = {}
+local k = 1
+local a = 4
+while ARGV[a] do
+  local l = {
+    alg = tonumber(ARGV[a]),
+    limit = tonumber(ARGV[a + 1]),
+    w = tonumber(ARGV[a + 2]),
+    t = tonumber(ARGV[a + 3]),
+    key = KEYS[k],
+  }
+  if l.alg == 2 then
+    l.sum = KEYS[k + 1]
+    k = k + 2
+  else
+    k = k + 1
+  end
+  limits[#limits + 1] = l
+  a = a + 4
+end
+
+local function check(l, c)
+  if l.alg == 1 then return fw_check(l.key, now, c, l.limit, l.w) end
+  if l.alg == 2 then return log_check(l.key, l.sum, now, c, l.limit, l.w) end
+  if l.alg == 3 then return sw_check(l.key, now, c, l.limit, l.w) end
+  return gcra_check(l.key, now, c, l.limit, l.t)
+end
+
+local function consume(l)
+  if l.alg == 1 then return fw_consume(l.key, now, cost, l.limit, l.w) end
+  if l.alg == 2 then return log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
+  if l.alg == 3 then return sw_consume(l.key, now, cost, l.limit, l.w) end
+  return gcra_consume(l.key, now, cost, l.limit, l.t)
+end
+
+local outcomes = {}
+local all_allowed = true
+for i, l in ipairs(limits) do
+  outcomes[i] = check(l, cost)
+  if outcomes[i][1] ~= 0 then all_allowed = false end
+end
+
+local commit = cost > 0 and (all_allowed or count_denied)
+if commit then
+  for _, l in ipairs(limits) do consume(l) end
+end
+
+if not all_allowed then
+  -- Report what each limit holds now, keeping each verdict.
+  for i, l in ipairs(limits) do
+    if outcomes[i][1] == 0 or commit then
+      local now_state = check(l, 0)
+      outcomes[i] = { outcomes[i][1], now_state[2], now_state[3] }
+    end
+  end
+end
+
+local reply = {}
+for i, o in ipairs(outcomes) do
+  reply[3 * i - 2] = o[1]
+  reply[3 * i - 1] = o[2]
+  reply[3 * i] = o[3]
+end
+return reply

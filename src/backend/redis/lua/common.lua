@@ -1,0 +1,64 @@
+-- tower-ratelimit: shared helpers. Every number here is an integer below
+-- 2^53, which Lua's doubles hold exactly; division is floored exactly.
+
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_div(a, b)
+  local q = idiv(a, b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+local function num(x)
+  return string.format('%.0f', x)
+end
+
+-- An outcome: retry (0 allowed, -1 never, else microseconds, at least 1),
+-- units remaining (0 to limit), microseconds until fully reset.
+local function allowed(limit, remaining, reset)
+  return { 0, math.min(math.max(remaining, 0), limit), reset }
+end
+
+local function denied(retry, limit, remaining, reset)
+  return { math.max(retry, 1), math.min(math.max(remaining, 0), limit), reset }
+end
+
+local function never(limit, remaining, reset)
+  return { -1, math.min(math.max(remaining, 0), limit), reset }
+end
+
+-- Milliseconds a key lives for state that matters for `us` microseconds:
+-- rounded up, so a key never vanishes before its state stops mattering.
+-- With an explicit `now` (tests replaying a trace, where virtual time is not
+-- real time) keys live a minute longer; expired state is ignored anyway.
+local ttl_slack_ms = 0
+
+local function ttl_ms(us)
+  return num(ceil_div(us, 1000) + ttl_slack_ms)
+end
+
+-- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired.
+local function read_state(key)
+  local s = redis.call('GET', key)
+  if not s then return 0, 0, 0 end
+  local e, a, b = string.match(s, '^(%d+) (%d+) ?(%d*)$')
+  return tonumber(e) or 0, tonumber(a) or 0, tonumber(b) or 0
+end
+
+local function write_state(key, now, e, a, b)
+  if e <= now then
+    redis.call('DEL', key)
+    return
+  end
+  local value = num(e) .. ' ' .. num(a)
+  if b then value = value .. ' ' .. num(b) end
+  redis.call('SET', key, value, 'PX', ttl_ms(e - now))
+end

@@ -1,0 +1,22 @@
+-- Fixed window counter: state "window_end used". Mirrors algorithm/fixed_window.rs.
+
+local function fw_current(key, now, w)
+  local e, used = read_state(key)
+  if e > now then return e, used end
+  return (idiv(now, w) + 1) * w, 0
+end
+
+local function fw_check(key, now, cost, limit, w)
+  local e, used = fw_current(key, now, w)
+  local function reset(u) if u > 0 then return e - now end return 0 end
+  if cost > limit then return never(limit, limit - used, reset(used)) end
+  if used + cost <= limit then
+    return allowed(limit, limit - used - cost, reset(used + cost))
+  end
+  return denied(e - now, limit, limit - used, reset(used))
+end
+
+local function fw_consume(key, now, cost, limit, w)
+  local e, used = fw_current(key, now, w)
+  write_state(key, now, e, math.min(used + cost, limit))
+end

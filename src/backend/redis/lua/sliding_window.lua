@@ -1,0 +1,55 @@
+-- Sliding window counter: state "expires_at previous current", where the
+-- current window started at expires_at - 2W. Mirrors
+-- algorithm/sliding_window.rs; limit x window <= 2^52 keeps products exact.
+
+local function sw_counts(key, now, w)
+  local e, previous, current = read_state(key)
+  local start = idiv(now, w) * w
+  if e <= now then return start, 0, 0 end
+  local state_start = math.max(e - 2 * w, 0)
+  local gap = start - state_start
+  if gap <= 0 then return state_start, previous, current end
+  if gap == w then return start, current, 0 end
+  return start, 0, 0
+end
+
+local function sw_used(now, w, start, previous, current)
+  return previous * (w - math.max(now - start, 0)) + current * w
+end
+
+local function sw_reset(now, w, start, previous, current)
+  if current > 0 then return math.max(start + 2 * w - now, 0) end
+  if previous > 0 then return math.max(start + w - now, 0) end
+  return 0
+end
+
+local function sw_offset(w, previous, room)
+  if previous == 0 then return 0 end
+  return w - math.min(idiv(room * w, previous), w)
+end
+
+local function sw_check(key, now, cost, limit, w)
+  local start, previous, current = sw_counts(key, now, w)
+  local used = sw_used(now, w, start, previous, current)
+  local function free(u) return idiv(math.max(limit * w - u, 0), w) end
+  if cost > limit then
+    return never(limit, free(used), sw_reset(now, w, start, previous, current))
+  end
+  local with_cost = used + cost * w
+  if with_cost <= limit * w then
+    return allowed(limit, free(with_cost), sw_reset(now, w, start, previous, current + cost))
+  end
+  local retry_at
+  local room = limit - current - cost
+  if room >= 0 then
+    retry_at = start + sw_offset(w, previous, room)
+  else
+    retry_at = start + w + sw_offset(w, current, limit - cost)
+  end
+  return denied(retry_at - now, limit, free(used), sw_reset(now, w, start, previous, current))
+end
+
+local function sw_consume(key, now, cost, limit, w)
+  local start, previous, current = sw_counts(key, now, w)
+  write_state(key, now, start + 2 * w, previous, math.min(current + cost, limit))
+end

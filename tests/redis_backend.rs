@@ -1,0 +1,273 @@
+//! The Redis backend against real `redis-server` processes the tests start.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use support::{available, RedisServer};
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A policy of one to three limits from (algorithm, limit, window seconds, burst).
+fn policy(limits: &[(usize, u32, u64, Option<u32>)], count_denied: bool) -> Policy {
+    let mut builder = Policy::builder().count_denied(count_denied);
+    for (i, &(alg, limit, secs, burst)) in limits.iter().enumerate() {
+        let algorithm = Algorithm::ALL[alg];
+        let mut quota = Quota::new(limit, Duration::from_secs(secs)).unwrap();
+        if let (Some(b), true) = (burst, algorithm.takes_burst()) {
+            quota = quota.with_burst(b).unwrap();
+        }
+        builder = builder.limit(format!("l{i}"), algorithm, quota);
+    }
+    builder.build().unwrap()
+}
+
+fn limit_strategy() -> impl Strategy<Value = (usize, u32, u64, Option<u32>)> {
+    (
+        0usize..6,
+        1u32..=12,
+        prop_oneof![Just(1u64), Just(10), Just(60)],
+        prop::option::of(1u32..=15),
+    )
+}
+
+/// What a user can observe of a decision, limit by limit.
+fn observed(
+    d: &tower_ratelimit::Decision,
+) -> (bool, usize, Vec<(tower_ratelimit::Verdict, u32, u64)>) {
+    let outcomes = d
+        .outcomes()
+        .map(|o| (o.verdict(), o.remaining(), o.reset_after_us()))
+        .collect();
+    (d.is_allowed(), d.decided_by(), outcomes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The same trace through the memory backend and the Redis script gives
+    /// identical decisions, request by request, for every algorithm and mix
+    /// of limits: the math has one meaning in both languages.
+    #[test]
+    fn redis_decides_exactly_as_memory_does(
+        limits in prop::collection::vec(limit_strategy(), 1..=3),
+        count_denied in any::<bool>(),
+        trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let policy = policy(&limits, count_denied);
+        let key = Key::new("user", "conformance");
+        let mut now = start;
+        for (i, &(gap, cost)) in trace.iter().enumerate() {
+            now += gap;
+            let expected = memory.check_at(&key, &policy, cost, now);
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, now)).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {} under {:?}", i, now, cost, policy);
+        }
+    }
+}
+
+#[test]
+fn one_server_many_keys_many_algorithms() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap());
+        for user in ["a", "b"] {
+            let key = Key::new("user", user);
+            let admitted = (0..8)
+                .filter(|_| {
+                    rt.block_on(redis.check_at(&key, &policy, 1, 1_700_000_000_000_000))
+                        .unwrap()
+                        .is_allowed()
+                })
+                .count();
+            assert_eq!(admitted, 5, "{algorithm} {user}");
+        }
+    }
+}
+
+#[test]
+fn server_time_decides_and_keys_expire_with_their_state() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let key = Key::new("user", "ttl");
+    for algorithm in Algorithm::ALL {
+        // 2 per second: state matters for at most a second or two.
+        let policy = Policy::single(algorithm, Quota::per_second(2).unwrap());
+        assert!(rt
+            .block_on(redis.check(&key, &policy, 1))
+            .unwrap()
+            .is_allowed());
+        assert!(rt
+            .block_on(redis.check(&key, &policy, 1))
+            .unwrap()
+            .is_allowed());
+        assert!(
+            !rt.block_on(redis.check(&key, &policy, 1))
+                .unwrap()
+                .is_allowed(),
+            "{algorithm}"
+        );
+        for redis_key in redis.redis_keys(&key, &policy.limits()[0]) {
+            let ttl: i64 = server.cli(&["PTTL", &redis_key]).parse().unwrap();
+            // Sliding window: the count matters until the end of the next window.
+            assert!(
+                ttl > 0 && ttl <= 2_000,
+                "{algorithm}: {redis_key} PTTL {ttl}"
+            );
+        }
+    }
+    // Two and a half seconds later every key is gone: idle keys vanish.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(server.cli(&["DBSIZE"]), "0");
+}
+
+use tower_ratelimit::Backend;
+
+#[test]
+fn the_script_is_reloaded_after_a_flush_or_a_restart() {
+    let mut server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(Duration::from_secs(2))
+                .connect(),
+        )
+        .unwrap();
+    let policy: Policy = "3/min".parse().unwrap();
+    let key = Key::new("user", "noscript");
+    assert!(rt
+        .block_on(redis.check(&key, &policy, 1))
+        .unwrap()
+        .is_allowed());
+    assert_eq!(server.cli(&["SCRIPT", "FLUSH"]), "OK");
+    let d = rt.block_on(redis.check(&key, &policy, 1)).unwrap();
+    assert_eq!(
+        d.deciding().remaining(),
+        1,
+        "state survived, script reloaded"
+    );
+    // A restart loses scripts and data; the connection comes back by itself.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let d = loop {
+        match rt.block_on(redis.check(&key, &policy, 1)) {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never reconnected: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    assert_eq!(d.deciding().remaining(), 2);
+}
+
+#[test]
+fn a_dead_server_fails_fast_instead_of_waiting() {
+    let mut server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(Duration::from_millis(200))
+                .connect(),
+        )
+        .unwrap();
+    let policy: Policy = "3/min".parse().unwrap();
+    server.kill();
+    let start = Instant::now();
+    let result = rt.block_on(redis.check(&Key::new("user", "x"), &policy, 1));
+    assert!(result.is_err());
+    assert!(
+        start.elapsed() < Duration::from_millis(1_500),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn hostile_identities_get_their_own_keys_in_one_slot() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let policy = Policy::builder()
+        .limit("a", Algorithm::Gcra, Quota::per_minute(1).unwrap())
+        .limit("b", Algorithm::SlidingLog, Quota::per_minute(1).unwrap())
+        .build()
+        .unwrap();
+    let hostile: Vec<Vec<u8>> = vec![
+        b"x".to_vec(),
+        b"x}:a:gcra:1/min".to_vec(),
+        b"{x}".to_vec(),
+        b"x\n".to_vec(),
+        b"x\0".to_vec(),
+        b"}{".to_vec(),
+        vec![b'x'; 1 << 20],
+        vec![b'x'; (1 << 20) + 1],
+    ];
+    let mut seen = std::collections::HashSet::new();
+    for value in &hostile {
+        let key = Key::new("user", value);
+        let d = rt.block_on(redis.check(&key, &policy, 1)).unwrap();
+        assert!(
+            d.is_allowed(),
+            "a fresh identity for {:?}",
+            String::from_utf8_lossy(&value[..value.len().min(20)])
+        );
+        for limit in policy.limits() {
+            for k in redis.redis_keys(&key, limit) {
+                assert!(k.len() < 200, "keys stay short: {}", k.len());
+                // One hash tag, the first braces, holding only hex.
+                let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
+                assert!(
+                    tag.bytes().all(|b| b.is_ascii_hexdigit() || b == b'h'),
+                    "{k}"
+                );
+                assert!(seen.insert(k));
+            }
+        }
+        assert!(!rt
+            .block_on(redis.check(&key, &policy, 1))
+            .unwrap()
+            .is_allowed());
+    }
+}
+
+#[test]
+fn valkey_too_when_it_is_installed() {
+    if !available("valkey-server") {
+        eprintln!("valkey-server is not installed: skipped");
+        return;
+    }
+    let server = RedisServer::start_with("valkey-server", &[]);
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let memory = MemoryBackend::new();
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::single(algorithm, Quota::per_minute(7).unwrap());
+        let key = Key::new("user", algorithm.name());
+        for t in 0..20u64 {
+            let now = 1_700_000_000_000_000 + t * 3_000_000;
+            let expected = memory.check_at(&key, &policy, 1, now);
+            let actual = rt.block_on(redis.check_at(&key, &policy, 1, now)).unwrap();
+            assert_eq!(observed(&actual), observed(&expected), "{algorithm} at {t}");
+        }
+    }
+}
