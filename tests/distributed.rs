@@ -1,0 +1,158 @@
+//! "100 requests per minute per user, across a cluster of 10 API servers":
+//! ten HTTP servers, each with its own layer and its own Redis connection,
+//! and 64 clients sending one user's requests to all ten at once. The count
+//! admitted must be exactly what the algorithm allows — never one more.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use http::Request;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use support::RedisServer;
+use tokio::net::{TcpListener, TcpStream};
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
+
+const SERVERS: usize = 10;
+const CLIENTS: usize = 64;
+const PER_CLIENT: usize = 5;
+const LIMIT: u32 = 100;
+
+/// Ten API servers on one Redis (or cluster), each connected on its own.
+async fn api_servers(
+    connect: impl Fn() -> tokio::task::JoinHandle<RedisBackend>,
+    algorithm: Algorithm,
+) -> Vec<SocketAddr> {
+    let policy = Policy::single(algorithm, Quota::per_minute(LIMIT).unwrap());
+    let mut addrs = Vec::new();
+    for _ in 0..SERVERS {
+        let backend = connect().await.unwrap();
+        let app = Router::new().route("/api", get(|| async { "ok" })).layer(
+            RateLimitLayer::new(policy.clone())
+                .key(UserHeader::new("x-user-id"))
+                .backend(backend),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    }
+    addrs
+}
+
+/// Microseconds on the Redis server's clock.
+fn redis_time(server: &RedisServer) -> u64 {
+    let out = server.cli(&["TIME"]);
+    let mut parts = out.lines().map(|l| l.trim().parse::<u64>().unwrap());
+    parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+}
+
+/// Wait until at least `margin` is left in the current minute (Redis's clock).
+async fn within_one_minute(server: &RedisServer, margin: Duration) {
+    let into_minute = redis_time(server) % 60_000_000;
+    let left = 60_000_000 - into_minute;
+    if left < margin.as_micros() as u64 {
+        tokio::time::sleep(Duration::from_micros(left + 100_000)).await;
+    }
+}
+
+/// 64 clients, each sending its requests round-robin over the servers, all
+/// at once, for one user; returns how many got a 200.
+async fn hammer(addrs: &[SocketAddr], user: &str) -> usize {
+    let admitted = Arc::new(AtomicUsize::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let (addrs, admitted, user) = (addrs.to_vec(), admitted.clone(), user.to_owned());
+        tasks.spawn(async move {
+            for i in 0..PER_CLIENT {
+                let addr = addrs[(client + i) % addrs.len()];
+                let stream = TcpStream::connect(addr).await.unwrap();
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .unwrap();
+                tokio::spawn(conn);
+                let req = Request::get("/api")
+                    .header("host", addr.to_string())
+                    .header("x-user-id", &user)
+                    .body(Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                let res = sender.send_request(req).await.unwrap();
+                let status = res.status();
+                res.into_body().collect().await.unwrap();
+                assert!(status == 200 || status == 429, "{status}");
+                if status == 200 {
+                    admitted.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    tasks.join_all().await;
+    admitted.load(Ordering::SeqCst)
+}
+
+/// Run every algorithm against ten servers on `connect`, checking exact counts.
+async fn exact_across_ten_servers(
+    clock: &RedisServer,
+    connect: impl Fn() -> tokio::task::JoinHandle<RedisBackend> + Clone,
+) {
+    for algorithm in Algorithm::ALL {
+        let addrs = api_servers(connect.clone(), algorithm).await;
+        within_one_minute(clock, Duration::from_secs(15)).await;
+        let user = format!("user-{algorithm}");
+        let before = redis_time(clock);
+        let admitted = hammer(&addrs, &user).await;
+        let after = redis_time(clock);
+        match algorithm {
+            // One window (the test fits in one minute): the limit, exactly.
+            Algorithm::SlidingLog | Algorithm::FixedWindow | Algorithm::SlidingWindow => {
+                assert_eq!(admitted, LIMIT as usize, "{algorithm}");
+            }
+            // The bucket starts full (100) and refills one per 600 ms.
+            _ => {
+                let refilled = ((after - before) / 600_000) as usize;
+                assert!(
+                    (LIMIT as usize..=LIMIT as usize + refilled).contains(&admitted),
+                    "{algorithm}: {admitted} admitted, at most {} allowed",
+                    LIMIT as usize + refilled
+                );
+            }
+        }
+        eprintln!(
+            "{algorithm}: {admitted} of {} admitted in {} ms",
+            CLIENTS * PER_CLIENT,
+            (after - before) / 1000
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_across_ten_servers_on_one_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    exact_across_ten_servers(&server, move || {
+        let url = url.clone();
+        tokio::spawn(async move { RedisBackend::connect(&url).await.unwrap() })
+    })
+    .await;
+}
+
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_across_ten_servers_on_a_redis_cluster() {
+    let cluster = support::RedisCluster::start();
+    let urls = cluster.urls();
+    exact_across_ten_servers(&cluster.nodes[0], move || {
+        let urls = urls.clone();
+        tokio::spawn(async move { RedisBackend::cluster_builder(urls).connect().await.unwrap() })
+    })
+    .await;
+}
