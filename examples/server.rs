@@ -4,7 +4,13 @@
 //! cargo run --example server
 //! ALGORITHM=gcra ADDR=127.0.0.1:8080 cargo run --example server
 //! TRUSTED_PROXIES=10.0.0.0/8,192.168.0.0/16 cargo run --example server
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example server --features redis
+//! REDIS_URL=redis://10.0.0.1:7000,redis://10.0.0.2:7000 cargo run --example server --features redis-cluster
 //! ```
+//!
+//! With `REDIS_URL` every limit lives in Redis, so any number of copies of
+//! this server share them. A URL list (comma-separated) or a
+//! `redis+cluster://host:port` URL means Redis Cluster.
 //!
 //! | route | limit |
 //! |---|---|
@@ -31,7 +37,7 @@ use tower_ratelimit::key::{
     key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
 };
 use tower_ratelimit::{
-    policy_fn, Algorithm, Key, MemoryBackend, Policy, Quota, RateLimitLayer, RequestHead,
+    policy_fn, Algorithm, Backend, Key, MemoryBackend, Policy, Quota, RateLimitLayer, RequestHead,
 };
 
 /// What the environment configures.
@@ -93,8 +99,8 @@ struct Route {
 }
 
 #[derive(Clone)]
-struct AppState {
-    backend: MemoryBackend,
+struct AppState<B> {
+    backend: B,
     routes: Arc<[Route]>,
 }
 
@@ -202,14 +208,13 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
     }
 }
 
-/// The demo app on one shared in-memory backend.
-pub fn app(config: &Config) -> Router {
-    let backend = MemoryBackend::new();
+/// The demo app, every route's limits kept in `backend`.
+pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     let routes: Arc<[Route]> = routes(config).into();
     let mut app = Router::new()
-        .route("/", get(index))
+        .route("/", get(index::<B>))
         .route("/health", get(|| async { "ok" }))
-        .route("/api/quota", get(quota));
+        .route("/api/quota", get(quota::<B>));
     for route in routes.iter() {
         let (key, policy) = (route.key.clone(), route.policy.clone());
         let limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
@@ -227,7 +232,7 @@ pub fn app(config: &Config) -> Router {
     app.with_state(AppState { backend, routes })
 }
 
-async fn index(State(state): State<AppState>) -> String {
+async fn index<B>(State(state): State<AppState<B>>) -> String {
     let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\n");
     for route in state.routes.iter() {
         text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
@@ -236,32 +241,39 @@ async fn index(State(state): State<AppState>) -> String {
 }
 
 /// Each route's limits for the caller, peeked with cost 0.
-async fn quota(State(state): State<AppState>, req: Request) -> Json<Value> {
-    let head = RequestHead::from(&req);
-    let routes: Vec<Value> = state
-        .routes
-        .iter()
-        .map(|route| {
-            let (Ok(key), Some(policy)) = ((route.peek_key)(&head), (route.policy)(&head)) else {
-                return json!({ "route": route.path, "limits": null });
-            };
-            let decision = state.backend.check_now(&key, &policy, 0);
-            let limits: Vec<Value> = policy
-                .limits()
-                .iter()
-                .zip(decision.outcomes())
-                .map(|(limit, outcome)| {
-                    json!({
-                        "name": limit.name(),
-                        "limit": outcome.limit(),
-                        "remaining": outcome.remaining(),
-                        "reset_seconds": outcome.reset_after().as_secs_f64().ceil() as u64,
-                    })
+async fn quota<B: Backend>(State(state): State<AppState<B>>, req: Request) -> Json<Value> {
+    let mut routes = Vec::new();
+    for route in state.routes.iter() {
+        let (key, policy) = {
+            let head = RequestHead::from(&req);
+            ((route.peek_key)(&head), (route.policy)(&head))
+        };
+        let (Ok(key), Some(policy)) = (key, policy) else {
+            routes.push(json!({ "route": route.path, "limits": null }));
+            continue;
+        };
+        let decision = match state.backend.check(&key, &policy, 0).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                routes.push(json!({ "route": route.path, "error": e.to_string() }));
+                continue;
+            }
+        };
+        let limits: Vec<Value> = policy
+            .limits()
+            .iter()
+            .zip(decision.outcomes())
+            .map(|(limit, outcome)| {
+                json!({
+                    "name": limit.name(),
+                    "limit": outcome.limit(),
+                    "remaining": outcome.remaining(),
+                    "reset_seconds": outcome.reset_after().as_secs_f64().ceil() as u64,
                 })
-                .collect();
-            json!({ "route": route.path, "limits": limits })
-        })
-        .collect();
+            })
+            .collect();
+        routes.push(json!({ "route": route.path, "limits": limits }));
+    }
     Json(Value::Array(routes))
 }
 
@@ -273,8 +285,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()
         .map_err(|e| format!("ADDR: {e}"))?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    let (app, store) = match std::env::var("REDIS_URL") {
+        Ok(url) => (redis_app(&config, &url).await?, "Redis"),
+        Err(_) => (app(&config, MemoryBackend::new()), "in memory"),
+    };
     println!(
-        "tower-ratelimit demo on http://{addr} ({} algorithm, in memory)",
+        "tower-ratelimit demo on http://{addr} ({} algorithm, {store})",
         config.algorithm
     );
     for route in routes(&config) {
@@ -283,8 +299,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
     axum::serve(
         listener,
-        app(&config).into_make_service_with_connect_info::<SocketAddr>(),
+        app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await?;
     Ok(())
+}
+
+/// The app on Redis: a cluster when `url` lists several nodes or says
+/// `redis+cluster://`, else one server.
+#[cfg(feature = "redis")]
+async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    use tower_ratelimit::backend::RedisBackend;
+    let nodes: Vec<String> = url
+        .split(',')
+        .map(|u| u.trim().replacen("redis+cluster://", "redis://", 1))
+        .collect();
+    if nodes.len() > 1 || url.starts_with("redis+cluster://") {
+        #[cfg(feature = "redis-cluster")]
+        return Ok(app(
+            config,
+            RedisBackend::cluster_builder(nodes).connect().await?,
+        ));
+        #[cfg(not(feature = "redis-cluster"))]
+        return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
+    }
+    Ok(app(config, RedisBackend::connect(&nodes[0]).await?))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_app(_: &Config, _: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
 }

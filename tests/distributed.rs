@@ -1,48 +1,49 @@
 //! "100 requests per minute per user, across a cluster of 10 API servers":
-//! ten HTTP servers, each with its own layer and its own Redis connection,
-//! and 64 clients sending one user's requests to all ten at once. The count
-//! admitted must be exactly what the algorithm allows — never one more.
+//! ten copies of the example server, each with its own Redis connection, and
+//! 64 clients sending one user's requests to `/api/user` (100/min per user)
+//! on all ten at once. The count admitted must be exactly what the algorithm
+//! allows — never one more.
 #![cfg(feature = "redis")]
 
 mod support;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/server.rs"]
+mod server;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use support::RedisServer;
 use tokio::net::{TcpListener, TcpStream};
 use tower_ratelimit::backend::RedisBackend;
-use tower_ratelimit::key::UserHeader;
-use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
+use tower_ratelimit::Algorithm;
 
 const SERVERS: usize = 10;
 const CLIENTS: usize = 64;
 const PER_CLIENT: usize = 5;
 const LIMIT: u32 = 100;
 
-/// Ten API servers on one Redis (or cluster), each connected on its own.
+/// Ten example servers on one Redis (or cluster), each connected on its own.
 async fn api_servers(
     connect: impl Fn() -> tokio::task::JoinHandle<RedisBackend>,
     algorithm: Algorithm,
 ) -> Vec<SocketAddr> {
-    let policy = Policy::single(algorithm, Quota::per_minute(LIMIT).unwrap());
+    let config = server::Config {
+        algorithm,
+        trusted_proxies: Vec::new(),
+    };
     let mut addrs = Vec::new();
     for _ in 0..SERVERS {
-        let backend = connect().await.unwrap();
-        let app = Router::new().route("/api", get(|| async { "ok" })).layer(
-            RateLimitLayer::new(policy.clone())
-                .key(UserHeader::new("x-user-id"))
-                .backend(backend),
-        );
+        let app = server::app(&config, connect().await.unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     }
     addrs
@@ -89,7 +90,7 @@ async fn hammer(addrs: &[SocketAddr], user: &str, keep_going: Option<Duration>) 
                         .await
                         .unwrap();
                 tokio::spawn(conn);
-                let req = Request::get("/api")
+                let req = Request::get("/api/user")
                     .header("host", addr.to_string())
                     .header("x-user-id", &user)
                     .body(Empty::<bytes::Bytes>::new())

@@ -21,7 +21,8 @@ async fn start(algorithm: Algorithm, trusted: &[&str]) -> SocketAddr {
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = server::app(&config).into_make_service_with_connect_info::<SocketAddr>();
+    let app = server::app(&config, tower_ratelimit::MemoryBackend::new())
+        .into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr
 }
