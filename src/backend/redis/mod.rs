@@ -149,17 +149,20 @@ impl RedisBackend {
         )
     }
 
-    async fn decide(
+    /// The script's keys and arguments for one decision.
+    fn invocation_parts(
         &self,
         key: &Key,
         policy: &Policy,
         cost: u32,
         now_us: Option<u64>,
-    ) -> Result<Decision, BackendError> {
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(now_us.map_or_else(String::new, |n| n.to_string()));
-        invocation.arg(cost);
-        invocation.arg(u8::from(policy.counts_denied()));
+    ) -> (Vec<String>, Vec<String>) {
+        let mut keys = Vec::with_capacity(policy.limits().len() + 1);
+        let mut args = vec![
+            now_us.map_or_else(String::new, |n| n.to_string()),
+            cost.to_string(),
+            u8::from(policy.counts_denied()).to_string(),
+        ];
         let identity = identity(key);
         for limit in policy.limits() {
             let base = self.base_key(&identity, limit);
@@ -170,15 +173,48 @@ impl RedisBackend {
                 Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval_us()),
             };
             if code == 2 {
-                invocation.key(format!("{base}:log"));
-                invocation.key(format!("{base}:sum"));
+                keys.push(format!("{base}:log"));
+                keys.push(format!("{base}:sum"));
             } else {
-                invocation.key(base);
+                keys.push(base);
             }
-            invocation.arg(code);
-            invocation.arg(limit.capacity());
-            invocation.arg(limit.quota().window().as_micros() as u64);
-            invocation.arg(interval);
+            args.push(code.to_string());
+            args.push(limit.capacity().to_string());
+            args.push((limit.quota().window().as_micros() as u64).to_string());
+            args.push(interval.to_string());
+        }
+        (keys, args)
+    }
+
+    /// The `EVALSHA` command one decision sends, word by word: for
+    /// benchmarking the script with other tools (`redis-benchmark`).
+    #[doc(hidden)]
+    pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
+        let (keys, args) = self.invocation_parts(key, policy, cost, None);
+        let mut command = vec![
+            "EVALSHA".to_owned(),
+            self.script.get_hash().to_owned(),
+            keys.len().to_string(),
+        ];
+        command.extend(keys);
+        command.extend(args);
+        command
+    }
+
+    async fn decide(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        cost: u32,
+        now_us: Option<u64>,
+    ) -> Result<Decision, BackendError> {
+        let (keys, args) = self.invocation_parts(key, policy, cost, now_us);
+        let mut invocation = self.script.prepare_invoke();
+        for k in keys {
+            invocation.key(k);
+        }
+        for a in args {
+            invocation.arg(a);
         }
         let call = async {
             match &self.conn {
