@@ -86,7 +86,7 @@ fn ceiling(port: u16, command: &[String], pipeline: u32) -> f64 {
     let text = String::from_utf8_lossy(&out.stdout);
     text.rsplit(" requests per second")
         .nth(1)
-        .and_then(|s| s.rsplit(|c: char| c == ' ' || c == '\r').next())
+        .and_then(|s| s.rsplit([' ', '\r']).next())
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no rate in: {text}"))
 }
