@@ -132,10 +132,19 @@ impl RedisBackend {
 
     /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
-        let base = self.base_key(&identity(key), limit);
-        match limit.rule().form() {
-            Form::Log(_) => vec![format!("{base}:log"), format!("{base}:sum")],
-            Form::Fixed(_) => vec![base],
+        let mut keys = Vec::with_capacity(2);
+        self.push_keys(&mut keys, &identity(key), limit);
+        keys
+    }
+
+    /// Append the keys of `identity` under `limit`.
+    fn push_keys(&self, keys: &mut Vec<String>, identity: &str, limit: &Limit) {
+        let base = self.base_key(identity, limit);
+        if let Form::Log(_) = limit.rule().form() {
+            keys.push(format!("{base}:log"));
+            keys.push(format!("{base}:sum"));
+        } else {
+            keys.push(base);
         }
     }
 
@@ -165,19 +174,14 @@ impl RedisBackend {
         ];
         let identity = identity(key);
         for limit in policy.limits() {
-            let base = self.base_key(&identity, limit);
+            // The algorithm codes of check.lua.
             let (code, interval) = match limit.rule().form() {
                 Form::Fixed(FixedRule::FixedWindow(_)) => (1, 0),
                 Form::Log(_) => (2, 0),
                 Form::Fixed(FixedRule::SlidingWindow(_)) => (3, 0),
                 Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval_us()),
             };
-            if code == 2 {
-                keys.push(format!("{base}:log"));
-                keys.push(format!("{base}:sum"));
-            } else {
-                keys.push(base);
-            }
+            self.push_keys(&mut keys, &identity, limit);
             args.push(code.to_string());
             args.push(limit.capacity().to_string());
             args.push((limit.quota().window().as_micros() as u64).to_string());
