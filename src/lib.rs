@@ -55,7 +55,7 @@ mod service;
 pub mod shaping;
 
 pub use algorithm::{Algorithm, Outcome, Verdict};
-pub use backend::{AtCapacity, Backend, BackendError, MemoryBackend};
+pub use backend::{AtCapacity, Backend, BackendError, Fallback, MemoryBackend};
 pub use body::ResponseBody;
 pub use decision::Decision;
 pub use future::ResponseFuture;

@@ -271,3 +271,94 @@ fn valkey_too_when_it_is_installed() {
         }
     }
 }
+
+/// The status of one request through `svc`.
+async fn status<S, B>(svc: &S) -> u16
+where
+    S: tower::Service<http::Request<()>, Response = http::Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    svc.clone()
+        .oneshot(http::Request::new(()))
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// What happens when Redis is down: the layer allows, denies, or decides
+/// with each server's own memory — as configured, and without waiting past
+/// the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_redis_is_down_the_layer_does_what_it_was_told() {
+    use std::convert::Infallible;
+    use tower::{service_fn, ServiceBuilder};
+    use tower_ratelimit::key::Global;
+    use tower_ratelimit::{OnBackendError, RateLimitLayer};
+
+    let mut server = RedisServer::start();
+    let connect = || {
+        RedisBackend::builder(&server.url())
+            .timeout(Duration::from_millis(100))
+            .connect()
+    };
+    let (open, closed, local) = (
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+        connect().await.unwrap(),
+    );
+    let policy: Policy = "2/min".parse().unwrap();
+    let ok = || {
+        service_fn(|_: http::Request<()>| async {
+            Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from("ok"),
+            )))
+        })
+    };
+    let fail_open = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(policy.clone())
+                .key(Global)
+                .backend(open),
+        )
+        .service(ok());
+    let fail_closed = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(policy.clone())
+                .key(Global)
+                .backend(closed)
+                .on_backend_error(OnBackendError::Deny),
+        )
+        .service(ok());
+    let fall_back = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(policy.clone())
+                .key(Global)
+                .backend(local.or_fallback(MemoryBackend::new())),
+        )
+        .service(ok());
+    // Up: all three limit through Redis, sharing one budget.
+    assert_eq!(status(&fail_open).await, 200);
+    assert_eq!(status(&fail_closed).await, 200);
+    assert_eq!(status(&fall_back).await, 429);
+
+    server.kill();
+    let start = Instant::now();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push((
+            status(&fail_open).await,
+            status(&fail_closed).await,
+            status(&fall_back).await,
+        ));
+    }
+    // Down: open lets everything through, closed lets nothing through, and
+    // the fallback limits locally (2 per minute on this server).
+    assert_eq!(seen, [(200, 429, 200), (200, 429, 200), (200, 429, 429)]);
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}

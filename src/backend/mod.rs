@@ -37,6 +37,48 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Count a request of `cost` for `key` under every limit of `policy`.
     /// A cost of 0 only reports the state.
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future;
+
+    /// Decide with `fallback` whenever this backend fails: typically Redis
+    /// first and, while it is down, each server's own memory — every server
+    /// then enforces the whole limit on its own, so the service stays both
+    /// up and limited.
+    ///
+    /// ```
+    /// use tower_ratelimit::{Backend, MemoryBackend};
+    /// # let shared = MemoryBackend::new(); // stands in for a RedisBackend
+    /// let backend = shared.or_fallback(MemoryBackend::new());
+    /// ```
+    fn or_fallback<F: Backend>(self, fallback: F) -> Fallback<Self, F>
+    where
+        Self: Sized,
+    {
+        Fallback {
+            primary: self,
+            fallback,
+        }
+    }
+}
+
+/// A backend that falls back to another when it fails; see [`Backend::or_fallback`].
+#[derive(Clone, Debug)]
+pub struct Fallback<P, F> {
+    primary: P,
+    fallback: F,
+}
+
+impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
+    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
+
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        let primary = self.primary.check(key, policy, cost);
+        let (fallback, key, policy) = (self.fallback.clone(), key.clone(), policy.clone());
+        Box::pin(async move {
+            match primary.await {
+                Ok(decision) => Ok(decision),
+                Err(_) => fallback.check(&key, &policy, cost).await,
+            }
+        })
+    }
 }
 
 /// A backend could not decide (unreachable, timed out, answered nonsense).
