@@ -1,15 +1,20 @@
 //! Rate limiting for tower and axum services.
 //!
 //! `tower-ratelimit` decides, for each request, whether it fits a policy of
-//! one or more limits, keyed by who sent it. This release holds the core:
+//! one or more limits, keyed by who sent it, and answers 429 — or passes it
+//! on — with quota headers on every response.
 //!
+//! * [`RateLimitLayer`] — the tower layer: [`key`] extractors, per-route and
+//!   per-tier [policies](PolicyResolver), costs, [`headers`], [`response`]s,
+//!   [`shaping`];
 //! * [`algorithm`] — six algorithms as pure state transitions in integer
 //!   microseconds: fixed window, sliding log, sliding window counter, token
 //!   bucket, leaky bucket and GCRA;
 //! * [`Quota`] and [`Policy`] — validated quotas (`"10/s burst 20"`) and named,
 //!   all-or-nothing sets of limits;
 //! * [`MemoryBackend`] — the embedded backend: sharded, bounded in memory,
-//!   reclaiming expired state without timers;
+//!   reclaiming expired state without timers; and (feature `redis`)
+//!   `backend::RedisBackend`, one limit across any number of servers;
 //! * [`Decision`] — what a policy says about one request.
 //!
 //! ```
