@@ -5,8 +5,10 @@
 //!
 //! Run: `cargo bench --features redis --bench redis`
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,55 +17,6 @@ use tower_ratelimit::{Algorithm, Backend, Key, Policy, Quota};
 
 const TASKS: usize = 64;
 const SECONDS: u64 = 4;
-
-struct Server(Child, u16);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_redis() -> Server {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    let start = Instant::now();
-    while cli(port, &["PING"]) != "PONG" {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Server(child, port)
-}
-
-fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
-        .args(["-p", &port.to_string()])
-        .args(args)
-        .output()
-        .expect("redis-cli");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// `redis-benchmark`'s requests per second for `command`, 64 clients,
 /// with `pipeline` commands in flight per client.
@@ -126,8 +79,8 @@ fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--exact") {
         return; // `cargo bench -- <filter>` conventions: nothing to list
     }
-    let server = start_redis();
-    let port = server.1;
+    let server = support::RedisServer::start();
+    let port = server.port;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -182,7 +135,8 @@ fn main() {
             .redis_keys(&key, &policy.limits()[0])
             .iter()
             .map(|k| {
-                cli(port, &["MEMORY", "USAGE", k])
+                server
+                    .cli(&["MEMORY", "USAGE", k])
                     .parse::<u64>()
                     .unwrap_or(0)
             })

@@ -79,7 +79,7 @@ impl ApiKey {
         self
     }
 
-    /// The raw API key in `req`, if any (for an auth layer; never stored).
+    /// The raw API key in `req`, if any; it is hashed at once, never kept.
     fn raw<'a>(&self, req: &RequestHead<'a>) -> Result<&'a [u8], KeyError> {
         let (name, strip_bearer) = match &self.source {
             Source::Bearer => (&AUTHORIZATION, true),

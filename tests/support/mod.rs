@@ -53,8 +53,10 @@ impl RedisServer {
 
     /// Start `program` (redis-server or valkey-server) with extra arguments.
     pub fn start_with(program: &str, extra: &[&str]) -> Self {
-        let port = free_port();
-        let dir = temp_dir("redis");
+        Self::spawn(program, free_port(), temp_dir("redis"), extra)
+    }
+
+    fn spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Self {
         let child = Command::new(program)
             .args([
                 "--port",
@@ -114,35 +116,8 @@ impl RedisServer {
     /// Start again on the same port, empty (as after a failover that lost scripts and data).
     pub fn restart(&mut self) {
         self.kill();
-        let fresh = Self::start_on(self.port, &self.dir);
+        let fresh = Self::spawn("redis-server", self.port, self.dir.clone(), &[]);
         *self = fresh;
-    }
-
-    fn start_on(port: u16, dir: &PathBuf) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        let server = Self {
-            child,
-            port,
-            dir: dir.clone(),
-        };
-        server.wait_ready();
-        server
     }
 }
 
