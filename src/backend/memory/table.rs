@@ -38,7 +38,7 @@ struct Slot<V> {
 }
 
 pub(crate) struct Table<V> {
-    /// Empty, or a power of two at most `max_slots` long.
+    /// Empty, or at most `max_slots` long.
     slots: Box<[Slot<V>]>,
     len: usize,
     max_len: usize,
@@ -52,11 +52,7 @@ impl<V: Expires> Table<V> {
         let max_len = max_len.max(1);
         // Keep the load at or below 3/4 even when full, so probes stay short
         // and every probe sequence ends at an empty slot.
-        let max_slots = (max_len + 1)
-            .saturating_mul(4)
-            .div_ceil(3)
-            .next_power_of_two()
-            .max(MIN_SLOTS);
+        let max_slots = (max_len + 1).saturating_mul(4).div_ceil(3).max(MIN_SLOTS);
         Self {
             slots: Box::new([]),
             len: 0,
@@ -79,14 +75,22 @@ impl<V: Expires> Table<V> {
         self.slots.iter().filter(|s| s.fp != 0).map(|s| &s.value)
     }
 
-    #[inline]
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
-    }
-
+    /// Where `fp`'s probe starts: the fingerprint scaled to the table's
+    /// length ("fastrange"), so a table can have any length and grow by
+    /// half rather than double.
     #[inline]
     fn home(&self, fp: u64) -> usize {
-        fp as usize & self.mask()
+        ((u128::from(fp) * self.slots.len() as u128) >> 64) as usize
+    }
+
+    /// The slot after `i`, wrapping around.
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.slots.len() {
+            0
+        } else {
+            i + 1
+        }
     }
 
     /// The slot holding `fp`. Valid until the next insertion.
@@ -100,7 +104,7 @@ impl<V: Expires> Table<V> {
             match self.slots[i].fp {
                 f if f == fp => return Some(i),
                 0 => return None,
-                _ => i = (i + 1) & self.mask(),
+                _ => i = self.next(i),
             }
         }
     }
@@ -166,7 +170,7 @@ impl<V: Expires> Table<V> {
                 .min_by_key(|&i| self.slots[i].value.expires_at())
                 .or_else(|| {
                     (0..self.slots.len())
-                        .map(|k| (self.cursor + k) & self.mask())
+                        .map(|k| (self.cursor + k) % self.slots.len())
                         .find(|&i| self.slots[i].fp != 0)
                 });
             if let Some(victim) = victim {
@@ -188,7 +192,7 @@ impl<V: Expires> Table<V> {
             if slot.value.expires_at() <= now {
                 break;
             }
-            i = (i + 1) & self.mask();
+            i = self.next(i);
         }
         self.slots[i] = Slot { fp, value };
         &mut self.slots[i].value
@@ -196,18 +200,16 @@ impl<V: Expires> Table<V> {
 
     /// Occupied slots among the few that follow `fp`'s home.
     fn neighbourhood(&self, fp: u64) -> impl Iterator<Item = usize> + '_ {
-        let (home, mask) = if self.slots.is_empty() {
-            (0, 0)
-        } else {
-            (self.home(fp), self.mask())
-        };
-        (0..EVICTION_NEIGHBOURHOOD.min(self.slots.len()))
-            .map(move |k| (home + k) & mask)
+        let len = self.slots.len();
+        let home = if len == 0 { 0 } else { self.home(fp) };
+        (0..EVICTION_NEIGHBOURHOOD.min(len))
+            .map(move |k| (home + k) % len)
             .filter(|&i| self.slots[i].fp != 0)
     }
 
-    /// Double the table when one more entry would take it past 3/4 full,
-    /// unless reclaiming what has expired makes enough room.
+    /// Grow the table by half when one more entry would take it past 3/4
+    /// full (so it is at least half full after growing: 32 to 48 bytes a
+    /// key), unless reclaiming what has expired makes enough room.
     fn grow_if_needed(&mut self, now: u64) {
         if self.slots.is_empty() {
             self.rebuild(MIN_SLOTS.min(self.max_slots), now);
@@ -222,7 +224,7 @@ impl<V: Expires> Table<V> {
             .filter(|s| s.fp != 0 && s.value.expires_at() > now)
             .count();
         let size = if (live + 1) * 4 > self.slots.len() * 3 && self.slots.len() < self.max_slots {
-            self.slots.len() * 2
+            (self.slots.len() * 3 / 2).min(self.max_slots)
         } else {
             self.slots.len()
         };
@@ -243,7 +245,7 @@ impl<V: Expires> Table<V> {
             }
             let mut i = self.home(slot.fp);
             while self.slots[i].fp != 0 {
-                i = (i + 1) & self.mask();
+                i = self.next(i);
             }
             self.slots[i] = slot;
             self.len += 1;
@@ -262,7 +264,7 @@ impl<V: Expires> Table<V> {
                 // An entry from further on may shift into `i`: look again.
                 self.remove_at(i);
             } else {
-                self.cursor = (i + 1) & self.mask();
+                self.cursor = self.next(i);
             }
         }
     }
@@ -270,10 +272,9 @@ impl<V: Expires> Table<V> {
     /// Remove the entry at `hole`, shifting later entries of the same probe
     /// run back so that no lookup stops early (no tombstones).
     fn remove_at(&mut self, mut hole: usize) {
-        let mask = self.mask();
         let mut j = hole;
         loop {
-            j = (j + 1) & mask;
+            j = self.next(j);
             if self.slots[j].fp == 0 {
                 break;
             }
