@@ -211,3 +211,33 @@ fn keys_of_different_kinds_never_share_state() {
         );
     }
 }
+
+#[test]
+fn memory_comes_back_after_a_flood_subsides() {
+    let clock = ManualClock::new(0);
+    let backend = MemoryBackend::builder().clock(clock.clone()).build();
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
+    let mut next = 0u32;
+    let mut arrive = |n: u32| {
+        for _ in 0..n {
+            backend.check_now(&Key::new("ip", next.to_be_bytes()), &policy, 1);
+            next += 1;
+        }
+    };
+    arrive(100_000);
+    let peak = backend.memory_bytes();
+    // The flood is over; for a few seconds, 20,000 new clients a second.
+    // Each new key moves the reclaiming cursor, and a table that a full pass
+    // finds under a quarter full is rebuilt half full.
+    for _ in 0..4 {
+        clock.advance(Duration::from_secs(2));
+        arrive(20_000);
+    }
+    let after = backend.memory_bytes();
+    // 20,000 live keys need 20,000 × 24 bytes at half to three quarters full.
+    assert!(
+        after <= 20_000 * 48 * 5 / 4,
+        "{after} bytes after, {peak} at the peak"
+    );
+    assert!(after < peak / 3, "{after} bytes after, {peak} at the peak");
+}

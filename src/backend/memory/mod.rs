@@ -12,7 +12,9 @@
 //! state is reclaimed without timers or background tasks: a cursor in each
 //! shard removes a few expired entries whenever a new key arrives, a growing
 //! table drops everything expired before it decides to grow, and a new key
-//! reuses an expired slot in its path.
+//! reuses an expired slot in its path. When the cursor's pass finds a table
+//! under a quarter full (a flood has passed), the table is rebuilt smaller:
+//! memory comes back as new clients arrive.
 //!
 //! ## At the cap
 //!

@@ -265,7 +265,22 @@ impl<V: Expires> Table<V> {
                 self.remove_at(i);
             } else {
                 self.cursor = self.next(i);
+                if self.cursor == 0 {
+                    self.shrink_if_sparse(now);
+                    return;
+                }
             }
+        }
+    }
+
+    /// After a full pass of the cursor, give back what a past flood left:
+    /// a table under a quarter full is rebuilt half full. One rebuild per
+    /// pass, and a pass takes `slots / SWEEP_STEP` insertions, so the cost
+    /// per insertion stays constant.
+    fn shrink_if_sparse(&mut self, now: u64) {
+        let size = self.slots.len();
+        if size > MIN_SLOTS && self.len * 4 < size {
+            self.rebuild((self.len * 2).max(MIN_SLOTS), now);
         }
     }
 
