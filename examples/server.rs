@@ -323,7 +323,9 @@ async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::er
         #[cfg(not(feature = "redis-cluster"))]
         return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
     }
-    Ok(app(config, RedisBackend::connect(&nodes[0]).await?))
+    // Lazily connected: the server starts even while Redis is down (requests
+    // then pass unlimited, the layer's default) and limits once it is up.
+    Ok(app(config, RedisBackend::builder(&nodes[0]).build()?))
 }
 
 #[cfg(not(feature = "redis"))]

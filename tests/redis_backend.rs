@@ -362,3 +362,37 @@ async fn when_redis_is_down_the_layer_does_what_it_was_told() {
         start.elapsed()
     );
 }
+
+/// A service can start while Redis is down: decisions fail fast until a
+/// server appears, then succeed without anyone reconnecting by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_built_while_redis_is_down_works_once_it_is_up() {
+    let port = RedisServer::unused_port();
+    let redis = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let policy: Policy = "5/min".parse().unwrap();
+    let key = Key::new("user", "early");
+    let start = Instant::now();
+    assert!(redis.check(&key, &policy, 1).await.is_err());
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let _server = RedisServer::start_on_port(port);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let decision = loop {
+        match redis.check(&key, &policy, 1).await {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "never connected: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(decision.is_allowed());
+    assert_eq!(decision.deciding().remaining(), 4);
+}

@@ -51,6 +51,16 @@ impl RedisServer {
         Self::start_with("redis-server", &[])
     }
 
+    /// Start `redis-server` on `port` (one a test reserved and left unused).
+    pub fn start_on_port(port: u16) -> Self {
+        Self::spawn("redis-server", port, temp_dir("redis"), &[])
+    }
+
+    /// A port nothing listens on (yet).
+    pub fn unused_port() -> u16 {
+        free_port()
+    }
+
     /// Start `program` (redis-server or valkey-server) with extra arguments.
     pub fn start_with(program: &str, extra: &[&str]) -> Self {
         Self::spawn(program, free_port(), temp_dir("redis"), extra)

@@ -307,13 +307,10 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Connect. Fails if the prefix is invalid or the server cannot be reached.
+    /// Connect now. Fails if the prefix is invalid or the server (or, for a
+    /// cluster, its nodes) cannot be reached: a wrong address shows at once.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(BackendError::new(
-                "the key prefix must not contain '{' or '}'",
-            ));
-        }
+        self.check_prefix()?;
         let conn = if self.cluster {
             #[cfg(feature = "redis-cluster")]
             {
@@ -332,26 +329,65 @@ impl RedisBackendBuilder {
             #[cfg(not(feature = "redis-cluster"))]
             unreachable!("cluster builders exist only with the redis-cluster feature")
         } else {
-            let url = self
-                .nodes
-                .first()
-                .ok_or_else(|| BackendError::new("no Redis URL"))?;
-            let client = ::redis::Client::open(url.as_str()).map_err(BackendError::new)?;
-            let config = ::redis::aio::ConnectionManagerConfig::new()
-                .set_response_timeout(Some(self.timeout))
-                .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
+            let (client, config) = self.standalone()?;
             Connection::Standalone(
                 ConnectionManager::new_with_config(client, config)
                     .await
                     .map_err(BackendError::new)?,
             )
         };
-        Ok(RedisBackend {
+        Ok(self.finish(conn))
+    }
+
+    /// A backend that connects on first use and whenever the connection is
+    /// lost, so a service can start while Redis is down: until Redis answers,
+    /// decisions fail fast and the layer allows, denies or falls back as
+    /// configured. Standalone servers only (a cluster client must see the
+    /// cluster to learn its slots: use [`connect`](Self::connect)). Call it
+    /// inside a Tokio runtime.
+    pub fn build(self) -> Result<RedisBackend, BackendError> {
+        self.check_prefix()?;
+        if self.cluster {
+            return Err(BackendError::new(
+                "a cluster backend must connect(): it learns the cluster's slots first",
+            ));
+        }
+        let (client, config) = self.standalone()?;
+        let conn =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(BackendError::new)?;
+        Ok(self.finish(Connection::Standalone(conn)))
+    }
+
+    fn check_prefix(&self) -> Result<(), BackendError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(BackendError::new(
+                "the key prefix must not contain '{' or '}'",
+            ));
+        }
+        Ok(())
+    }
+
+    fn standalone(
+        &self,
+    ) -> Result<(::redis::Client, ::redis::aio::ConnectionManagerConfig), BackendError> {
+        let url = self
+            .nodes
+            .first()
+            .ok_or_else(|| BackendError::new("no Redis URL"))?;
+        let client = ::redis::Client::open(url.as_str()).map_err(BackendError::new)?;
+        let config = ::redis::aio::ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_secs(1))));
+        Ok((client, config))
+    }
+
+    fn finish(self, conn: Connection) -> RedisBackend {
+        RedisBackend {
             conn,
             script: Arc::new(Script::new(SCRIPT)),
             prefix: self.prefix.into(),
             timeout: self.timeout,
-        })
+        }
     }
 }
 
