@@ -75,14 +75,6 @@ impl Limit {
                 algorithm,
             });
         }
-        // The counter's exact comparison multiplies counts by the window; the
-        // Redis script does it in Lua's doubles, exact below 2^53.
-        let product = u128::from(quota.limit()) * quota.window().as_micros();
-        if algorithm == Algorithm::SlidingWindow && product > 1 << 52 {
-            return Err(PolicyError::SlidingWindowTooLarge {
-                limit: name.to_string(),
-            });
-        }
         let mut hasher = DefaultHasher::new();
         (&*name, algorithm, quota).hash(&mut hasher);
         Ok(Self {
@@ -293,11 +285,6 @@ pub enum PolicyError {
         /// Its algorithm.
         algorithm: Algorithm,
     },
-    /// A sliding-window limit whose `limit × window` (in µs) exceeds 2^52.
-    SlidingWindowTooLarge {
-        /// The limit's name.
-        limit: String,
-    },
     /// A quota in the text was invalid.
     Quota(QuotaError),
 }
@@ -320,12 +307,6 @@ impl fmt::Display for PolicyError {
             Self::BurstNotSupported { limit, algorithm } => write!(
                 f,
                 "invalid limit {limit:?}: {algorithm} has no burst; use token-bucket, leaky-bucket or gcra"
-            ),
-            Self::SlidingWindowTooLarge { limit } => write!(
-                f,
-                "invalid limit {limit:?}: sliding-window needs limit × window in microseconds \
-                 of at most 2^52 (e.g. up to 52,000/day or 1,250,000/hour); use a shorter \
-                 window or another algorithm"
             ),
             Self::Quota(e) => e.fmt(f),
         }

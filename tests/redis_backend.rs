@@ -80,6 +80,71 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Sliding windows with huge limits and long windows, where
+    /// `previous × overlap` is far beyond the 2^53 that Lua's doubles hold
+    /// exactly: the script's exact arithmetic still agrees with Rust's u128.
+    #[test]
+    fn huge_sliding_windows_agree_too(
+        limit in prop_oneof![Just(u32::MAX), 1_000_000u32..=u32::MAX],
+        days in prop_oneof![Just(1u64), Just(30), Just(366)],
+        trace in prop::collection::vec((0u64..=3, 0u32..=u32::MAX), 1..25),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let quota = Quota::new(limit, Duration::from_secs(days * 86_400)).unwrap();
+        let policy = Policy::single(Algorithm::SlidingWindow, quota);
+        let key = Key::new("user", "huge");
+        let window = days * 86_400_000_000;
+        let mut now = start;
+        for (i, &(quarters, cost)) in trace.iter().enumerate() {
+            // Steps of a quarter window plus an odd microsecond count.
+            now += quarters * (window / 4) + 7_919;
+            let expected = memory.check_at(&key, &policy, cost, now);
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, now)).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {}", i, now, cost);
+        }
+    }
+}
+
+/// A crafted case where doing the sliding window's arithmetic in doubles
+/// would admit a request it must deny: the previous window's weight,
+/// 4,294,967,071 × 77,820,484,831 / 86,400,000,000, is just above an
+/// integer, and a double rounds the product down past it.
+#[test]
+fn where_doubles_would_be_wrong_the_script_is_exact() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let memory = MemoryBackend::new();
+    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_day(u32::MAX).unwrap());
+    let key = Key::new("user", "precision");
+    let day = 86_400_000_000u64;
+    let start = 19_000 * day; // a window boundary
+    let later = start + day + 8_579_515_169; // overlap 77,820,484,831 µs
+                                             // Exactly the weight (3,868,477,082) plus this cost is one over the limit.
+    let cost = u32::MAX - 3_868_477_082 + 1;
+    for (t, c, allowed) in [
+        (start, 4_294_967_071, true),
+        (later, cost, false),
+        (later, cost - 1, true),
+    ] {
+        let expected = memory.check_at(&key, &policy, c, t);
+        let actual = rt.block_on(redis.check_at(&key, &policy, c, t)).unwrap();
+        assert_eq!(expected.is_allowed(), allowed, "memory at {t} cost {c}");
+        assert_eq!(
+            observed(&actual),
+            observed(&expected),
+            "redis at {t} cost {c}"
+        );
+    }
+}
+
 #[test]
 fn one_server_many_keys_many_algorithms() {
     let server = RedisServer::start();

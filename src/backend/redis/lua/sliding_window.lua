@@ -1,6 +1,9 @@
 -- Sliding window counter: state "expires_at previous current", where the
 -- current window started at expires_at - 2W. Mirrors
--- algorithm/sliding_window.rs; limit x window <= 2^52 keeps products exact.
+-- algorithm/sliding_window.rs, whose exact test
+--   previous * (W - e) + (current + cost) * W <= limit * W
+-- is, in whole units, weight <= limit - current - cost, where
+-- weight = ceil(previous * (W - e) / W): so no product is ever needed whole.
 
 local function sw_counts(key, now, w)
   local e, previous, current = read_state(key)
@@ -13,8 +16,9 @@ local function sw_counts(key, now, w)
   return start, 0, 0
 end
 
-local function sw_used(now, w, start, previous, current)
-  return previous * (w - math.max(now - start, 0)) + current * w
+-- The previous window's count weighted by its overlap, rounded up.
+local function sw_weight(now, w, start, previous)
+  return mul_div_ceil(previous, w - math.max(now - start, 0), w)
 end
 
 local function sw_reset(now, w, start, previous, current)
@@ -24,20 +28,19 @@ local function sw_reset(now, w, start, previous, current)
 end
 
 local function sw_offset(w, previous, room)
-  if previous == 0 then return 0 end
-  return w - math.min(idiv(room * w, previous), w)
+  if previous == 0 or room >= previous then return 0 end
+  return w - mul_div(room, w, previous)
 end
 
 local function sw_check(key, now, cost, limit, w)
   local start, previous, current = sw_counts(key, now, w)
-  local used = sw_used(now, w, start, previous, current)
-  local function free(u) return idiv(math.max(limit * w - u, 0), w) end
+  local weight = sw_weight(now, w, start, previous)
+  local function free(extra) return limit - current - extra - weight end
   if cost > limit then
-    return never(limit, free(used), sw_reset(now, w, start, previous, current))
+    return never(limit, free(0), sw_reset(now, w, start, previous, current))
   end
-  local with_cost = used + cost * w
-  if with_cost <= limit * w then
-    return allowed(limit, free(with_cost), sw_reset(now, w, start, previous, current + cost))
+  if weight <= limit - current - cost then
+    return allowed(limit, free(cost), sw_reset(now, w, start, previous, current + cost))
   end
   local retry_at
   local room = limit - current - cost
@@ -46,7 +49,7 @@ local function sw_check(key, now, cost, limit, w)
   else
     retry_at = start + w + sw_offset(w, current, limit - cost)
   end
-  return denied(retry_at - now, limit, free(used), sw_reset(now, w, start, previous, current))
+  return denied(retry_at - now, limit, free(0), sw_reset(now, w, start, previous, current))
 end
 
 local function sw_consume(key, now, cost, limit, w)
