@@ -82,12 +82,11 @@ impl Decision {
 
     /// A denial because the backend holds as many keys as it may and this
     /// key is new (see [`AtCapacity::Deny`](crate::AtCapacity::Deny)).
-    pub(crate) fn capacity_exhausted(mut self, limit_index: usize, retry_after_us: u64) -> Self {
+    pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after_us: u64) {
         self.decided_by = limit_index as u8;
         let retry = NonZeroU64::new(retry_after_us).unwrap_or(NonZeroU64::MIN);
         self.verdict = Some(Verdict::RetryAfter(retry));
         self.capacity_exhausted = true;
-        self
     }
 
     /// Replace limit `index`'s remaining and reset with what `now` reports,

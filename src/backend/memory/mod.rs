@@ -215,24 +215,29 @@ impl Store {
         }
         decision.decide();
 
-        let commit = cost > 0 && (decision.is_allowed() || policy.counts_denied());
-        if commit {
-            if self.at_capacity == AtCapacity::Deny {
-                if let Some((index, retry_at)) = shard.lacks_room(limits, found, now) {
-                    return decision.capacity_exhausted(index, retry_at.saturating_sub(now));
+        // One exit, so the decision is built where the caller wants it.
+        let mut committed = false;
+        if cost > 0 && (decision.is_allowed() || policy.counts_denied()) {
+            let lacking = match self.at_capacity {
+                AtCapacity::Deny => shard.lacks_room(limits, found, now),
+                AtCapacity::EvictSoonestExpiring => None,
+            };
+            if let Some((index, retry_at)) = lacking {
+                decision.exhaust_capacity(index, retry_at.saturating_sub(now));
+            } else {
+                // Known keys first, by slot; then new ones, whose insertion
+                // may move other entries.
+                for (&(_, slot), limit) in found.iter().zip(limits) {
+                    if let Some(slot) = slot {
+                        shard.consume_at(limit, slot, now, cost);
+                    }
                 }
-            }
-            // Known keys first, by slot; then new ones, whose insertion may
-            // move other entries.
-            for (&(_, slot), limit) in found.iter().zip(limits) {
-                if let Some(slot) = slot {
-                    shard.consume_at(limit, slot, now, cost);
+                for (&(fp, slot), limit) in found.iter().zip(limits) {
+                    if slot.is_none() {
+                        shard.consume_new(limit, fp, now, cost);
+                    }
                 }
-            }
-            for (&(fp, slot), limit) in found.iter().zip(limits) {
-                if slot.is_none() {
-                    shard.consume_new(limit, fp, now, cost);
-                }
+                committed = true;
             }
         }
         if !decision.is_allowed() {
@@ -242,7 +247,7 @@ impl Store {
             // not happen.
             for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
                 let reported = decision.outcome(i).is_some_and(|o| o.is_allowed());
-                if reported || commit {
+                if reported || committed {
                     decision.report_state(i, shard.check(limit, fp, now, 0).0);
                 }
             }
