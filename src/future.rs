@@ -16,6 +16,7 @@ use crate::algorithm::Verdict;
 use crate::body::ResponseBody;
 use crate::headers;
 use crate::layer::{OnBackendError, Options};
+use crate::observe;
 use crate::shaping::Waiting;
 use crate::{response, Backend, Decision, Key, Policy};
 
@@ -68,6 +69,7 @@ pin_project! {
 struct Pending<S, ReqB, B> {
     inner: S,
     req: Request<ReqB>,
+    key: Key,
     policy: Policy,
     /// Present when the layer shapes: what it takes to ask again.
     retry: Option<Box<Retry<B>>>,
@@ -75,7 +77,6 @@ struct Pending<S, ReqB, B> {
 
 struct Retry<B> {
     backend: B,
-    key: Key,
     cost: u32,
     deadline: Instant,
     waiting: Option<Waiting>,
@@ -100,7 +101,6 @@ where
         let retry = options.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 backend: backend.clone(),
-                key,
                 cost,
                 deadline: Instant::now() + Duration::from_micros(shaping.max_wait_us),
                 waiting: None,
@@ -109,6 +109,7 @@ where
         let pending = Pending {
             inner,
             req,
+            key,
             policy,
             retry,
         };
@@ -165,12 +166,14 @@ where
                         .expect("ResponseFuture polled after completion");
                     let decision = match result {
                         Ok(decision) => decision,
-                        Err(_) if this.options.on_backend_error == OnBackendError::Deny => {
+                        Err(error) if this.options.on_backend_error == OnBackendError::Deny => {
+                            this.options.failures.backend_failed("deny", &error);
                             let mut response = response::unavailable();
                             headers::write_retry_after(response.headers_mut(), 1_000_000, 0);
                             return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                         }
-                        Err(_) => {
+                        Err(error) => {
+                            this.options.failures.backend_failed("allow", &error);
                             let call = p.inner.call(p.req);
                             this.state.set(State::Call {
                                 call,
@@ -192,6 +195,7 @@ where
                         });
                         continue;
                     }
+                    observe::limited(&p.key, &p.policy, &decision);
                     let response = limited_response(this.options, &decision, &p.policy);
                     return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
@@ -201,7 +205,7 @@ where
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let retry = p.retry.as_ref().expect("only shaped requests wait");
-                    let check = retry.backend.check(&retry.key, &p.policy, retry.cost);
+                    let check = retry.backend.check(&p.key, &p.policy, retry.cost);
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),

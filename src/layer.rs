@@ -8,6 +8,7 @@ use tower_layer::Layer;
 
 use crate::headers::HeaderStyle;
 use crate::key::{ClientIp, KeyExtractor};
+use crate::observe::FailureLog;
 use crate::resolver::{Cost, PolicyResolver};
 use crate::response::LimitedResponse;
 use crate::shaping::Shaping;
@@ -51,6 +52,7 @@ pub(crate) struct Options {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter_us: u64,
     pub(crate) shaping: Option<Shaping>,
+    pub(crate) failures: FailureLog,
 }
 
 /// Rate-limits requests to the services it wraps.
@@ -204,6 +206,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
                     .shaping
                     .as_ref()
                     .map(|s| Shaping::new(s.max_wait_us, s.max_waiting)),
+                failures: FailureLog::default(),
             };
             self.options = Arc::new(copy);
         }

@@ -51,6 +51,7 @@ mod head;
 pub mod headers;
 pub mod key;
 mod layer;
+mod observe;
 pub mod policy;
 pub mod quota;
 mod render;

@@ -91,6 +91,8 @@ where
         let key = match self.layer.key.extract(&head) {
             Ok(key) => key,
             Err(error) => {
+                let rejected = matches!(options.on_key_error, OnKeyError::Reject(_));
+                crate::observe::key_missing(&error, rejected);
                 return match options.on_key_error {
                     OnKeyError::Skip => {
                         ResponseFuture::unlimited(self.take_inner().call(req), options)

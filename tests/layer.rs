@@ -567,3 +567,79 @@ fn the_layer_is_clone_and_debug() {
         .unwrap_err();
     assert_eq!(err, KeyError::Missing("key header"));
 }
+
+/// With the `tracing` feature, a failing backend is logged, once a second at
+/// most, saying what the layer did; a limited request is logged at debug,
+/// naming the limit and the kind of key but never the key itself.
+#[cfg(feature = "tracing")]
+#[test]
+fn failures_and_limits_are_logged_without_flooding() {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let open = RateLimitLayer::new(policy("1/min"))
+                .key(Global)
+                .backend(Broken);
+            let svc = ServiceBuilder::new()
+                .layer(open)
+                .service(counting(Arc::default()));
+            for _ in 0..100 {
+                svc.clone().oneshot(user("a")).await.unwrap();
+            }
+            let limited = RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id"));
+            let svc = ServiceBuilder::new()
+                .layer(limited)
+                .service(counting(Arc::default()));
+            svc.clone().oneshot(user("secret-user-42")).await.unwrap();
+            svc.clone().oneshot(user("secret-user-42")).await.unwrap();
+        })
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate limit backend failed"))
+        .collect();
+    assert!((1..=2).contains(&warnings.len()), "{text}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("action=\"allow\""),
+        "{text}"
+    );
+    assert!(warnings[0].contains("connection refused"), "{text}");
+    let limited: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("request limited"))
+        .collect();
+    assert_eq!(limited.len(), 1, "{text}");
+    assert!(
+        limited[0].contains("limit=\"1/min\"")
+            && limited[0].contains("key_kind=\"header:x-user-id\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("secret-user-42"),
+        "keys never reach the logs: {text}"
+    );
+}
