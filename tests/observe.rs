@@ -1,0 +1,111 @@
+//! What the layer logs (feature `tracing`). In a test binary of its own:
+//! a thread-scoped subscriber must be the first to see the log call sites.
+#![cfg(feature = "tracing")]
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_ratelimit::key::{Global, UserHeader};
+use tower_ratelimit::{Backend, BackendError, Decision, Key, Policy, RateLimitLayer};
+
+/// A backend that always fails, as an unreachable Redis would.
+#[derive(Clone)]
+struct Broken;
+
+impl Backend for Broken {
+    type Future = Ready<Result<Decision, BackendError>>;
+    fn check(&self, _: &Key, _: &Policy, _: u32) -> Self::Future {
+        ready(Err(BackendError::new("connection refused")))
+    }
+}
+
+fn ok(
+) -> impl tower::Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
+{
+    service_fn(|_: Request<()>| {
+        ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(
+            "ok",
+        )))))
+    })
+}
+
+fn user(id: &str) -> Request<()> {
+    Request::get("/").header("x-user-id", id).body(()).unwrap()
+}
+
+/// With the `tracing` feature, a failing backend is logged, once a second at
+/// most, saying what the layer did; a limited request is logged at debug,
+/// naming the limit and the kind of key but never the key itself.
+#[test]
+fn failures_and_limits_are_logged_without_flooding() {
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(subscriber, || {
+        rt.block_on(async {
+            let open = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
+                .key(Global)
+                .backend(Broken);
+            let svc = ServiceBuilder::new().layer(open).service(ok());
+            for _ in 0..100 {
+                svc.clone().oneshot(user("a")).await.unwrap();
+            }
+            let limited = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
+                .key(UserHeader::new("x-user-id"));
+            let svc = ServiceBuilder::new().layer(limited).service(ok());
+            svc.clone().oneshot(user("secret-user-42")).await.unwrap();
+            svc.clone().oneshot(user("secret-user-42")).await.unwrap();
+        })
+    });
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate limit backend failed"))
+        .collect();
+    assert!((1..=2).contains(&warnings.len()), "{text}");
+    assert!(
+        warnings[0].contains("WARN") && warnings[0].contains("action=\"allow\""),
+        "{text}"
+    );
+    assert!(warnings[0].contains("connection refused"), "{text}");
+    let limited: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("request limited"))
+        .collect();
+    assert_eq!(limited.len(), 1, "{text}");
+    assert!(
+        limited[0].contains("limit=\"1/min\"")
+            && limited[0].contains("key_kind=\"header:x-user-id\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("secret-user-42"),
+        "keys never reach the logs: {text}"
+    );
+}
