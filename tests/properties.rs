@@ -234,6 +234,35 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Between threads, time can step back a little: one reads the clock,
+    /// another reads it later but takes the lock first. No algorithm may
+    /// panic (overflow) or report more than its capacity.
+    #[test]
+    fn time_stepping_back_a_little_breaks_nothing(
+        (q, trace, start) in quota_and_trace(),
+        which in 0usize..6,
+        jitter in prop::collection::vec(0u64..2_000, 120),
+    ) {
+        let algo = Algo::new(Algorithm::ALL[which], q);
+        let capacity = q.burst().unwrap_or(0).max(q.limit());
+        let mut st = algo.fresh();
+        let mut now = start + 10_000;
+        for (&(gap, cost), &back) in trace.iter().zip(&jitter) {
+            now += gap;
+            let seen = now - back;
+            let outcome = algo.check(&mut st, seen, cost);
+            prop_assert!(outcome.remaining() <= capacity);
+            prop_assert!(outcome.retry_after_us() != Some(0));
+            if outcome.is_allowed() {
+                algo.consume(&mut st, seen, cost);
+            }
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Two threads sending at once admit exactly what one thread sending the

@@ -51,7 +51,10 @@ impl Gcra {
     /// Whole units free when `in_use` microseconds of capacity are taken.
     #[inline]
     fn free(&self, in_use: u64) -> u64 {
-        u64::from(self.capacity) - in_use.div_ceil(self.interval_us)
+        // `in_use` can exceed the capacity by a moment when `now` is a
+        // little behind the state (another thread read the clock first and
+        // took the lock second): nothing is free then.
+        u64::from(self.capacity).saturating_sub(in_use.div_ceil(self.interval_us))
     }
 
     /// The capacity in microseconds: `B·T`.
