@@ -53,8 +53,11 @@ impl FixedWindow {
         let (end, used) = self.current(state, now);
         let limit = u64::from(self.limit);
         let reset = |used: u64| if used > 0 { end - now } else { 0 };
+        // `used` never exceeds the limit in states this algorithm wrote;
+        // saturating keeps even a foreign state (a fingerprint collision in
+        // the memory backend) from panicking.
         if u64::from(cost) > limit {
-            Outcome::never(self.limit, limit - used, reset(used))
+            Outcome::never(self.limit, limit.saturating_sub(used), reset(used))
         } else if used + u64::from(cost) <= limit {
             let used = used + u64::from(cost);
             Outcome::allowed(self.limit, limit - used, reset(used))

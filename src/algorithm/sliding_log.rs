@@ -99,7 +99,7 @@ impl SlidingLog {
         let limit = u64::from(self.limit);
         let reset = |s: &SlidingLogState| s.expires_at(self.window_us).saturating_sub(now);
         if u64::from(cost) > limit {
-            return Outcome::never(self.limit, limit - state.used, reset(state));
+            return Outcome::never(self.limit, limit.saturating_sub(state.used), reset(state));
         }
         let used = state.used + u64::from(cost);
         if used <= limit {
