@@ -44,7 +44,7 @@ pub enum OnBackendError {
 }
 
 /// Settings every request of a layer shares.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Options {
     pub(crate) headers: HeaderStyle,
     pub(crate) limited: LimitedResponse,
@@ -193,24 +193,9 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     }
 
     fn options_mut(&mut self) -> &mut Options {
-        // Setters run while building, before any clone is shared.
-        if Arc::get_mut(&mut self.options).is_none() {
-            let copy = Options {
-                headers: self.options.headers,
-                limited: self.options.limited.clone(),
-                on_key_error: self.options.on_key_error,
-                on_backend_error: self.options.on_backend_error,
-                retry_jitter_us: self.options.retry_jitter_us,
-                shaping: self
-                    .options
-                    .shaping
-                    .as_ref()
-                    .map(|s| Shaping::new(s.max_wait_us, s.max_waiting)),
-                failures: FailureLog::default(),
-            };
-            self.options = Arc::new(copy);
-        }
-        Arc::get_mut(&mut self.options).unwrap_or_else(|| unreachable!("just made unique"))
+        // Setters run while building, before clones are shared; a layer
+        // configured after cloning gets its own copy.
+        Arc::make_mut(&mut self.options)
     }
 }
 

@@ -24,6 +24,13 @@ pub(crate) struct FailureLog {
     suppressed: AtomicU64,
 }
 
+/// A copy starts its own count.
+impl Clone for FailureLog {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
 impl FailureLog {
     /// The backend failed and the layer did `action`.
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]

@@ -34,6 +34,13 @@ pub(crate) struct Shaping {
     waiting: Arc<AtomicUsize>,
 }
 
+/// A copy has the same settings and a waiting room of its own.
+impl Clone for Shaping {
+    fn clone(&self) -> Self {
+        Self::new(self.max_wait_us, self.max_waiting)
+    }
+}
+
 impl Shaping {
     pub(crate) fn new(max_wait_us: u64, max_waiting: usize) -> Self {
         Self {
