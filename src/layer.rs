@@ -205,7 +205,7 @@ impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
             inner,
-            layer: self.clone(),
+            layer: Arc::new(self.clone()),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! [`RateLimit`]: the service a [`RateLimitLayer`] wraps around another.
 
 use std::mem;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -47,7 +48,9 @@ use crate::{response, Backend, RateLimitLayer, RequestHead};
 #[derive(Clone, Debug)]
 pub struct RateLimit<S, K, P, B, C> {
     pub(crate) inner: S,
-    pub(crate) layer: RateLimitLayer<K, P, B, C>,
+    // Shared: axum clones a route's service for every request, and one
+    // reference count is cheaper than one per part.
+    pub(crate) layer: Arc<RateLimitLayer<K, P, B, C>>,
 }
 
 impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
