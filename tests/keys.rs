@@ -74,6 +74,12 @@ fn through_trusted_proxies_the_rightmost_untrusted_address_is_the_client() {
         &[("x-forwarded-for", b"<script>, 203.0.113.5")],
     );
     assert_eq!(ip_of(&trusted, &r), "203.0.113.5");
+    // Nor do bytes that are not even UTF-8.
+    let r = req(
+        "10.0.0.1:1",
+        &[("x-forwarded-for", b"\xff\xfe, 203.0.113.5")],
+    );
+    assert_eq!(ip_of(&trusted, &r), "203.0.113.5");
     // A proxy that forwarded nothing is itself the client.
     assert_eq!(ip_of(&trusted, &req("10.0.0.1:1", &[])), "10.0.0.1");
 }

@@ -134,10 +134,10 @@ impl ClientIp {
             Trust::Hops(hops) => (None, *hops),
         };
         let chain = self.chain(req);
-        let Some(chain) = chain.filter(|c| !c.is_empty()) else {
+        if chain.is_empty() {
             // A trusted proxy that forwarded nothing: the proxy is the client.
             return Ok(peer);
-        };
+        }
         Ok(match networks {
             Some(networks) => chain
                 .iter()
@@ -154,26 +154,28 @@ impl ClientIp {
     /// The addresses in the forwarding header, oldest first: at most
     /// [`MAX_HOPS`] from the right, stopping at the first that is not an
     /// address (what lies beyond it cannot be trusted).
-    fn chain(&self, req: &RequestHead<'_>) -> Option<Vec<IpAddr>> {
+    fn chain(&self, req: &RequestHead<'_>) -> Vec<IpAddr> {
         let name = match self.header {
             ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
             ForwardedHeader::Forwarded => FORWARDED,
             ForwardedHeader::XRealIp => HeaderName::from_static("x-real-ip"),
         };
-        let values: Vec<&str> = req
+        // Entries are split on raw bytes: a client's garbage (even non-UTF-8)
+        // in its own entry must not hide the entries our proxies appended.
+        let entries: Vec<&[u8]> = req
             .headers
             .get_all(&name)
             .iter()
-            .map(|v| v.to_str().ok())
-            .collect::<Option<_>>()?;
-        let entries = values.iter().flat_map(|v| v.split(','));
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .collect();
         let mut chain: Vec<IpAddr> = Vec::new();
-        let entries: Vec<&str> = entries.collect();
         for entry in entries.iter().rev().take(MAX_HOPS) {
-            let parsed = match self.header {
-                ForwardedHeader::Forwarded => parse_forwarded_for(entry),
-                _ => parse_addr(entry.trim()),
-            };
+            let parsed = std::str::from_utf8(entry)
+                .ok()
+                .and_then(|entry| match self.header {
+                    ForwardedHeader::Forwarded => parse_forwarded_for(entry),
+                    _ => parse_addr(entry.trim()),
+                });
             match parsed {
                 Some(ip) => chain.push(canonical(ip)),
                 None => break,
@@ -183,7 +185,7 @@ impl ClientIp {
             chain.truncate(1);
         }
         chain.reverse();
-        Some(chain)
+        chain
     }
 }
 
