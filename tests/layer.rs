@@ -1,5 +1,7 @@
 //! The layer through `oneshot`: what a client of the wrapped service sees.
 
+mod support;
+
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,12 +14,13 @@ use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
+use support::Broken;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_ratelimit::headers::HeaderStyle;
 use tower_ratelimit::key::{key_fn, Endpoint, Global, KeyError, KeyExtractor, UserHeader};
 use tower_ratelimit::{
-    cost_fn, policy_fn, Algorithm, Backend, BackendError, Decision, Key, LimitedResponse,
-    OnBackendError, OnKeyError, Policy, Quota, RateLimitLayer, RoutePolicies,
+    cost_fn, policy_fn, Algorithm, Decision, Key, LimitedResponse, OnBackendError, OnKeyError,
+    Policy, Quota, RateLimitLayer, RoutePolicies,
 };
 
 fn policy(text: &str) -> Policy {
@@ -323,17 +326,6 @@ async fn missing_keys_are_rejected_skipped_or_fall_back() {
         svc.clone().oneshot(user("carol")).await.unwrap().status(),
         200
     );
-}
-
-/// A backend that always fails, as an unreachable Redis would.
-#[derive(Clone)]
-struct Broken;
-
-impl Backend for Broken {
-    type Future = Ready<Result<Decision, BackendError>>;
-    fn check(&self, _: &Key, _: &Policy, _: u32) -> Self::Future {
-        ready(Err(BackendError::new("connection refused")))
-    }
 }
 
 #[tokio::test]

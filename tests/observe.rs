@@ -2,27 +2,19 @@
 //! a thread-scoped subscriber must be the first to see the log call sites.
 #![cfg(feature = "tracing")]
 
+mod support;
+
 use std::convert::Infallible;
-use std::future::{ready, Ready};
+use std::future::ready;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
+use support::Broken;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::{Global, UserHeader};
-use tower_ratelimit::{Backend, BackendError, Decision, Key, Policy, RateLimitLayer};
-
-/// A backend that always fails, as an unreachable Redis would.
-#[derive(Clone)]
-struct Broken;
-
-impl Backend for Broken {
-    type Future = Ready<Result<Decision, BackendError>>;
-    fn check(&self, _: &Key, _: &Policy, _: u32) -> Self::Future {
-        ready(Err(BackendError::new("connection refused")))
-    }
-}
+use tower_ratelimit::{Policy, RateLimitLayer};
 
 fn ok(
 ) -> impl tower::Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone

@@ -1,6 +1,9 @@
-//! Real Redis servers for tests: each test starts its own `redis-server`
-//! processes on free ports (and a Redis Cluster when it needs one) and stops
-//! them when dropped. No test touches a server it did not start.
+//! What several test files share: real Redis servers, and a backend that
+//! always fails.
+//!
+//! Each test starts its own `redis-server` processes on free ports (and a
+//! Redis Cluster when it needs one) and stops them when dropped. No test
+//! touches a server it did not start.
 
 #![allow(dead_code)]
 
@@ -189,5 +192,19 @@ impl RedisCluster {
 
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// A backend that always fails, as an unreachable Redis would.
+#[derive(Clone)]
+pub struct Broken;
+
+impl tower_ratelimit::Backend for Broken {
+    type Future =
+        std::future::Ready<Result<tower_ratelimit::Decision, tower_ratelimit::BackendError>>;
+    fn check(&self, _: &tower_ratelimit::Key, _: &tower_ratelimit::Policy, _: u32) -> Self::Future {
+        std::future::ready(Err(tower_ratelimit::BackendError::new(
+            "connection refused",
+        )))
     }
 }
