@@ -183,6 +183,7 @@ where
                         }
                     };
                     if decision.is_allowed() {
+                        observe::allowed(&p.policy, &decision);
                         let call = p.inner.call(p.req);
                         let limited = Some((decision, p.policy));
                         this.state.set(State::Call { call, limited });

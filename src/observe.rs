@@ -1,5 +1,13 @@
-//! What the layer tells the logs (feature `tracing`).
+//! What the layer tells the logs (feature `tracing`) and the metrics
+//! (feature `metrics`).
 //!
+//! Metrics: one counter, `ratelimit_requests_total`, labelled `outcome` —
+//! `allowed`, `limited`, `key_rejected`, `key_skipped`,
+//! `backend_error_allowed`, `backend_error_denied` — and, for `allowed` and
+//! `limited`, `limit`: the deciding limit's name. Label values come from
+//! configuration, never from clients.
+//!
+//! Logs:
 //! * a backend failure: `warn`, with the action taken (`allow` or `deny`) —
 //!   at most once a second per layer, with how many were not logged since,
 //!   so an outage does not flood the logs;
@@ -7,7 +15,7 @@
 //!   limit (never the key itself);
 //! * a request with no key: `debug`, with what was missing.
 //!
-//! Without the feature these are no-ops.
+//! Without the features these are no-ops.
 
 #[cfg(feature = "tracing")]
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +40,17 @@ impl Clone for FailureLog {
 }
 
 impl FailureLog {
-    /// The backend failed and the layer did `action`.
+    /// The backend failed and the layer did `action` (`allow` or `deny`).
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn backend_failed(&self, action: &'static str, error: &BackendError) {
+        count(
+            if action == "deny" {
+                "backend_error_denied"
+            } else {
+                "backend_error_allowed"
+            },
+            None,
+        );
         #[cfg(feature = "tracing")]
         {
             let second = std::time::SystemTime::now()
@@ -56,9 +72,38 @@ impl FailureLog {
     }
 }
 
+/// Count one request's outcome (feature `metrics`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn count(outcome: &'static str, limit: Option<&str>) {
+    #[cfg(feature = "metrics")]
+    match limit {
+        Some(limit) => metrics::counter!(
+            "ratelimit_requests_total",
+            "outcome" => outcome,
+            "limit" => limit.to_owned()
+        )
+        .increment(1),
+        None => metrics::counter!("ratelimit_requests_total", "outcome" => outcome).increment(1),
+    }
+}
+
+fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> &'a str {
+    policy
+        .limits()
+        .get(decision.decided_by())
+        .map_or("", |l| l.name())
+}
+
+/// A request was allowed.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn allowed(policy: &Policy, decision: &Decision) {
+    count("allowed", Some(deciding(policy, decision)));
+}
+
 /// A request was limited.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
+    count("limited", Some(deciding(policy, decision)));
     #[cfg(feature = "tracing")]
     tracing::debug!(
         key_kind = key.namespace(),
@@ -75,6 +120,14 @@ pub(crate) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
 /// A request had no key.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn key_missing(error: &KeyError, rejected: bool) {
+    count(
+        if rejected {
+            "key_rejected"
+        } else {
+            "key_skipped"
+        },
+        None,
+    );
     #[cfg(feature = "tracing")]
     tracing::debug!(%error, rejected, "no rate limit key");
 }
