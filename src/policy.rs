@@ -49,7 +49,10 @@ pub struct Limit {
     algorithm: Algorithm,
     quota: Quota,
     rule: Rule,
-    /// Separates this limit's state from other limits' for the same key.
+    /// `name:algorithm:quota`: what identifies this limit's state in a
+    /// backend, the same in every process.
+    identity: Box<str>,
+    /// A hash of `identity`, for backends that key by number.
     id: u64,
 }
 
@@ -75,11 +78,13 @@ impl Limit {
                 algorithm,
             });
         }
+        let identity: Box<str> = format!("{name}:{algorithm}:{quota}").into();
         let mut hasher = DefaultHasher::new();
-        (&*name, algorithm, quota).hash(&mut hasher);
+        identity.hash(&mut hasher);
         Ok(Self {
             rule: Rule::new(algorithm, quota),
             id: hasher.finish(),
+            identity,
             name,
             algorithm,
             quota,
@@ -115,8 +120,13 @@ impl Limit {
         &self.rule
     }
 
-    /// A stable identity of (name, algorithm, quota), used to keep limits'
-    /// state apart in a backend.
+    /// `name:algorithm:quota`, stable across processes and releases: keeps
+    /// limits' state apart in a shared backend.
+    pub(crate) fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// A hash of [`identity`](Self::identity), within this process.
     pub(crate) fn id(&self) -> u64 {
         self.id
     }

@@ -28,7 +28,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -149,13 +148,7 @@ impl RedisBackend {
     }
 
     fn base_key(&self, identity: &str, limit: &Limit) -> String {
-        format!(
-            "{}{{{identity}}}:{}:{}:{}",
-            self.prefix,
-            limit.name(),
-            limit.algorithm(),
-            limit.quota()
-        )
+        [&*self.prefix, "{", identity, "}:", limit.identity()].concat()
     }
 
     /// The script's keys and arguments for one decision.
@@ -243,18 +236,21 @@ impl RedisBackend {
 
 /// The identity part of a Redis key: hex of the key's bytes, or a hash.
 fn identity(key: &Key) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hex = |bytes: &[u8], out: &mut String| {
+        for &b in bytes {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    };
     let bytes = key.as_bytes();
     let mut out = String::with_capacity(2 * MAX_HEX_IDENTITY + 1);
     if bytes.len() <= MAX_HEX_IDENTITY {
-        for b in bytes {
-            let _ = write!(out, "{b:02x}");
-        }
+        hex(bytes, &mut out);
     } else {
         // "h" cannot begin a hex encoding, so the two forms never meet.
         out.push('h');
-        for b in &Sha256::digest(bytes)[..16] {
-            let _ = write!(out, "{b:02x}");
-        }
+        hex(&Sha256::digest(bytes)[..16], &mut out);
     }
     out
 }
