@@ -120,9 +120,16 @@ impl Limit {
         &self.rule
     }
 
-    /// `name:algorithm:quota`, stable across processes and releases: keeps
-    /// limits' state apart in a shared backend.
-    pub(crate) fn identity(&self) -> &str {
+    /// `name:algorithm:quota`, stable across processes and releases: what
+    /// keeps limits' state apart in a shared backend (the Redis backend puts
+    /// it in its keys; a [`Backend`](crate::Backend) of your own can too).
+    ///
+    /// ```
+    /// use tower_ratelimit::{Algorithm, Limit};
+    /// let limit = Limit::new("burst", Algorithm::Gcra, "10/s burst 20".parse().unwrap()).unwrap();
+    /// assert_eq!(limit.identity(), "burst:gcra:10/s burst 20");
+    /// ```
+    pub fn identity(&self) -> &str {
         &self.identity
     }
 

@@ -163,39 +163,76 @@ impl fmt::Display for Quota {
     }
 }
 
-/// Time units the syntax knows, largest first: (names, microseconds, canonical name).
-const UNITS: &[(&[&str], u64, &str)] = &[
-    (&["d", "day", "days"], 86_400 * MICROS_PER_SEC, "day"),
-    (&["h", "hr", "hour", "hours"], 3_600 * MICROS_PER_SEC, "h"),
-    (
-        &["m", "min", "mins", "minute", "minutes"],
-        60 * MICROS_PER_SEC,
-        "min",
-    ),
-    (
-        &["s", "sec", "secs", "second", "seconds"],
-        MICROS_PER_SEC,
-        "s",
-    ),
-    (
-        &["ms", "millis", "millisecond", "milliseconds"],
-        1_000,
-        "ms",
-    ),
-    (&["us", "micros", "microsecond", "microseconds"], 1, "us"),
+/// A time unit: the names the syntax reads, its length, and how it is
+/// written in a quota (`min`) and in a 429 body (`m`).
+struct Unit {
+    names: &'static [&'static str],
+    micros: u64,
+    name: &'static str,
+    short: &'static str,
+}
+
+/// Time units the syntax knows, largest first.
+const UNITS: &[Unit] = &[
+    Unit {
+        names: &["d", "day", "days"],
+        micros: 86_400 * MICROS_PER_SEC,
+        name: "day",
+        short: "d",
+    },
+    Unit {
+        names: &["h", "hr", "hour", "hours"],
+        micros: 3_600 * MICROS_PER_SEC,
+        name: "h",
+        short: "h",
+    },
+    Unit {
+        names: &["m", "min", "mins", "minute", "minutes"],
+        micros: 60 * MICROS_PER_SEC,
+        name: "min",
+        short: "m",
+    },
+    Unit {
+        names: &["s", "sec", "secs", "second", "seconds"],
+        micros: MICROS_PER_SEC,
+        name: "s",
+        short: "s",
+    },
+    Unit {
+        names: &["ms", "millis", "millisecond", "milliseconds"],
+        micros: 1_000,
+        name: "ms",
+        short: "ms",
+    },
+    Unit {
+        names: &["us", "micros", "microsecond", "microseconds"],
+        micros: 1,
+        name: "us",
+        short: "us",
+    },
 ];
 
-/// Writes a window as a count of the largest unit that divides it (`min`, `5min`, `90s`).
-pub(crate) fn write_window(f: &mut impl fmt::Write, window_us: u64) -> fmt::Result {
-    let (unit_us, name) = UNITS
+/// A window as a count of the largest unit that divides it.
+fn in_largest_unit(window_us: u64) -> (u64, &'static Unit) {
+    let unit = UNITS
         .iter()
-        .find(|(_, unit_us, _)| window_us % unit_us == 0)
-        .map(|(_, unit_us, name)| (*unit_us, *name))
-        .unwrap_or((1, "us"));
-    match window_us / unit_us {
-        1 => write!(f, "{name}"),
-        n => write!(f, "{n}{name}"),
+        .find(|u| window_us % u.micros == 0)
+        .unwrap_or(&UNITS[UNITS.len() - 1]);
+    (window_us / unit.micros, unit)
+}
+
+/// Writes a window as the quota syntax does (`min`, `5min`, `90s`).
+fn write_window(f: &mut impl fmt::Write, window_us: u64) -> fmt::Result {
+    match in_largest_unit(window_us) {
+        (1, unit) => f.write_str(unit.name),
+        (n, unit) => write!(f, "{n}{}", unit.name),
     }
+}
+
+/// A window as `1s`, `1m`, `5m`, `1h`, `1d`, `1500ms`, for 429 bodies.
+pub(crate) fn compact_window(window_us: u64) -> String {
+    let (n, unit) = in_largest_unit(window_us);
+    format!("{n}{}", unit.short)
 }
 
 impl FromStr for Quota {
@@ -240,7 +277,10 @@ impl<'a> Parser<'a> {
         };
         let unit_at = self.pos;
         let unit = self.word();
-        let Some((_, unit_us, _)) = UNITS.iter().find(|(names, _, _)| names.contains(&unit)) else {
+        let Some(Unit {
+            micros: unit_us, ..
+        }) = UNITS.iter().find(|u| u.names.contains(&unit))
+        else {
             return Err(QuotaError::Syntax {
                 input: self.input.to_owned(),
                 at: unit_at,

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use crate::headers::ceil_secs;
+use crate::quota::compact_window;
 use crate::Limit;
 
 /// What [`Policy`](crate::Policy) keeps pre-rendered.
@@ -87,23 +88,6 @@ pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
         }
     }
     out.extend_from_slice(&digits[i..]);
-}
-
-/// A window as `1s`, `1m`, `5m`, `1h`, `1d`, `1500ms`: the largest unit that divides it.
-pub(crate) fn compact_window(window_us: u64) -> String {
-    const UNITS: [(u64, &str); 6] = [
-        (86_400_000_000, "d"),
-        (3_600_000_000, "h"),
-        (60_000_000, "m"),
-        (1_000_000, "s"),
-        (1_000, "ms"),
-        (1, "us"),
-    ];
-    let (size, unit) = UNITS
-        .into_iter()
-        .find(|(size, _)| window_us % size == 0)
-        .unwrap_or((1, "us"));
-    format!("{}{unit}", window_us / size)
 }
 
 #[cfg(test)]
