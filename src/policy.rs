@@ -149,18 +149,23 @@ impl fmt::Debug for Limit {
     }
 }
 
-/// Limits a request must all pass. Cheap to clone.
+/// Limits a request must all pass. Cheap to clone: one reference count
+/// (policies are cloned for every request).
 #[derive(Clone)]
 pub struct Policy {
-    limits: Arc<[Limit]>,
+    inner: Arc<PolicyInner>,
+}
+
+struct PolicyInner {
+    limits: Box<[Limit]>,
     count_denied: bool,
     /// Header and body text that never changes, rendered once.
-    rendered: Arc<Rendered>,
+    rendered: Rendered,
 }
 
 impl PartialEq for Policy {
     fn eq(&self, other: &Self) -> bool {
-        self.limits == other.limits && self.count_denied == other.count_denied
+        self.limits() == other.limits() && self.counts_denied() == other.counts_denied()
     }
 }
 
@@ -202,24 +207,24 @@ impl Policy {
 
     /// The limits, in the order they were added.
     pub fn limits(&self) -> &[Limit] {
-        &self.limits
+        &self.inner.limits
     }
 
     /// Whether denied requests count against the limits.
     pub fn counts_denied(&self) -> bool {
-        self.count_denied
+        self.inner.count_denied
     }
 
     pub(crate) fn rendered(&self) -> &Rendered {
-        &self.rendered
+        &self.inner.rendered
     }
 }
 
 impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Policy")
-            .field("limits", &self.limits)
-            .field("count_denied", &self.count_denied)
+            .field("limits", &self.limits())
+            .field("count_denied", &self.counts_denied())
             .finish()
     }
 }
@@ -276,9 +281,11 @@ impl PolicyBuilder {
             }
         }
         Ok(Policy {
-            rendered: Arc::new(Rendered::new(&limits)),
-            limits: limits.into(),
-            count_denied: self.count_denied,
+            inner: Arc::new(PolicyInner {
+                rendered: Rendered::new(&limits),
+                limits: limits.into(),
+                count_denied: self.count_denied,
+            }),
         })
     }
 }
