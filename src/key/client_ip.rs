@@ -162,14 +162,14 @@ impl ClientIp {
         };
         // Entries are split on raw bytes: a client's garbage (even non-UTF-8)
         // in its own entry must not hide the entries our proxies appended.
-        let entries: Vec<&[u8]> = req
+        // Walked from the right, so only the last MAX_HOPS are ever looked at.
+        let entries = req
             .headers
             .get_all(&name)
             .iter()
-            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-            .collect();
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','));
         let mut chain: Vec<IpAddr> = Vec::new();
-        for entry in entries.iter().rev().take(MAX_HOPS) {
+        for entry in entries.rev().take(MAX_HOPS) {
             let parsed = std::str::from_utf8(entry)
                 .ok()
                 .and_then(|entry| match self.header {
