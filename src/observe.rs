@@ -21,7 +21,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::key::KeyError;
-use crate::{BackendError, Decision, Key, Policy};
+use crate::{BackendError, Decision, Key, Limit, Policy};
 
 /// Throttles backend-failure warnings to one a second.
 #[derive(Debug, Default)]
@@ -74,36 +74,34 @@ impl FailureLog {
 
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn count(outcome: &'static str, limit: Option<&str>) {
+fn count(outcome: &'static str, limit: Option<&Limit>) {
     #[cfg(feature = "metrics")]
     match limit {
+        // The shared name: a reference count, not a copy, per request.
         Some(limit) => metrics::counter!(
             "ratelimit_requests_total",
             "outcome" => outcome,
-            "limit" => limit.to_owned()
+            "limit" => limit.shared_name().clone()
         )
         .increment(1),
         None => metrics::counter!("ratelimit_requests_total", "outcome" => outcome).increment(1),
     }
 }
 
-fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> &'a str {
-    policy
-        .limits()
-        .get(decision.decided_by())
-        .map_or("", |l| l.name())
+fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> Option<&'a Limit> {
+    policy.limits().get(decision.decided_by())
 }
 
 /// A request was allowed.
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn allowed(policy: &Policy, decision: &Decision) {
-    count("allowed", Some(deciding(policy, decision)));
+    count("allowed", deciding(policy, decision));
 }
 
 /// A request was limited.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
-    count("limited", Some(deciding(policy, decision)));
+    count("limited", deciding(policy, decision));
     #[cfg(feature = "tracing")]
     tracing::debug!(
         key_kind = key.namespace(),

@@ -96,6 +96,12 @@ impl Limit {
         &self.name
     }
 
+    /// The name, shared (for labels that outlive a request).
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) fn shared_name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The algorithm enforcing it.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
