@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use governor::{Quota as GovernorQuota, RateLimiter};
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A million per second: high enough that the hot key is mostly admitted.
 const RATE: u32 = 1_000_000;

@@ -13,7 +13,9 @@ use std::num::NonZeroU32;
 use std::process::Command;
 
 use governor::{Quota as GovernorQuota, RateLimiter};
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 fn rss_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

@@ -5,15 +5,17 @@
 //!
 //! Run: `cargo bench --features redis --bench redis`
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tower_ratelimit::backend::Backend;
 use tower_ratelimit::backend::RedisBackend;
-use tower_ratelimit::{Algorithm, Backend, Key, Policy, Quota};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const TASKS: usize = 64;
 const SECONDS: u64 = 4;

@@ -33,12 +33,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use ipnet::IpNet;
 use serde_json::{json, Value};
+use tower_ratelimit::backend::{Backend, MemoryBackend};
+use tower_ratelimit::key::Key;
 use tower_ratelimit::key::{
     key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
 };
-use tower_ratelimit::{
-    policy_fn, Algorithm, Backend, Key, MemoryBackend, Policy, Quota, RateLimitLayer, RequestHead,
-};
+use tower_ratelimit::{policy_fn, Algorithm, Policy, Quota, RateLimitLayer, RequestHead};
 
 /// What the environment configures.
 #[derive(Clone, Debug)]
@@ -325,7 +325,10 @@ async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::er
     }
     // Lazily connected: the server starts even while Redis is down (requests
     // then pass unlimited, the layer's default) and limits once it is up.
-    Ok(app(config, RedisBackend::builder(&nodes[0]).build()?))
+    Ok(app(
+        config,
+        RedisBackend::builder(&nodes[0]).connect_lazy()?,
+    ))
 }
 
 #[cfg(not(feature = "redis"))]

@@ -1,28 +1,31 @@
 //! Where the in-memory backend gets the time.
 //!
-//! Algorithms take `now` as an argument; a [`Clock`] supplies it, in
-//! microseconds. [`MonotonicClock`] is the default: it never goes backwards
+//! Algorithms take `now` as an argument; a [`Clock`] supplies it, as
+//! [`Micros`]. [`MonotonicClock`] is the default: it never goes backwards
 //! and counts from the Unix epoch, so windows line up with wall-clock minutes
 //! and hours. [`ManualClock`] moves only when told to, for tests.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower_ratelimit::clock::{Clock, ManualClock};
+//! use tower_ratelimit::Micros;
 //!
-//! let clock = ManualClock::new(0);
+//! let clock = ManualClock::new(Micros::ZERO);
 //! let seen_by_backend = clock.clone();
 //! clock.advance(Duration::from_millis(1500));
-//! assert_eq!(seen_by_backend.now_us(), 1_500_000);
+//! assert_eq!(seen_by_backend.now(), Micros::from_millis(1500));
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A source of the current time in microseconds.
+use crate::Micros;
+
+/// A source of the current time.
 pub trait Clock: Send + Sync + 'static {
-    /// Microseconds since this clock's epoch; never decreases.
-    fn now_us(&self) -> u64;
+    /// The time since this clock's epoch; never decreases.
+    fn now(&self) -> Micros;
 }
 
 /// A monotonic clock, reported as microseconds since the Unix epoch as of
@@ -35,8 +38,8 @@ pub trait Clock: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    start: quanta::Instant,
-    start_us: u64,
+    started: quanta::Instant,
+    start: Micros,
 }
 
 impl MonotonicClock {
@@ -47,9 +50,9 @@ impl MonotonicClock {
             .unwrap_or(Duration::ZERO);
         let clock = quanta::Clock::new();
         Self {
-            start: clock.now(),
+            started: clock.now(),
             clock,
-            start_us: since_epoch.as_micros() as u64,
+            start: Micros::from(since_epoch),
         }
     }
 }
@@ -61,9 +64,9 @@ impl Default for MonotonicClock {
 }
 
 impl Clock for MonotonicClock {
-    fn now_us(&self) -> u64 {
-        let elapsed = self.clock.now().saturating_duration_since(self.start);
-        self.start_us + elapsed.as_secs() * 1_000_000 + u64::from(elapsed.subsec_micros())
+    fn now(&self) -> Micros {
+        let elapsed = self.clock.now().saturating_duration_since(self.started);
+        self.start + Micros::from(elapsed)
     }
 }
 
@@ -72,24 +75,25 @@ impl Clock for MonotonicClock {
 pub struct ManualClock(Arc<AtomicU64>);
 
 impl ManualClock {
-    /// A clock reading `now_us`.
-    pub fn new(now_us: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(now_us)))
+    /// A clock reading `now`.
+    pub fn new(now: Micros) -> Self {
+        Self(Arc::new(AtomicU64::new(now.as_u64())))
     }
 
     /// Move forward by `by`.
     pub fn advance(&self, by: Duration) {
-        self.0.fetch_add(by.as_micros() as u64, Ordering::SeqCst);
+        self.0
+            .fetch_add(Micros::from(by).as_u64(), Ordering::SeqCst);
     }
 
-    /// Set the time to `now_us` (tests may go anywhere, even backwards).
-    pub fn set(&self, now_us: u64) {
-        self.0.store(now_us, Ordering::SeqCst);
+    /// Set the time to `now` (tests may go anywhere, even backwards).
+    pub fn set(&self, now: Micros) {
+        self.0.store(now.as_u64(), Ordering::SeqCst);
     }
 }
 
 impl Clock for ManualClock {
-    fn now_us(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+    fn now(&self) -> Micros {
+        Micros::new(self.0.load(Ordering::SeqCst))
     }
 }

@@ -1,21 +1,178 @@
-//! The answer for one request under a whole policy.
+//! The answer for one request: each limit's [`Outcome`], and the
+//! [`Decision`] the policy draws from them.
 
-use std::num::NonZeroU64;
+use std::fmt;
 use std::time::Duration;
 
-use crate::algorithm::{Outcome, Verdict};
 use crate::policy::MAX_LIMITS;
+use crate::{Micros, Policy};
 
-/// What a [`Policy`](crate::Policy) says about one request: the overall
-/// verdict, the limit that decided it, and every limit's own outcome (in the
-/// policy's order, for headers that list them all).
+/// What one limit says about one request.
 ///
+/// Algorithms produce these; so does a [`Backend`](crate::backend::Backend)
+/// of your own, with [`Outcome::allowed`], [`Outcome::denied`] and
+/// [`Outcome::never`], before [`Decision::from_outcomes`] combines them.
+///
+/// ```
+/// use tower_ratelimit::{Micros, Outcome, Verdict};
+///
+/// let denied = Outcome::denied(10, 0, Micros::from_secs(60), Micros::from_secs(6));
+/// assert_eq!(denied.verdict(), Verdict::RetryAfter(Micros::from_secs(6)));
+/// assert_eq!(denied.remaining(), 0);
+///
+/// // A retry-after of zero would tell a denied client to come back at once.
+/// let soon = Outcome::denied(10, 0, Micros::ZERO, Micros::ZERO);
+/// assert_eq!(soon.retry_after_micros(), Some(Micros::new(1)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// 0: allowed; `u64::MAX`: never; else the retry-after in µs. Kept as
+    /// one word (rather than a [`Verdict`]) so that a decision holding eight
+    /// outcomes stays small on the request path.
+    retry_us: u64,
+    reset_after: Micros,
+    limit: u32,
+    remaining: u32,
+}
+
+const NEVER: u64 = u64::MAX;
+
+/// Allowed, or denied with when to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The request fits.
+    Allowed,
+    /// The request does not fit now; the same request fits after this long
+    /// (never zero).
+    RetryAfter(Micros),
+    /// The request can never fit: its cost is above the limit's capacity.
+    Never,
+}
+
+impl Outcome {
+    /// The request fits, leaving `remaining` units (capped at `limit`); the
+    /// limit is whole again after `reset_after`.
+    #[inline]
+    pub fn allowed(limit: u32, remaining: u64, reset_after: Micros) -> Self {
+        Self::new(0, limit, remaining, reset_after)
+    }
+
+    /// The request does not fit now; it would after `retry_after` (raised to
+    /// one microsecond if zero: a denied request is never told to retry at
+    /// once).
+    #[inline]
+    pub fn denied(limit: u32, remaining: u64, reset_after: Micros, retry_after: Micros) -> Self {
+        let retry = retry_after.as_u64().clamp(1, NEVER - 1);
+        Self::new(retry, limit, remaining, reset_after)
+    }
+
+    /// The request can never fit (its cost exceeds the limit's capacity).
+    #[inline]
+    pub fn never(limit: u32, remaining: u64, reset_after: Micros) -> Self {
+        Self::new(NEVER, limit, remaining, reset_after)
+    }
+
+    #[inline]
+    fn new(retry_us: u64, limit: u32, remaining: u64, reset_after: Micros) -> Self {
+        Self {
+            retry_us,
+            reset_after,
+            limit,
+            // Remaining never exceeds the limit, which is a u32.
+            remaining: remaining.min(u64::from(limit)) as u32,
+        }
+    }
+
+    /// This outcome's state with `other`'s verdict.
+    #[inline]
+    pub(crate) fn with_verdict_of(self, other: Outcome) -> Self {
+        Self {
+            retry_us: other.retry_us,
+            ..self
+        }
+    }
+
+    /// Allowed or denied, and when to retry.
+    #[inline]
+    pub fn verdict(&self) -> Verdict {
+        match self.retry_us {
+            0 => Verdict::Allowed,
+            NEVER => Verdict::Never,
+            us => Verdict::RetryAfter(Micros::new(us)),
+        }
+    }
+
+    /// Whether the request fits.
+    #[inline]
+    pub fn is_allowed(&self) -> bool {
+        self.retry_us == 0
+    }
+
+    /// The limit's capacity: requests per window, or the bucket size.
+    #[inline]
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Units left after this request (if allowed) or now (if denied).
+    #[inline]
+    pub fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Time until the limit is whole again (zero if it is).
+    #[inline]
+    pub fn reset_after(&self) -> Duration {
+        self.reset_after.into()
+    }
+
+    /// [`reset_after`](Self::reset_after) in the core's time.
+    #[inline]
+    pub fn reset_after_micros(&self) -> Micros {
+        self.reset_after
+    }
+
+    /// Time after which the same request fits; `None` if it is allowed now
+    /// or can never fit.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_micros().map(Duration::from)
+    }
+
+    /// [`retry_after`](Self::retry_after) in the core's time.
+    #[inline]
+    pub fn retry_after_micros(&self) -> Option<Micros> {
+        match self.verdict() {
+            Verdict::RetryAfter(after) => Some(after),
+            Verdict::Allowed | Verdict::Never => None,
+        }
+    }
+}
+
+/// Where a decision came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Origin {
+    /// The backend asked (memory, Redis, one of your own).
+    #[default]
+    Primary,
+    /// A [`Fallback`](crate::backend::Fallback)'s second backend, because
+    /// the first failed.
+    Fallback,
+}
+
+/// What a [`Policy`] says about one request: the overall verdict, the limit
+/// that decided it, and every limit's own outcome (in the policy's order,
+/// for headers that list them all).
+///
+/// All or nothing: the request is allowed only if every limit allows it.
 /// The deciding limit is, for a denial, the one that makes the client wait
 /// longest (a request that can never fit wins); for an admission, the most
 /// restrictive one — the fewest units remaining, then the longest reset.
 ///
 /// ```
-/// use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+/// use tower_ratelimit::backend::MemoryBackend;
+/// use tower_ratelimit::key::Key;
+/// use tower_ratelimit::{Algorithm, Policy, Quota};
 ///
 /// let policy = Policy::builder()
 ///     .limit("second", Algorithm::Gcra, Quota::per_second(10).unwrap())
@@ -34,19 +191,61 @@ pub struct Decision {
     len: u8,
     decided_by: u8,
     capacity_exhausted: bool,
+    origin: Origin,
     /// Overrides the deciding outcome's verdict (a capacity denial).
     verdict: Option<Verdict>,
 }
 
 impl Decision {
+    /// The decision of `policy` from each of its limits' outcomes, in the
+    /// policy's order: how a [`Backend`](crate::backend::Backend) of your
+    /// own answers. The crate applies the all-or-nothing rule and picks the
+    /// deciding limit; the outcomes must be one per limit.
+    ///
+    /// ```
+    /// use tower_ratelimit::{Decision, Micros, Outcome, Policy};
+    ///
+    /// let policy: Policy = "10/s; 100/min".parse()?;
+    /// let decision = Decision::from_outcomes(&policy, [
+    ///     Outcome::allowed(10, 9, Micros::from_millis(100)),
+    ///     Outcome::denied(100, 0, Micros::from_secs(60), Micros::from_secs(20)),
+    /// ])?;
+    /// assert!(!decision.is_allowed());
+    /// assert_eq!(decision.decided_by(), 1);
+    /// assert_eq!(decision.retry_after(), Some(std::time::Duration::from_secs(20)));
+    ///
+    /// assert!(Decision::from_outcomes(&policy, [Outcome::allowed(10, 9, Micros::ZERO)]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_outcomes(
+        policy: &Policy,
+        outcomes: impl IntoIterator<Item = Outcome>,
+    ) -> Result<Self, OutcomeCountMismatch> {
+        let expected = policy.limits().len();
+        let mut decision = Self::empty();
+        let mut got = 0;
+        for outcome in outcomes {
+            got += 1;
+            if got <= expected {
+                decision.push(outcome);
+            }
+        }
+        if got != expected {
+            return Err(OutcomeCountMismatch { expected, got });
+        }
+        decision.decide();
+        Ok(decision)
+    }
+
     /// No outcomes yet: [`push`](Self::push) them, then [`decide`](Self::decide).
     #[inline]
     pub(crate) fn empty() -> Self {
         Self {
-            outcomes: [Outcome::allowed(0, 0, 0); MAX_LIMITS],
+            outcomes: [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS],
             len: 0,
             decided_by: 0,
             capacity_exhausted: false,
+            origin: Origin::Primary,
             verdict: None,
         }
     }
@@ -69,23 +268,22 @@ impl Decision {
         }
         let denied_rank = |o: &Outcome| match o.verdict() {
             Verdict::Never => u64::MAX,
-            Verdict::RetryAfter(us) => us.get(),
+            Verdict::RetryAfter(after) => after.as_u64(),
             Verdict::Allowed => 0,
         };
         let decided_by = if outcomes.iter().any(|o| !o.is_allowed()) {
-            index_of_max(outcomes, |o| (denied_rank(o), 0))
+            index_of_max(outcomes, |o| (denied_rank(o), Micros::ZERO))
         } else {
-            index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after_us()))
+            index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after))
         };
         self.decided_by = decided_by as u8;
     }
 
     /// A denial because the backend holds as many keys as it may and this
-    /// key is new (see [`AtCapacity::Deny`](crate::AtCapacity::Deny)).
-    pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after_us: u64) {
+    /// key is new (see [`AtCapacity::Deny`](crate::backend::AtCapacity::Deny)).
+    pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after: Micros) {
         self.decided_by = limit_index as u8;
-        let retry = NonZeroU64::new(retry_after_us).unwrap_or(NonZeroU64::MIN);
-        self.verdict = Some(Verdict::RetryAfter(retry));
+        self.verdict = Some(Verdict::RetryAfter(retry_after.max(Micros::new(1))));
         self.capacity_exhausted = true;
     }
 
@@ -95,6 +293,11 @@ impl Decision {
         if let Some(outcome) = self.outcomes.get_mut(index) {
             *outcome = now.with_verdict_of(*outcome);
         }
+    }
+
+    /// The same decision, saying where it came from.
+    pub fn with_origin(self, origin: Origin) -> Self {
+        Self { origin, ..self }
     }
 
     /// Whether the request may pass.
@@ -129,8 +332,13 @@ impl Decision {
 
     /// When the same request may pass, if it is denied and ever can.
     pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after_micros().map(Duration::from)
+    }
+
+    /// [`retry_after`](Self::retry_after) in the core's time.
+    pub fn retry_after_micros(&self) -> Option<Micros> {
         match self.verdict() {
-            Verdict::RetryAfter(us) => Some(Duration::from_micros(us.get())),
+            Verdict::RetryAfter(after) => Some(after),
             Verdict::Allowed | Verdict::Never => None,
         }
     }
@@ -139,6 +347,12 @@ impl Decision {
     /// keys, not by a limit.
     pub fn is_capacity_exhausted(&self) -> bool {
         self.capacity_exhausted
+    }
+
+    /// Which backend decided: the primary, or a fallback because the
+    /// primary failed.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 }
 
@@ -152,3 +366,25 @@ fn index_of_max<K: Ord>(outcomes: &[Outcome], rank: impl Fn(&Outcome) -> K) -> u
     }
     best
 }
+
+/// [`Decision::from_outcomes`] was given a number of outcomes other than
+/// the policy's number of limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutcomeCountMismatch {
+    /// The policy's number of limits.
+    pub expected: usize,
+    /// The number of outcomes given.
+    pub got: usize,
+}
+
+impl fmt::Display for OutcomeCountMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} outcomes for a policy of {} limits: give one per limit, in order",
+            self.got, self.expected
+        )
+    }
+}
+
+impl std::error::Error for OutcomeCountMismatch {}

@@ -4,21 +4,27 @@
 //! one or more limits, keyed by who sent it, and answers 429 — or passes it
 //! on — with quota headers on every response.
 //!
-//! * [`RateLimitLayer`] — the tower layer: [`key`] extractors, per-route and
-//!   per-tier [policies](PolicyResolver), costs, [`headers`], [`response`]s,
-//!   [`shaping`];
-//! * [`algorithm`] — six algorithms as pure state transitions in integer
-//!   microseconds: fixed window, sliding log, sliding window counter, token
-//!   bucket, leaky bucket and GCRA;
-//! * [`Quota`] and [`Policy`] — validated quotas (`"10/s burst 20"`) and named,
-//!   all-or-nothing sets of limits;
-//! * [`MemoryBackend`] — the embedded backend: sharded, bounded in memory,
-//!   reclaiming expired state without timers; and (feature `redis`)
-//!   `backend::RedisBackend`, one limit across any number of servers;
-//! * [`Decision`] — what a policy says about one request.
+//! * [`RateLimitLayer`] — the tower middleware: a [`key`] per request, a
+//!   policy per request ([`PolicyResolver`], [`RoutePolicies`]), a [`Cost`],
+//!   quota headers ([`HeaderStyle`]), the answer to a limited request
+//!   ([`LimitedResponse`]), shaping ([`RateLimitLayer::shape`]);
+//! * [`Quota`], [`Limit`] and [`Policy`] — validated rates (`"10/s burst
+//!   20"`), each enforced by an [`Algorithm`], in named, all-or-nothing sets;
+//! * [`algorithm`] — the six algorithms as pure state transitions in integer
+//!   microseconds ([`Micros`]): fixed window, sliding log, sliding window
+//!   counter, token bucket, leaky bucket and GCRA;
+//! * [`backend`] — where state lives: [`MemoryBackend`](backend::MemoryBackend)
+//!   (embedded, bounded), `RedisBackend` (feature `redis`: one limit across
+//!   any number of servers), [`Fallback`](backend::Fallback), or a
+//!   [`Backend`](backend::Backend) of your own;
+//! * [`Decision`] and [`Outcome`] — what a policy and each of its limits say
+//!   about one request;
+//! * [`clock`] — where the in-memory backend reads the time.
 //!
 //! ```
-//! use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+//! use tower_ratelimit::backend::MemoryBackend;
+//! use tower_ratelimit::key::Key;
+//! use tower_ratelimit::{Algorithm, Policy, Quota};
 //!
 //! // 10 per second with bursts of 20, and 100 per minute, per user.
 //! let policy = Policy::builder()
@@ -38,38 +44,38 @@
 //! assert!(denied.retry_after().is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! The map of the source — which file holds what, the invariants, and where
+//! each kind of change goes — is `ARCHITECTURE.md` in the repository.
 #![deny(missing_docs, unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The core: no HTTP below this line's modules but `head` (the request view
+// extractors read).
 pub mod algorithm;
-pub mod backend;
-mod body;
 pub mod clock;
 mod decision;
-mod future;
 mod head;
-pub mod headers;
 pub mod key;
-mod layer;
-mod observe;
-pub mod policy;
-pub mod quota;
-mod render;
-mod resolver;
-pub mod response;
-mod service;
-pub mod shaping;
+mod policy;
+mod quota;
+mod time;
 
-pub use algorithm::{Algorithm, Outcome, Verdict};
-pub use backend::{AtCapacity, Backend, BackendError, Fallback, MemoryBackend};
-pub use body::ResponseBody;
-pub use decision::Decision;
-pub use future::ResponseFuture;
+// Where state lives.
+pub mod backend;
+
+// The tower middleware.
+mod middleware;
+
+pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
+pub use decision::{Decision, Origin, Outcome, OutcomeCountMismatch, Verdict};
 pub use head::RequestHead;
-pub use key::Key;
-pub use layer::{OnBackendError, OnKeyError, RateLimitLayer};
-pub use policy::{Limit, Policy, PolicyError};
-pub use quota::{Quota, QuotaError};
-pub use resolver::{cost_fn, policy_fn, Cost, CostFn, PolicyFn, PolicyResolver, RoutePolicies};
-pub use response::LimitedResponse;
-pub use service::RateLimit;
+pub use middleware::{
+    cost_fn, policy_fn, Cost, CostFn, HeaderStyle, LimitedFn, LimitedResponse, OnBackendError,
+    OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture,
+    RoutePolicies,
+};
+pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};
+pub use quota::{Quota, QuotaError, MAX_WINDOW};
+pub use time::Micros;

@@ -1,42 +1,14 @@
 //! Policies: one or more named limits that a request must all pass.
-//!
-//! A [`Policy`] is all-or-nothing: a request is allowed only if every limit
-//! allows it, and a denied request consumes from none of them (unless the
-//! policy [counts denied requests](PolicyBuilder::count_denied)).
-//!
-//! ```
-//! use tower_ratelimit::{Algorithm, Policy, Quota};
-//!
-//! let policy = Policy::builder()
-//!     .limit("burst", Algorithm::TokenBucket, "10/s burst 20".parse().unwrap())
-//!     .limit("sustained", Algorithm::SlidingWindow, Quota::per_minute(100).unwrap())
-//!     .limit("daily", Algorithm::FixedWindow, Quota::per_hour(1000).unwrap())
-//!     .build()
-//!     .unwrap();
-//! assert_eq!(policy.limits().len(), 3);
-//!
-//! // Three limits from text, with the default algorithm (sliding window);
-//! // each is named after its quota unless named with `name = quota`.
-//! let policy: Policy = "10/s; sustained = 100/min; 1000/h".parse().unwrap();
-//! assert_eq!(policy.limits()[0].name(), "10/s");
-//! assert_eq!(policy.limits()[1].name(), "sustained");
-//!
-//! // A burst needs a bucket algorithm.
-//! let bursty = Policy::parse_with("10/s burst 20; 100/min", Algorithm::Gcra).unwrap();
-//! assert_eq!(bursty.limits()[0].capacity(), 20);
-//! let err = "10/s burst 20".parse::<Policy>().unwrap_err();
-//! assert!(err.to_string().contains("sliding-window has no burst"));
-//! ```
 
+use std::any::Any;
 use std::collections::hash_map::DefaultHasher;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::algorithm::{Algorithm, Rule};
 use crate::quota::{Quota, QuotaError};
-use crate::render::Rendered;
 
 /// The most limits one policy may hold. Decisions keep one outcome per
 /// limit inline, without allocating.
@@ -49,8 +21,10 @@ pub struct Limit {
     algorithm: Algorithm,
     quota: Quota,
     rule: Rule,
-    /// `name:algorithm:quota`: what identifies this limit's state in a
-    /// backend, the same in every process.
+    /// Given a name by the user, rather than named after its quota.
+    named: bool,
+    /// `name:algorithm:quota`, after the scope for an anonymous limit: what
+    /// identifies this limit's state in a backend, the same in every process.
     identity: Box<str>,
     /// A hash of `identity`, for backends that key by number.
     id: u64,
@@ -72,28 +46,74 @@ impl Limit {
         if name.is_empty() || name.len() > 64 || !name.chars().all(printable) {
             return Err(PolicyError::InvalidName(name.to_string()));
         }
+        Self::with_name(name, true, algorithm, quota)
+    }
+
+    /// A limit named after its quota, whose state is kept apart by the scope
+    /// it is used in (see the [`Policy`] docs).
+    pub(crate) fn anonymous(algorithm: Algorithm, quota: Quota) -> Result<Self, PolicyError> {
+        Self::with_name(quota.to_string().into(), false, algorithm, quota)
+    }
+
+    fn with_name(
+        name: Arc<str>,
+        named: bool,
+        algorithm: Algorithm,
+        quota: Quota,
+    ) -> Result<Self, PolicyError> {
         if quota.burst().is_some() && !algorithm.takes_burst() {
             return Err(PolicyError::BurstNotSupported {
                 limit: name.to_string(),
                 algorithm,
             });
         }
-        let identity: Box<str> = format!("{name}:{algorithm}:{quota}").into();
-        let mut hasher = DefaultHasher::new();
-        identity.hash(&mut hasher);
+        let identity = format!("{name}:{algorithm}:{quota}");
         Ok(Self {
             rule: Rule::new(algorithm, quota),
-            id: hasher.finish(),
-            identity,
+            id: hash(&identity),
+            identity: identity.into(),
+            named,
             name,
             algorithm,
             quota,
         })
     }
 
-    /// The limit's name.
+    /// This limit used in `scope`: an anonymous limit's identity becomes
+    /// `"scope"name:algorithm:quota` (the scope quoted and escaped; no name
+    /// contains `"`, so no named limit's identity can be the same); a named
+    /// limit stays as it is.
+    fn in_scope(&self, scope: &str) -> Self {
+        if self.named {
+            return self.clone();
+        }
+        let mut identity = String::with_capacity(scope.len() + self.identity.len() + 2);
+        identity.push('"');
+        for c in scope.chars() {
+            if matches!(c, '"' | '\\') {
+                identity.push('\\');
+            }
+            identity.push(c);
+        }
+        identity.push('"');
+        identity.push_str(&format!("{}:{}:{}", self.name, self.algorithm, self.quota));
+        Self {
+            id: hash(&identity),
+            identity: identity.into(),
+            ..self.clone()
+        }
+    }
+
+    /// The limit's name: the one it was given, or its quota's text.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Whether the limit was given a name (and so shares its state with
+    /// every limit of that name, algorithm and quota on the same backend),
+    /// rather than named after its quota.
+    pub fn is_named(&self) -> bool {
+        self.named
     }
 
     /// The name, shared (for labels that outlive a request).
@@ -126,14 +146,19 @@ impl Limit {
         &self.rule
     }
 
-    /// `name:algorithm:quota`, stable across processes and releases: what
-    /// keeps limits' state apart in a shared backend (the Redis backend puts
-    /// it in its keys; a [`Backend`](crate::Backend) of your own can too).
+    /// `name:algorithm:quota` (for an anonymous limit in a scope,
+    /// `"scope"name:algorithm:quota`), stable across processes and releases:
+    /// what keeps limits' state apart in a shared backend (the Redis backend
+    /// puts it in its keys; a [`Backend`](crate::backend::Backend) of your own
+    /// can too).
     ///
     /// ```
-    /// use tower_ratelimit::{Algorithm, Limit};
+    /// use tower_ratelimit::{Algorithm, Limit, Policy};
     /// let limit = Limit::new("burst", Algorithm::Gcra, "10/s burst 20".parse().unwrap()).unwrap();
     /// assert_eq!(limit.identity(), "burst:gcra:10/s burst 20");
+    ///
+    /// let scoped = "2/min".parse::<Policy>().unwrap().scoped("GET /a");
+    /// assert_eq!(scoped.limits()[0].identity(), "\"GET /a\"2/min:sliding-window:2/min");
     /// ```
     pub fn identity(&self) -> &str {
         &self.identity
@@ -157,6 +182,54 @@ impl fmt::Debug for Limit {
 
 /// Limits a request must all pass. Cheap to clone: one reference count
 /// (policies are cloned for every request).
+///
+/// A [`Policy`] is all-or-nothing: a request is allowed only if every limit
+/// allows it, and a denied request consumes from none of them (unless the
+/// policy [counts denied requests](PolicyBuilder::count_denied)).
+///
+/// ```
+/// use tower_ratelimit::{Algorithm, Policy, Quota};
+///
+/// let policy = Policy::builder()
+///     .limit("burst", Algorithm::TokenBucket, "10/s burst 20".parse().unwrap())
+///     .limit("sustained", Algorithm::SlidingWindow, Quota::per_minute(100).unwrap())
+///     .limit("daily", Algorithm::FixedWindow, Quota::per_hour(1000).unwrap())
+///     .build()
+///     .unwrap();
+/// assert_eq!(policy.limits().len(), 3);
+///
+/// // Three limits from text, with the default algorithm (sliding window);
+/// // each is named after its quota unless named with `name = quota`.
+/// let policy: Policy = "10/s; sustained = 100/min; 1000/h".parse().unwrap();
+/// assert_eq!(policy.limits()[0].name(), "10/s");
+/// assert_eq!(policy.limits()[1].name(), "sustained");
+/// assert!(!policy.limits()[0].is_named() && policy.limits()[1].is_named());
+///
+/// // A burst needs a bucket algorithm.
+/// let bursty = Policy::parse_with("10/s burst 20; 100/min", Algorithm::Gcra).unwrap();
+/// assert_eq!(bursty.limits()[0].capacity(), 20);
+/// let err = "10/s burst 20".parse::<Policy>().unwrap_err();
+/// assert!(err.to_string().contains("sliding-window has no burst"));
+/// ```
+///
+/// ## Which limits share state
+///
+/// A backend keeps one state per key and per limit *identity*
+/// ([`Limit::identity`]): `name:algorithm:quota`.
+///
+/// * A **named** limit (`Limit::new`, `PolicyBuilder::limit`, `"search =
+///   10/min"`) is one budget wherever that name appears with that algorithm
+///   and quota on the same backend: on every route, in every layer, on every
+///   server. A name is how you ask for a shared budget.
+/// * An **anonymous** limit (`"10/min".parse()`, [`Policy::single`]) is named
+///   after its quota for the headers, but its identity also carries the
+///   *scope* it is used in ([`Policy::scoped`]). [`RoutePolicies`] scopes each
+///   route's policy by its route, so two routes given `"2/min"` each get 2
+///   per minute each. A policy given straight to a layer has no scope: layers
+///   that share one backend share the state of equal anonymous limits, as
+///   they share everything else (scope them apart, or name their limits).
+///
+/// [`RoutePolicies`]: crate::RoutePolicies
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
@@ -165,8 +238,10 @@ pub struct Policy {
 struct PolicyInner {
     limits: Box<[Limit]>,
     count_denied: bool,
-    /// Header and body text that never changes, rendered once.
-    rendered: Rendered,
+    /// What a front end derives from this policy once and keeps with it (the
+    /// HTTP layer: its header and body text). Opaque here, so the core knows
+    /// nothing of HTTP.
+    derived: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl PartialEq for Policy {
@@ -183,32 +258,52 @@ impl Policy {
         PolicyBuilder::default()
     }
 
-    /// A policy of one limit, named after its quota.
+    /// A policy of one anonymous limit (named after its quota; see the
+    /// [`Policy`] docs for what that means for sharing).
+    ///
+    /// A limit with a burst needs a bucket algorithm; this one panics on a
+    /// burst elsewhere (a mistake in code). [`Policy::parse_with`] reports it.
     pub fn single(algorithm: Algorithm, quota: Quota) -> Self {
-        Self::builder()
-            .limit(quota.to_string(), algorithm, quota)
-            .build()
-            .expect("a quota's own text is a valid limit name and one limit fits")
+        Limit::anonymous(algorithm, quota)
+            .and_then(|limit| Self::build_from(vec![limit], false))
+            .expect("a limit with a burst needs token-bucket, leaky-bucket or gcra")
     }
 
     /// Parse `"10/s; 100/min"` with one algorithm for every limit.
-    /// Each item may be named: `"burst = 10/s burst 20; sustained = 100/min"`.
+    /// Each item may be named: `"burst = 10/s burst 20; sustained = 100/min"`;
+    /// unnamed ones are anonymous.
     pub fn parse_with(text: &str, algorithm: Algorithm) -> Result<Self, PolicyError> {
         let mut builder = Self::builder();
         for item in text.split(';') {
             let (name, quota_text) = match item.split_once('=') {
-                Some((name, quota)) => (name.trim().to_owned(), quota),
-                None => (String::new(), item),
+                Some((name, quota)) => (Some(name.trim()), quota),
+                None => (None, item),
             };
             let quota = quota_text.parse::<Quota>().map_err(PolicyError::Quota)?;
-            let name = if name.is_empty() {
-                quota.to_string()
-            } else {
-                name
-            };
-            builder = builder.limit(name, algorithm, quota);
+            builder.limits.push(match name {
+                Some(name) => Limit::new(name, algorithm, quota),
+                None => Limit::anonymous(algorithm, quota),
+            });
         }
         builder.build()
+    }
+
+    /// This policy used in `scope`: its anonymous limits keep state apart
+    /// from the same limits in any other scope, while named limits stay
+    /// shared. [`RoutePolicies`](crate::RoutePolicies) scopes each route's
+    /// policy by its route; scope a policy yourself to keep two layers on
+    /// one backend apart.
+    ///
+    /// ```
+    /// use tower_ratelimit::Policy;
+    /// let policy: Policy = "2/min; daily = 100/day".parse().unwrap();
+    /// let (a, b) = (policy.scoped("/a"), policy.scoped("/b"));
+    /// assert_ne!(a.limits()[0].identity(), b.limits()[0].identity());
+    /// assert_eq!(a.limits()[1].identity(), b.limits()[1].identity());
+    /// ```
+    pub fn scoped(&self, scope: &str) -> Policy {
+        let limits = self.limits().iter().map(|l| l.in_scope(scope)).collect();
+        Self::build_from(limits, self.counts_denied()).unwrap_or_else(|_| self.clone())
     }
 
     /// The limits, in the order they were added.
@@ -221,8 +316,37 @@ impl Policy {
         self.inner.count_denied
     }
 
-    pub(crate) fn rendered(&self) -> &Rendered {
-        &self.inner.rendered
+    /// What `derive` makes of this policy, made once and kept with it;
+    /// `None` only if another type was kept first.
+    pub(crate) fn derived<T: Any + Send + Sync>(
+        &self,
+        derive: impl FnOnce(&Policy) -> T,
+    ) -> Option<&T> {
+        self.inner
+            .derived
+            .get_or_init(|| Box::new(derive(self)))
+            .downcast_ref()
+    }
+
+    fn build_from(limits: Vec<Limit>, count_denied: bool) -> Result<Policy, PolicyError> {
+        if limits.is_empty() {
+            return Err(PolicyError::Empty);
+        }
+        if limits.len() > MAX_LIMITS {
+            return Err(PolicyError::TooManyLimits(limits.len()));
+        }
+        for (i, limit) in limits.iter().enumerate() {
+            if limits[..i].iter().any(|other| other.name == limit.name) {
+                return Err(PolicyError::DuplicateName(limit.name.to_string()));
+            }
+        }
+        Ok(Policy {
+            inner: Arc::new(PolicyInner {
+                limits: limits.into(),
+                count_denied,
+                derived: OnceLock::new(),
+            }),
+        })
     }
 }
 
@@ -275,24 +399,7 @@ impl PolicyBuilder {
     /// a repeated name, or an invalid limit.
     pub fn build(self) -> Result<Policy, PolicyError> {
         let limits = self.limits.into_iter().collect::<Result<Vec<_>, _>>()?;
-        if limits.is_empty() {
-            return Err(PolicyError::Empty);
-        }
-        if limits.len() > MAX_LIMITS {
-            return Err(PolicyError::TooManyLimits(limits.len()));
-        }
-        for (i, limit) in limits.iter().enumerate() {
-            if limits[..i].iter().any(|other| other.name == limit.name) {
-                return Err(PolicyError::DuplicateName(limit.name.to_string()));
-            }
-        }
-        Ok(Policy {
-            inner: Arc::new(PolicyInner {
-                rendered: Rendered::new(&limits),
-                limits: limits.into(),
-                count_denied: self.count_denied,
-            }),
-        })
+        Policy::build_from(limits, self.count_denied)
     }
 }
 
@@ -356,4 +463,11 @@ impl From<QuotaError> for PolicyError {
     fn from(e: QuotaError) -> Self {
         Self::Quota(e)
     }
+}
+
+/// A hash of a limit's identity, for backends that key by number.
+fn hash(identity: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    identity.hash(&mut hasher);
+    hasher.finish()
 }

@@ -1,32 +1,11 @@
 //! Quotas: how much, per how long, with what burst.
-//!
-//! A [`Quota`] is validated when it is built, so a limiter never runs with a
-//! zero limit, a zero window or a rate it cannot represent exactly in integer
-//! microseconds. Quotas also parse from a human syntax:
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower_ratelimit::Quota;
-//!
-//! let q: Quota = "10/s burst 20".parse().unwrap();
-//! assert_eq!(q.limit(), 10);
-//! assert_eq!(q.window(), Duration::from_secs(1));
-//! assert_eq!(q.burst(), Some(20));
-//!
-//! assert_eq!("100/min".parse::<Quota>().unwrap(), Quota::per_minute(100).unwrap());
-//! assert_eq!("1000/hour".parse::<Quota>().unwrap().to_string(), "1000/h");
-//!
-//! let err = "10/fortnight".parse::<Quota>().unwrap_err();
-//! assert!(err.to_string().contains("unknown time unit \"fortnight\""));
-//! ```
 
 use std::fmt;
 use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
-/// Microseconds in one second.
-pub(crate) const MICROS_PER_SEC: u64 = 1_000_000;
+use crate::time::{in_largest_unit, Micros, Unit, UNITS};
 
 /// The longest window a quota may have: 366 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
@@ -34,7 +13,7 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
 /// The longest span of time one key's state may cover (`burst × interval`),
 /// about 8.9 years. It keeps every timestamp below 2^53 microseconds, which
 /// Lua numbers (Redis scripts) represent exactly.
-pub(crate) const MAX_SPAN_US: u64 = 1 << 48;
+pub(crate) const MAX_SPAN: Micros = Micros::new(1 << 48);
 
 /// How many requests (or units of cost) are allowed per window, and for the
 /// bucket algorithms how many may come at once.
@@ -42,10 +21,30 @@ pub(crate) const MAX_SPAN_US: u64 = 1 << 48;
 /// Build one with [`Quota::per_second`] and friends, [`Quota::new`], or by
 /// parsing (`"10/s burst 20"`). A quota is only a rate; the algorithm that
 /// enforces it is chosen with the [`Limit`](crate::Limit) that holds it.
+///
+/// A [`Quota`] is validated when it is built, so a limiter never runs with a
+/// zero limit, a zero window or a rate it cannot represent exactly in integer
+/// microseconds. Quotas also parse from a human syntax:
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_ratelimit::Quota;
+///
+/// let q: Quota = "10/s burst 20".parse().unwrap();
+/// assert_eq!(q.limit(), 10);
+/// assert_eq!(q.window(), Duration::from_secs(1));
+/// assert_eq!(q.burst(), Some(20));
+///
+/// assert_eq!("100/min".parse::<Quota>().unwrap(), Quota::per_minute(100).unwrap());
+/// assert_eq!("1000/hour".parse::<Quota>().unwrap().to_string(), "1000/h");
+///
+/// let err = "10/fortnight".parse::<Quota>().unwrap_err();
+/// assert!(err.to_string().contains("unknown time unit \"fortnight\""));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,
-    window_us: u64,
+    window: Micros,
     burst: Option<NonZeroU32>,
 }
 
@@ -62,16 +61,16 @@ impl Quota {
         if window > MAX_WINDOW {
             return Err(QuotaError::WindowTooLong(window));
         }
-        let window_us = window.as_micros() as u64;
-        if u64::from(limit.get()) > window_us {
+        let window = Micros::from(window);
+        if u64::from(limit.get()) > window.as_u64() {
             return Err(QuotaError::RateTooFine {
                 limit: limit.get(),
-                window,
+                window: window.into(),
             });
         }
         Ok(Self {
             limit,
-            window_us,
+            window,
             burst: None,
         })
     }
@@ -100,8 +99,8 @@ impl Quota {
     /// leaky bucket, GCRA). Without it the burst equals the limit.
     pub fn with_burst(self, burst: u32) -> Result<Self, QuotaError> {
         let burst = NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?;
-        let span = u64::from(burst.get()).checked_mul(self.emission_interval_us());
-        if span.is_none_or(|span| span > MAX_SPAN_US) {
+        let span = u64::from(burst.get()).checked_mul(self.emission_interval().as_u64());
+        if span.is_none_or(|span| span > MAX_SPAN.as_u64()) {
             return Err(QuotaError::BurstTooLong {
                 burst: burst.get(),
                 quota: self,
@@ -120,7 +119,7 @@ impl Quota {
 
     /// The window the limit applies to.
     pub fn window(&self) -> Duration {
-        Duration::from_micros(self.window_us)
+        self.window.into()
     }
 
     /// The burst set with [`Quota::with_burst`], if any.
@@ -128,9 +127,9 @@ impl Quota {
         self.burst.map(NonZeroU32::get)
     }
 
-    /// The window in microseconds.
-    pub(crate) fn window_us(&self) -> u64 {
-        self.window_us
+    /// The window, in the core's time.
+    pub(crate) fn window_micros(&self) -> Micros {
+        self.window
     }
 
     /// The bucket capacity: the burst if set, else the limit.
@@ -140,8 +139,8 @@ impl Quota {
 
     /// Time for one unit to come back, rounded up so the limiter never admits
     /// more than the quota says (at most one microsecond slower per unit).
-    pub(crate) fn emission_interval_us(&self) -> u64 {
-        self.window_us.div_ceil(u64::from(self.limit.get()))
+    pub(crate) fn emission_interval(&self) -> Micros {
+        Micros::new(self.window.as_u64().div_ceil(u64::from(self.limit.get())))
     }
 }
 
@@ -155,7 +154,7 @@ impl fmt::Debug for Quota {
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.limit)?;
-        write_window(f, self.window_us)?;
+        write_window(f, self.window)?;
         if let Some(burst) = self.burst {
             write!(f, " burst {burst}")?;
         }
@@ -163,76 +162,12 @@ impl fmt::Display for Quota {
     }
 }
 
-/// A time unit: the names the syntax reads, its length, and how it is
-/// written in a quota (`min`) and in a 429 body (`m`).
-struct Unit {
-    names: &'static [&'static str],
-    micros: u64,
-    name: &'static str,
-    short: &'static str,
-}
-
-/// Time units the syntax knows, largest first.
-const UNITS: &[Unit] = &[
-    Unit {
-        names: &["d", "day", "days"],
-        micros: 86_400 * MICROS_PER_SEC,
-        name: "day",
-        short: "d",
-    },
-    Unit {
-        names: &["h", "hr", "hour", "hours"],
-        micros: 3_600 * MICROS_PER_SEC,
-        name: "h",
-        short: "h",
-    },
-    Unit {
-        names: &["m", "min", "mins", "minute", "minutes"],
-        micros: 60 * MICROS_PER_SEC,
-        name: "min",
-        short: "m",
-    },
-    Unit {
-        names: &["s", "sec", "secs", "second", "seconds"],
-        micros: MICROS_PER_SEC,
-        name: "s",
-        short: "s",
-    },
-    Unit {
-        names: &["ms", "millis", "millisecond", "milliseconds"],
-        micros: 1_000,
-        name: "ms",
-        short: "ms",
-    },
-    Unit {
-        names: &["us", "micros", "microsecond", "microseconds"],
-        micros: 1,
-        name: "us",
-        short: "us",
-    },
-];
-
-/// A window as a count of the largest unit that divides it.
-fn in_largest_unit(window_us: u64) -> (u64, &'static Unit) {
-    let unit = UNITS
-        .iter()
-        .find(|u| window_us % u.micros == 0)
-        .unwrap_or(&UNITS[UNITS.len() - 1]);
-    (window_us / unit.micros, unit)
-}
-
 /// Writes a window as the quota syntax does (`min`, `5min`, `90s`).
-fn write_window(f: &mut impl fmt::Write, window_us: u64) -> fmt::Result {
-    match in_largest_unit(window_us) {
+fn write_window(f: &mut impl fmt::Write, window: Micros) -> fmt::Result {
+    match in_largest_unit(window) {
         (1, unit) => f.write_str(unit.name),
         (n, unit) => write!(f, "{n}{}", unit.name),
     }
-}
-
-/// A window as `1s`, `1m`, `5m`, `1h`, `1d`, `1500ms`, for 429 bodies.
-pub(crate) fn compact_window(window_us: u64) -> String {
-    let (n, unit) = in_largest_unit(window_us);
-    format!("{n}{}", unit.short)
 }
 
 impl FromStr for Quota {
@@ -293,7 +228,7 @@ impl<'a> Parser<'a> {
         };
         let window_us = count
             .checked_mul(*unit_us)
-            .filter(|us| *us <= MAX_WINDOW.as_micros() as u64)
+            .filter(|us| *us <= Micros::from(MAX_WINDOW).as_u64())
             .ok_or_else(|| self.error_at(unit_at, "a window of at most 366 days"))?;
         let limit = u32::try_from(limit)
             .map_err(|_| self.error_at(limit_at, "a limit of at most 4294967295"))?;
@@ -459,12 +394,12 @@ mod tests {
     #[test]
     fn emission_interval_rounds_up() {
         assert_eq!(
-            Quota::per_second(3).unwrap().emission_interval_us(),
-            333_334
+            Quota::per_second(3).unwrap().emission_interval(),
+            Micros::new(333_334)
         );
         assert_eq!(
-            Quota::per_minute(100).unwrap().emission_interval_us(),
-            600_000
+            Quota::per_minute(100).unwrap().emission_interval(),
+            Micros::from_millis(600)
         );
     }
 

@@ -1,7 +1,7 @@
 //! Fixed window counter.
 
-use super::{Outcome, State};
-use crate::Quota;
+use super::State;
+use crate::{Micros, Outcome, Quota};
 
 /// Counts cost per window aligned to multiples of the window length since
 /// the clock's epoch (with the default clock, the Unix epoch: a `/min` window
@@ -13,13 +13,13 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{FixedWindow, State};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// let fw = FixedWindow::new(Quota::per_minute(2).unwrap());
 /// let mut s = State::default();
-/// s = fw.consume(s, 59_000_000, 2);                  // 0:59, window full
-/// assert!(!fw.check(s, 59_500_000, 1).is_allowed());
-/// assert!(fw.check(s, 60_000_000, 1).is_allowed());   // 1:00, a new window
+/// s = fw.consume(s, Micros::from_secs(59), 2); // 0:59, window full
+/// assert!(!fw.check(s, Micros::from_millis(59_500), 1).is_allowed());
+/// assert!(fw.check(s, Micros::from_secs(60), 1).is_allowed()); // 1:00, a new window
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FixedWindow {
@@ -33,26 +33,27 @@ impl FixedWindow {
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
-            window_us: quota.window_us(),
+            window_us: quota.window_micros().as_u64(),
         }
     }
 
     /// The window `now` falls in, as (end, cost counted so far).
     #[inline]
     fn current(&self, state: State, now: u64) -> (u64, u64) {
-        if state.is_expired(now) {
+        if state.is_expired(Micros::new(now)) {
             ((now / self.window_us + 1) * self.window_us, 0)
         } else {
-            (state.expires_at, state.value)
+            (state.expires_at.as_u64(), state.value)
         }
     }
 
     /// What a request of `cost` at `now` would get.
     #[inline]
-    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: State, now: Micros, cost: u32) -> Outcome {
+        let now = now.as_u64();
         let (end, used) = self.current(state, now);
         let limit = u64::from(self.limit);
-        let reset = |used: u64| if used > 0 { end - now } else { 0 };
+        let reset = |used: u64| Micros::new(if used > 0 { end - now } else { 0 });
         // `used` never exceeds the limit in states this algorithm wrote;
         // saturating keeps even a foreign state (a fingerprint collision in
         // the memory backend) from panicking.
@@ -63,20 +64,20 @@ impl FixedWindow {
             Outcome::allowed(self.limit, limit - used, reset(used))
         } else {
             Outcome::denied(
-                end - now,
                 self.limit,
                 limit.saturating_sub(used),
                 reset(used),
+                Micros::new(end - now),
             )
         }
     }
 
     /// The state after counting `cost` at `now`, never past the limit.
     #[inline]
-    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
-        let (end, used) = self.current(state, now);
+    pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {
+        let (end, used) = self.current(state, now.as_u64());
         State {
-            expires_at: end,
+            expires_at: Micros::new(end),
             value: (used + u64::from(cost)).min(u64::from(self.limit)),
         }
     }

@@ -1,7 +1,7 @@
 //! Generic cell rate algorithm (GCRA).
 
-use super::{Outcome, State};
-use crate::Quota;
+use super::State;
+use crate::{Micros, Outcome, Quota};
 
 /// GCRA: each key holds one time, the *theoretical arrival time* (TAT) —
 /// when the key would be idle again if requests kept coming at the rate.
@@ -15,21 +15,21 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{Gcra, State};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// // 10/s burst 3: three at once, then one every 100 ms.
 /// let gcra = Gcra::new(Quota::per_second(10).unwrap().with_burst(3).unwrap());
 /// let mut s = State::default();
 /// for _ in 0..3 {
-///     s = gcra.consume(s, 0, 1);
+///     s = gcra.consume(s, Micros::ZERO, 1);
 /// }
-/// assert_eq!(gcra.check(s, 0, 1).retry_after_us(), Some(100_000));
-/// assert!(gcra.check(s, 100_000, 1).is_allowed());
+/// assert_eq!(gcra.check(s, Micros::ZERO, 1).retry_after_micros(), Some(Micros::from_millis(100)));
+/// assert!(gcra.check(s, Micros::from_millis(100), 1).is_allowed());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Gcra {
     capacity: u32,
-    interval_us: u64,
+    interval: Micros,
 }
 
 impl Gcra {
@@ -38,57 +38,64 @@ impl Gcra {
     pub fn new(quota: Quota) -> Self {
         Self {
             capacity: quota.capacity(),
-            interval_us: quota.emission_interval_us(),
+            interval: quota.emission_interval(),
         }
     }
 
-    /// Microseconds of the capacity in use at `now` (`TAT − now`, at least 0).
+    /// The capacity in use at `now`, as time (`TAT − now`, at least 0).
     #[inline]
-    pub(crate) fn in_use(&self, state: State, now: u64) -> u64 {
+    pub(crate) fn in_use(&self, state: State, now: Micros) -> Micros {
         state.expires_at.saturating_sub(now)
     }
 
     /// Whole units free when `in_use` microseconds of capacity are taken.
     #[inline]
-    fn free(&self, in_use: u64) -> u64 {
+    fn free(&self, in_use: Micros) -> u64 {
         // `in_use` can exceed the capacity by a moment when `now` is a
         // little behind the state (another thread read the clock first and
         // took the lock second): nothing is free then.
-        u64::from(self.capacity).saturating_sub(in_use.div_ceil(self.interval_us))
+        u64::from(self.capacity).saturating_sub(self.units(in_use))
     }
 
-    /// The capacity in microseconds: `B·T`.
+    /// Whole units that `span` of capacity holds, rounded up.
     #[inline]
-    fn span(&self) -> u64 {
-        u64::from(self.capacity) * self.interval_us
+    pub(crate) fn units(&self, span: Micros) -> u64 {
+        span.as_u64().div_ceil(self.interval.as_u64())
+    }
+
+    /// The time `cost` units take: `c·T`.
+    #[inline]
+    fn time_of(&self, cost: u32) -> Micros {
+        Micros::new(u64::from(cost) * self.interval.as_u64())
     }
 
     /// What a request of `cost` at `now` would get.
     #[inline]
-    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: State, now: Micros, cost: u32) -> Outcome {
         let in_use = self.in_use(state, now);
         if cost > self.capacity {
             return Outcome::never(self.capacity, self.free(in_use), in_use);
         }
-        let after = in_use + u64::from(cost) * self.interval_us;
-        if after <= self.span() {
+        let after = in_use + self.time_of(cost);
+        let span = self.time_of(self.capacity);
+        if after <= span {
             Outcome::allowed(self.capacity, self.free(after), after)
         } else {
             Outcome::denied(
-                after - self.span(),
                 self.capacity,
                 self.free(in_use),
                 in_use,
+                after.saturating_sub(span),
             )
         }
     }
 
     /// The state after counting `cost` at `now`, never past the capacity.
     #[inline]
-    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
-        let in_use = self.in_use(state, now) + u64::from(cost) * self.interval_us;
+    pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {
+        let in_use = self.in_use(state, now) + self.time_of(cost);
         State {
-            expires_at: now + in_use.min(self.span()),
+            expires_at: now + in_use.min(self.time_of(self.capacity)),
             value: 0,
         }
     }
@@ -98,8 +105,8 @@ impl Gcra {
         self.capacity
     }
 
-    /// The emission interval `T` in microseconds.
-    pub fn interval_us(&self) -> u64 {
-        self.interval_us
+    /// The emission interval `T`.
+    pub fn interval(&self) -> Micros {
+        self.interval
     }
 }

@@ -1,7 +1,7 @@
 //! Leaky bucket, as a meter.
 
-use super::{Gcra, Outcome, State};
-use crate::Quota;
+use super::{Gcra, State};
+use crate::{Micros, Outcome, Quota};
 
 /// A bucket of capacity `N` (the burst, or the limit) that each request fills
 /// by its cost and that drains one unit every `T = window / limit`. A request
@@ -16,14 +16,14 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{LeakyBucket, State};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// // Holds 5, drains 1 per second.
 /// let lb = LeakyBucket::new(Quota::per_second(1).unwrap().with_burst(5).unwrap());
-/// let s = lb.consume(State::default(), 0, 5);
-/// assert_eq!(lb.level(s, 0), 5);
-/// assert_eq!(lb.level(s, 2_000_000), 3);
-/// assert!(!lb.check(s, 0, 1).is_allowed());
+/// let s = lb.consume(State::default(), Micros::ZERO, 5);
+/// assert_eq!(lb.level(s, Micros::ZERO), 5);
+/// assert_eq!(lb.level(s, Micros::from_secs(2)), 3);
+/// assert!(!lb.check(s, Micros::ZERO, 1).is_allowed());
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeakyBucket(Gcra);
@@ -36,19 +36,19 @@ impl LeakyBucket {
     }
 
     /// How full the bucket is at `now`, in units.
-    pub fn level(&self, state: State, now: u64) -> u64 {
-        self.0.in_use(state, now).div_ceil(self.0.interval_us())
+    pub fn level(&self, state: State, now: Micros) -> u64 {
+        self.0.units(self.0.in_use(state, now))
     }
 
     /// What a request of `cost` at `now` would get.
     #[inline]
-    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: State, now: Micros, cost: u32) -> Outcome {
         self.0.check(state, now, cost)
     }
 
     /// The state after pouring in `cost` at `now` (the bucket never overflows).
     #[inline]
-    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+    pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {
         self.0.consume(state, now, cost)
     }
 

@@ -2,8 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::Outcome;
-use crate::Quota;
+use crate::{Micros, Outcome, Quota};
 
 /// Remembers the time and cost of every admitted request for one window. A
 /// request of cost `c` at `now` fits when the cost admitted in
@@ -13,15 +12,15 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// let log = SlidingLog::new(Quota::per_minute(2).unwrap());
 /// let mut s = SlidingLogState::default();
-/// log.consume(&mut s, 10_000_000, 1);
-/// log.consume(&mut s, 50_000_000, 1);
-/// let denied = log.check(&mut s, 60_000_000, 1);
+/// log.consume(&mut s, Micros::from_secs(10), 1);
+/// log.consume(&mut s, Micros::from_secs(50), 1);
+/// let denied = log.check(&mut s, Micros::from_secs(60), 1);
 /// // The request at 0:10 leaves the window at 1:10.
-/// assert_eq!(denied.retry_after_us(), Some(10_000_000));
+/// assert_eq!(denied.retry_after_micros(), Some(Micros::from_secs(10)));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingLog {
@@ -44,9 +43,9 @@ struct Entry {
 }
 
 impl SlidingLogState {
-    /// From when the log is empty (0 if it is now).
-    pub fn expires_at(&self, window_us: u64) -> u64 {
-        self.entries.back().map_or(0, |e| e.at + window_us)
+    /// From when the log is empty under a window of `window` (zero if it is now).
+    pub fn expires_at(&self, window: Micros) -> Micros {
+        Micros::new(self.entries.back().map_or(0, |e| e.at + window.as_u64()))
     }
 
     /// Entries held (for memory accounting).
@@ -82,29 +81,30 @@ impl SlidingLog {
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
-            window_us: quota.window_us(),
+            window_us: quota.window_micros().as_u64(),
         }
     }
 
-    /// The window length in microseconds.
-    pub fn window_us(&self) -> u64 {
-        self.window_us
+    /// The window length.
+    pub fn window(&self) -> Micros {
+        Micros::new(self.window_us)
     }
 
     /// What a request of `cost` at `now` would get. Forgets entries that have
     /// left the window, which changes no decision.
     #[inline]
-    pub fn check(&self, state: &mut SlidingLogState, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: &mut SlidingLogState, now: Micros, cost: u32) -> Outcome {
+        let reset = |s: &SlidingLogState| s.expires_at(self.window()).saturating_sub(now);
+        let now = now.as_u64();
         state.forget_outside(now, self.window_us);
         let limit = u64::from(self.limit);
-        let reset = |s: &SlidingLogState| s.expires_at(self.window_us).saturating_sub(now);
         if u64::from(cost) > limit {
             return Outcome::never(self.limit, limit.saturating_sub(state.used), reset(state));
         }
         let used = state.used + u64::from(cost);
         if used <= limit {
             let reset = if cost > 0 {
-                self.window_us
+                self.window()
             } else {
                 reset(state)
             };
@@ -121,17 +121,18 @@ impl SlidingLog {
             }
         }
         Outcome::denied(
-            retry_at - now,
             self.limit,
             limit.saturating_sub(state.used),
             reset(state),
+            Micros::new(retry_at - now),
         )
     }
 
     /// Counts `cost` at `now`. When a denied request is counted, the oldest
     /// entries make room for it, so the log never holds more than the limit.
     #[inline]
-    pub fn consume(&self, state: &mut SlidingLogState, now: u64, cost: u32) {
+    pub fn consume(&self, state: &mut SlidingLogState, now: Micros, cost: u32) {
+        let now = now.as_u64();
         state.forget_outside(now, self.window_us);
         let cost = u64::from(cost).min(u64::from(self.limit));
         if cost == 0 {

@@ -1,7 +1,7 @@
 //! Sliding window counter.
 
-use super::{Outcome, State};
-use crate::Quota;
+use super::State;
+use crate::{Micros, Outcome, Quota};
 
 /// Counts per aligned window, like [`FixedWindow`](super::FixedWindow), but
 /// judges a request by the current window's count plus the previous window's
@@ -26,12 +26,12 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{SlidingWindow, State};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// let sw = SlidingWindow::new(Quota::per_minute(100).unwrap());
-/// let s = sw.consume(State::default(), 0, 100);        // 100 in minute 0
+/// let s = sw.consume(State::default(), Micros::ZERO, 100); // 100 in minute 0
 /// // At 1:30 the previous minute still weighs half: 50 left.
-/// assert_eq!(sw.check(s, 90_000_000, 0).remaining(), 50);
+/// assert_eq!(sw.check(s, Micros::from_secs(90), 0).remaining(), 50);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlidingWindow {
@@ -53,7 +53,7 @@ impl SlidingWindow {
     pub fn new(quota: Quota) -> Self {
         Self {
             limit: quota.limit(),
-            window_us: quota.window_us(),
+            window_us: quota.window_micros().as_u64(),
         }
     }
 
@@ -61,7 +61,7 @@ impl SlidingWindow {
     fn counts(&self, state: State, now: u64) -> Counts {
         let w = self.window_us;
         let start = now / w * w;
-        if state.is_expired(now) {
+        if state.is_expired(Micros::new(now)) {
             return Counts {
                 start,
                 previous: 0,
@@ -72,7 +72,7 @@ impl SlidingWindow {
         // The state's current window started at expires_at − 2W. A `now` a
         // little behind it (another thread read the clock first and took the
         // lock second) counts in the state's window rather than erasing it.
-        let state_start = state.expires_at.saturating_sub(2 * w);
+        let state_start = state.expires_at.as_u64().saturating_sub(2 * w);
         match start.checked_sub(state_start) {
             None | Some(0) => Counts {
                 start: state_start,
@@ -115,19 +115,20 @@ impl SlidingWindow {
     }
 
     #[inline]
-    fn reset_after(&self, c: &Counts, now: u64) -> u64 {
-        if c.current > 0 {
+    fn reset_after(&self, c: &Counts, now: u64) -> Micros {
+        Micros::new(if c.current > 0 {
             (c.start + 2 * self.window_us).saturating_sub(now)
         } else if c.previous > 0 {
             (c.start + self.window_us).saturating_sub(now)
         } else {
             0
-        }
+        })
     }
 
     /// What a request of `cost` at `now` would get.
     #[inline]
-    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: State, now: Micros, cost: u32) -> Outcome {
+        let now = now.as_u64();
         let c = self.counts(state, now);
         let used = self.used_scaled(&c, now);
         let w = u128::from(self.window_us);
@@ -148,10 +149,10 @@ impl SlidingWindow {
         }
         let retry_at = self.fits_again_at(&c, cost);
         Outcome::denied(
-            retry_at.saturating_sub(now),
             self.limit,
             self.free(used),
             self.reset_after(&c, now),
+            Micros::new(retry_at.saturating_sub(now)),
         )
     }
 
@@ -178,11 +179,11 @@ impl SlidingWindow {
 
     /// The state after counting `cost` at `now`, the current window never past the limit.
     #[inline]
-    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
-        let c = self.counts(state, now);
+    pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {
+        let c = self.counts(state, now.as_u64());
         let current = (c.current + u64::from(cost)).min(u64::from(self.limit));
         State {
-            expires_at: c.start + 2 * self.window_us,
+            expires_at: Micros::new(c.start + 2 * self.window_us),
             value: (c.previous << 32) | current,
         }
     }

@@ -1,7 +1,7 @@
 //! Token bucket.
 
-use super::{Gcra, Outcome, State};
-use crate::Quota;
+use super::{Gcra, State};
+use crate::{Micros, Outcome, Quota};
 
 /// A bucket of `B` tokens (the burst, or the limit) that starts full and
 /// refills one token every `T = window / limit`; a request of cost `c` takes
@@ -15,14 +15,14 @@ use crate::Quota;
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{State, TokenBucket};
-/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::{Micros, Quota};
 ///
 /// // Capacity 100, refilling 100 per minute: one token per 600 ms.
 /// let tb = TokenBucket::new(Quota::per_minute(100).unwrap());
 /// let mut s = State::default();
-/// s = tb.consume(s, 0, 100);                          // empty
-/// assert_eq!(tb.check(s, 1_799_999, 1).remaining(), 1); // two tokens back, one taken
-/// assert_eq!(tb.tokens(s, 1_800_000), 3);
+/// s = tb.consume(s, Micros::ZERO, 100); // empty
+/// assert_eq!(tb.check(s, Micros::new(1_799_999), 1).remaining(), 1); // two back, one taken
+/// assert_eq!(tb.tokens(s, Micros::from_millis(1_800)), 3);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenBucket(Gcra);
@@ -35,19 +35,19 @@ impl TokenBucket {
     }
 
     /// Tokens in the bucket at `now`.
-    pub fn tokens(&self, state: State, now: u64) -> u32 {
+    pub fn tokens(&self, state: State, now: Micros) -> u32 {
         self.0.check(state, now, 0).remaining()
     }
 
     /// What a request taking `cost` tokens at `now` would get.
     #[inline]
-    pub fn check(&self, state: State, now: u64, cost: u32) -> Outcome {
+    pub fn check(&self, state: State, now: Micros, cost: u32) -> Outcome {
         self.0.check(state, now, cost)
     }
 
     /// The state after taking `cost` tokens at `now` (the bucket never goes below empty).
     #[inline]
-    pub fn consume(&self, state: State, now: u64, cost: u32) -> State {
+    pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {
         self.0.consume(state, now, cost)
     }
 

@@ -3,10 +3,14 @@
 //! A [`Backend`] takes a key, a policy and a cost, applies every limit of the
 //! policy to that key's state at once (all-or-nothing), and answers with a
 //! [`Decision`]. The in-memory backend ([`MemoryBackend`]) answers at once
-//! with a ready future; a networked backend answers later.
+//! with a ready future; a networked one (`RedisBackend`, feature `redis`)
+//! answers later; [`Fallback`] decides with a second backend while the first
+//! fails.
 //!
 //! ```
-//! use tower_ratelimit::{Backend, Key, MemoryBackend, Policy};
+//! use tower_ratelimit::backend::{Backend, MemoryBackend};
+//! use tower_ratelimit::key::Key;
+//! use tower_ratelimit::Policy;
 //!
 //! let backend = MemoryBackend::new();
 //! let policy: Policy = "2/min".parse().unwrap();
@@ -15,19 +19,38 @@
 //! let decision = check.into_inner().unwrap();
 //! assert!(decision.is_allowed());
 //! ```
+//!
+//! ## A backend of your own
+//!
+//! Implement [`Backend::check`]: find the key's state for each of the
+//! policy's limits (a limit's [`identity`](crate::Limit::identity) keeps
+//! limits apart), apply the [`algorithm`](crate::algorithm)s, and answer with
+//! [`Decision::from_outcomes`] — one [`Outcome`](crate::Outcome) per limit,
+//! made with [`Outcome::allowed`](crate::Outcome::allowed),
+//! [`denied`](crate::Outcome::denied) or [`never`](crate::Outcome::never). The
+//! crate applies the all-or-nothing rule and picks the deciding limit. Commit
+//! the cost only when every limit allows it (or, for a policy that
+//! [counts denied requests](crate::Policy::counts_denied), always), and do the
+//! check and the commit atomically. Fail with [`BackendError`]: the layer
+//! then does what it was told ([`OnBackendError`](crate::OnBackendError)).
 
-pub mod memory;
+mod error;
+mod fallback;
+mod memory;
 #[cfg(feature = "redis")]
-pub mod redis;
+mod redis;
 
-use std::fmt;
 use std::future::Future;
 
-use crate::{Decision, Key, Policy};
+use crate::key::Key;
+use crate::{Decision, Policy};
 
-#[cfg(feature = "redis")]
-pub use self::redis::{RedisBackend, RedisBackendBuilder};
+pub use error::BackendError;
+pub(crate) use error::FailureLog;
+pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
+#[cfg(feature = "redis")]
+pub use redis::{RedisBackend, RedisBackendBuilder};
 
 /// Stores per-key state and decides requests against a policy.
 pub trait Backend: Clone + Send + Sync + 'static {
@@ -41,10 +64,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Decide with `fallback` whenever this backend fails: typically Redis
     /// first and, while it is down, each server's own memory — every server
     /// then enforces the whole limit on its own, so the service stays both
-    /// up and limited.
+    /// up and limited. Each failure is still reported (a throttled `tracing`
+    /// warning, feature `tracing`), and the decision says it came from the
+    /// fallback ([`Decision::origin`]), which the layer counts (feature
+    /// `metrics`).
     ///
     /// ```
-    /// use tower_ratelimit::{Backend, MemoryBackend};
+    /// use tower_ratelimit::backend::{Backend, MemoryBackend};
     /// # let shared = MemoryBackend::new(); // stands in for a RedisBackend
     /// let backend = shared.or_fallback(MemoryBackend::new());
     /// ```
@@ -52,58 +78,6 @@ pub trait Backend: Clone + Send + Sync + 'static {
     where
         Self: Sized,
     {
-        Fallback {
-            primary: self,
-            fallback,
-        }
-    }
-}
-
-/// A backend that falls back to another when it fails; see [`Backend::or_fallback`].
-#[derive(Clone, Debug)]
-pub struct Fallback<P, F> {
-    primary: P,
-    fallback: F,
-}
-
-impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
-    type Future = std::pin::Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
-
-    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
-        let primary = self.primary.check(key, policy, cost);
-        let (fallback, key, policy) = (self.fallback.clone(), key.clone(), policy.clone());
-        Box::pin(async move {
-            match primary.await {
-                Ok(decision) => Ok(decision),
-                Err(_) => fallback.check(&key, &policy, cost).await,
-            }
-        })
-    }
-}
-
-/// A backend could not decide (unreachable, timed out, answered nonsense).
-#[derive(Debug)]
-pub struct BackendError {
-    source: Box<dyn std::error::Error + Send + Sync>,
-}
-
-impl BackendError {
-    /// Wrap the underlying error.
-    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        Self {
-            source: source.into(),
-        }
-    }
-}
-
-impl fmt::Display for BackendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limit backend failed: {}", self.source)
-    }
-}
-
-impl std::error::Error for BackendError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.source)
+        Fallback::new(self, fallback)
     }
 }

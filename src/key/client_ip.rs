@@ -125,7 +125,7 @@ impl ClientIp {
 
     /// The client's address for this request.
     pub fn client_addr(&self, req: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
-        let peer = peer_addr(req).ok_or(KeyError::Missing("peer address"))?;
+        let peer = peer_addr(req).ok_or(KeyError::NoPeerAddress)?;
         let peer = canonical(peer);
         let (networks, hops) = match &self.trust {
             Trust::Nobody => return Ok(peer),

@@ -36,6 +36,17 @@ pub enum KeyError {
     Missing(&'static str),
     /// It is present but unusable (too long, malformed); says what and why.
     Invalid(&'static str, &'static str),
+    /// The connection's peer address is not in the request: a server set up
+    /// without it, not a client's fault. Its text says how to fix that.
+    NoPeerAddress,
+}
+
+impl KeyError {
+    /// Whether the server's setup, not the request, is at fault (every
+    /// request will fail the same way until it is fixed).
+    pub fn is_misconfiguration(&self) -> bool {
+        matches!(self, Self::NoPeerAddress)
+    }
 }
 
 impl fmt::Display for KeyError {
@@ -43,6 +54,11 @@ impl fmt::Display for KeyError {
         match self {
             Self::Missing(what) => write!(f, "missing {what}"),
             Self::Invalid(what, why) => write!(f, "invalid {what}: {why}"),
+            Self::NoPeerAddress => f.write_str(
+                "missing peer address: serve the app with \
+                 into_make_service_with_connect_info::<SocketAddr>(), or put a \
+                 PeerAddr in the request extensions, or key requests by something else",
+            ),
         }
     }
 }
@@ -64,7 +80,7 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
 ///
 /// ```
 /// use tower_ratelimit::key::{key_fn, KeyError};
-/// use tower_ratelimit::Key;
+/// use tower_ratelimit::key::Key;
 ///
 /// // Per tenant, from the host name.
 /// let per_tenant = key_fn(|req| {

@@ -5,7 +5,7 @@
 //! | [`UserHeader`] | a header's value (`x-user-id`) | `header:<name>` |
 //! | [`ClientIp`] | the client address (IPv6 grouped by prefix) | `ip` |
 //! | [`ApiKey`] | a keyed hash of an API key, never the key itself | `api-key` |
-//! | [`Endpoint`] | method + route template (axum's `MatchedPath`) | `endpoint` |
+//! | `Endpoint` (feature `axum`) | method + route template (axum's `MatchedPath`) | `endpoint` |
 //! | [`Global`] | one key for everything | `global` |
 //! | a tuple of extractors | each key, length-prefixed | `+` |
 //! | [`key_fn`] | whatever the closure returns | the closure's choice |
@@ -16,7 +16,7 @@
 //! sends as the value: `user` `1` is not `ip` `1`, and `us` `er1` is neither.
 //!
 //! ```
-//! use tower_ratelimit::Key;
+//! use tower_ratelimit::key::Key;
 //!
 //! let alice = Key::new("user", "alice");
 //! assert_eq!(alice.namespace(), "user");
@@ -35,6 +35,7 @@ mod header;
 pub use api_key::ApiKey;
 pub use client_ip::{ClientIp, ForwardedHeader, PeerAddr};
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use endpoint::Endpoint;
 pub use extractor::{key_fn, Global, KeyError, KeyExtractor, KeyFn, Or};
 pub use header::UserHeader;

@@ -32,7 +32,9 @@
 //!   but a flood locks out new clients.
 //!
 //! ```
-//! use tower_ratelimit::{AtCapacity, Key, MemoryBackend, Policy};
+//! use tower_ratelimit::backend::{AtCapacity, MemoryBackend};
+//! use tower_ratelimit::key::Key;
+//! use tower_ratelimit::Policy;
 //!
 //! let backend = MemoryBackend::builder()
 //!     .max_keys(100_000)
@@ -54,10 +56,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use self::table::{Expires, Table};
 use super::{Backend, BackendError};
-use crate::algorithm::{Form, Outcome, SlidingLog, SlidingLogState, State};
+use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::clock::{Clock, MonotonicClock};
-use crate::policy::MAX_LIMITS;
-use crate::{Decision, Key, Limit, Policy};
+use crate::key::Key;
+use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 
 /// What a full backend does with a key it does not know.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -69,8 +71,6 @@ pub enum AtCapacity {
     Deny,
 }
 
-/// The default cap on states of each kind.
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 const DEFAULT_SHARDS: usize = 64;
 
 /// Rate-limit state in this process's memory.
@@ -109,19 +109,23 @@ struct Shard {
 /// without knowing its window.
 #[derive(Default)]
 struct TimedLog {
-    expires_at: u64,
+    expires_at: Micros,
     log: SlidingLogState,
 }
 
 impl Expires for TimedLog {
-    fn expires_at(&self) -> u64 {
+    fn expires_at(&self) -> Micros {
         self.expires_at
     }
 }
 
 impl MemoryBackend {
+    /// The default cap on states of each kind.
+    pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
     /// A backend with the defaults: the monotonic clock, at most
-    /// [`DEFAULT_MAX_KEYS`] states of each kind, evicting at the cap.
+    /// [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) states of each kind,
+    /// evicting at the cap.
     pub fn new() -> Self {
         Self::builder().build()
     }
@@ -130,7 +134,7 @@ impl MemoryBackend {
     pub fn builder() -> MemoryBackendBuilder {
         MemoryBackendBuilder {
             clock: MonotonicClock::new(),
-            max_keys: DEFAULT_MAX_KEYS,
+            max_keys: Self::DEFAULT_MAX_KEYS,
             shards: DEFAULT_SHARDS,
             at_capacity: AtCapacity::default(),
         }
@@ -146,14 +150,16 @@ impl Default for MemoryBackend {
 impl<C: Clock> MemoryBackend<C> {
     /// Decide a request of `cost` for `key` under `policy`, now.
     pub fn check_now(&self, key: &Key, policy: &Policy, cost: u32) -> Decision {
-        self.check_at(key, policy, cost, self.inner.clock.now_us())
+        self.check_at(key, policy, cost, self.inner.clock.now())
     }
 
-    /// Decide a request of `cost` for `key` under `policy` at `now_us`
-    /// (microseconds on this backend's clock). Time must not go backwards for
-    /// a key; the clock guarantees that for [`check_now`](Self::check_now).
-    pub fn check_at(&self, key: &Key, policy: &Policy, cost: u32, now_us: u64) -> Decision {
-        self.inner.store.check(key, policy, cost, now_us)
+    /// Decide a request of `cost` for `key` under `policy` at `now` (on this
+    /// backend's clock): for replaying a trace of your own. Time should not
+    /// go backwards for a key; the clock guarantees that for
+    /// [`check_now`](Self::check_now), and a small step back (threads
+    /// racing for a shard) changes nothing.
+    pub fn check_at(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
+        self.inner.store.check(key, policy, cost, now)
     }
 
     /// States held (fixed-size states plus sliding logs).
@@ -196,7 +202,7 @@ impl<C: Clock> MemoryBackend<C> {
 }
 
 impl Store {
-    fn check(&self, key: &Key, policy: &Policy, cost: u32, now: u64) -> Decision {
+    fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         // Each limit's fingerprint, and its slot if the key is known.
@@ -298,7 +304,13 @@ impl Shard {
     /// What `limit` says about `cost` for fingerprint `fp`, and the slot
     /// holding its state if there is one.
     #[inline]
-    fn check(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) -> (Outcome, Option<usize>) {
+    fn check(
+        &mut self,
+        limit: &Limit,
+        fp: u64,
+        now: Micros,
+        cost: u32,
+    ) -> (Outcome, Option<usize>) {
         match limit.rule().form() {
             Form::Fixed(rule) => {
                 let slot = self.states.find(fp);
@@ -318,7 +330,7 @@ impl Shard {
 
     /// Count `cost` in the state at `slot`.
     #[inline]
-    fn consume_at(&mut self, limit: &Limit, slot: usize, now: u64, cost: u32) {
+    fn consume_at(&mut self, limit: &Limit, slot: usize, now: Micros, cost: u32) {
         match limit.rule().form() {
             Form::Fixed(rule) => {
                 let state = self.states.at_mut(slot);
@@ -329,7 +341,7 @@ impl Shard {
     }
 
     /// Count `cost` for a key `limit` holds no state for yet.
-    fn consume_new(&mut self, limit: &Limit, fp: u64, now: u64, cost: u32) {
+    fn consume_new(&mut self, limit: &Limit, fp: u64, now: Micros, cost: u32) {
         match limit.rule().form() {
             Form::Fixed(rule) => {
                 let state = rule.consume(State::default(), now, cost);
@@ -348,8 +360,8 @@ impl Shard {
         &mut self,
         limits: &[Limit],
         found: &[(u64, Option<usize>)],
-        now: u64,
-    ) -> Option<(usize, u64)> {
+        now: Micros,
+    ) -> Option<(usize, Micros)> {
         // (count of new entries, first new one) for states and for logs.
         let mut new_states = (0, None);
         let mut new_logs = (0, None);
@@ -377,9 +389,9 @@ impl Shard {
     }
 }
 
-fn consume_log(log: &SlidingLog, timed: &mut TimedLog, now: u64, cost: u32) {
+fn consume_log(log: &SlidingLog, timed: &mut TimedLog, now: Micros, cost: u32) {
     log.consume(&mut timed.log, now, cost);
-    timed.expires_at = timed.log.expires_at(log.window_us());
+    timed.expires_at = timed.log.expires_at(log.window());
 }
 
 impl<C> Clone for MemoryBackend<C> {
@@ -420,7 +432,8 @@ pub struct MemoryBackendBuilder<C = MonotonicClock> {
 
 impl<C: Clock> MemoryBackendBuilder<C> {
     /// Hold at most this many fixed-size states, and at most this many
-    /// sliding logs (one per key per limit). Default [`DEFAULT_MAX_KEYS`].
+    /// sliding logs (one per key per limit). Default
+    /// [`MemoryBackend::DEFAULT_MAX_KEYS`].
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self

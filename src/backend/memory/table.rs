@@ -10,15 +10,16 @@
 //! key can replace the entry near it that expires soonest.
 
 use crate::algorithm::State;
+use crate::Micros;
 
 /// State that knows from when it is no longer needed.
 pub(crate) trait Expires: Default {
     /// Microseconds from which the entry equals no entry.
-    fn expires_at(&self) -> u64;
+    fn expires_at(&self) -> Micros;
 }
 
 impl Expires for State {
-    fn expires_at(&self) -> u64 {
+    fn expires_at(&self) -> Micros {
         self.expires_at
     }
 }
@@ -130,7 +131,7 @@ impl<V: Expires> Table<V> {
     /// evicting. A full table first reclaims expired entries at the cursor
     /// and around `fp`: bounded work, so a flood of new keys cannot make each
     /// request scan the table.
-    pub(crate) fn has_room(&mut self, fp: u64, needed: usize, now: u64) -> bool {
+    pub(crate) fn has_room(&mut self, fp: u64, needed: usize, now: Micros) -> bool {
         if self.len + needed > self.max_len {
             self.reclaim_step(now, EVICTION_NEIGHBOURHOOD * needed);
         }
@@ -148,16 +149,16 @@ impl<V: Expires> Table<V> {
 
     /// The soonest time an entry near `fp` expires: when a full table is
     /// likely to have room for `fp`.
-    pub(crate) fn soonest_expiry_near(&self, fp: u64) -> u64 {
+    pub(crate) fn soonest_expiry_near(&self, fp: u64) -> Micros {
         self.neighbourhood(fp)
             .map(|i| self.slots[i].value.expires_at())
             .min()
-            .unwrap_or(0)
+            .unwrap_or(Micros::ZERO)
     }
 
     /// Insert `fp`, which must be absent. At the cap, the entry near `fp`
     /// that expires soonest (an expired one if any) makes way.
-    pub(crate) fn insert(&mut self, fp: u64, value: V, now: u64) -> &mut V {
+    pub(crate) fn insert(&mut self, fp: u64, value: V, now: Micros) -> &mut V {
         debug_assert!(fp != 0 && self.find(fp).is_none());
         if self.len >= self.max_len {
             self.reclaim_step(now, SWEEP_STEP);
@@ -210,7 +211,7 @@ impl<V: Expires> Table<V> {
     /// Grow the table by half when one more entry would take it past 3/4
     /// full (so it is at least half full after growing: 32 to 48 bytes a
     /// key), unless reclaiming what has expired makes enough room.
-    fn grow_if_needed(&mut self, now: u64) {
+    fn grow_if_needed(&mut self, now: Micros) {
         if self.slots.is_empty() {
             self.rebuild(MIN_SLOTS.min(self.max_slots), now);
             return;
@@ -232,7 +233,7 @@ impl<V: Expires> Table<V> {
     }
 
     /// Move the live entries into a fresh table of `size` slots.
-    fn rebuild(&mut self, size: usize, now: u64) {
+    fn rebuild(&mut self, size: usize, now: Micros) {
         let old = std::mem::replace(
             &mut self.slots,
             (0..size).map(|_| Slot::default()).collect(),
@@ -253,7 +254,7 @@ impl<V: Expires> Table<V> {
     }
 
     /// Examine up to `budget` slots at the cursor, removing expired entries.
-    fn reclaim_step(&mut self, now: u64, budget: usize) {
+    fn reclaim_step(&mut self, now: Micros, budget: usize) {
         if self.slots.is_empty() {
             return;
         }
@@ -277,7 +278,7 @@ impl<V: Expires> Table<V> {
     /// a table under a quarter full is rebuilt half full. One rebuild per
     /// pass, and a pass takes `slots / SWEEP_STEP` insertions, so the cost
     /// per insertion stays constant.
-    fn shrink_if_sparse(&mut self, now: u64) {
+    fn shrink_if_sparse(&mut self, now: Micros) {
         let size = self.slots.len();
         if size > MIN_SLOTS && self.len * 4 < size {
             self.rebuild((self.len * 2).max(MIN_SLOTS), now);
@@ -317,7 +318,7 @@ mod tests {
 
     fn state(expires_at: u64) -> State {
         State {
-            expires_at,
+            expires_at: Micros::new(expires_at),
             value: expires_at,
         }
     }
@@ -331,7 +332,11 @@ mod tests {
     fn finds_what_it_holds_through_growth() {
         let mut t = Table::new(10_000);
         for fp in 1..=5_000u64 {
-            t.insert(fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, state(1_000), 0);
+            t.insert(
+                fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                state(1_000),
+                Micros::ZERO,
+            );
         }
         assert_eq!(t.len(), 5_000);
         for fp in 1..=5_000u64 {
@@ -344,10 +349,14 @@ mod tests {
     fn removal_keeps_colliding_entries_reachable() {
         let mut t = Table::new(64);
         for fp in clustered(10) {
-            t.insert(fp, state(if fp >> 32 == 3 { 10 } else { 1_000 }), 0);
+            t.insert(
+                fp,
+                state(if fp >> 32 == 3 { 10 } else { 1_000 }),
+                Micros::ZERO,
+            );
         }
         // Entry 3 expires; the cursor sweeps it out, shifting the run back.
-        t.reclaim_step(20, 64);
+        t.reclaim_step(Micros::new(20), 64);
         assert_eq!(t.len(), 9);
         for fp in clustered(10).filter(|fp| fp >> 32 != 3) {
             assert_eq!(t.get(fp).map(|s| s.value), Some(1_000));
@@ -358,7 +367,11 @@ mod tests {
     fn never_holds_more_than_its_cap() {
         let mut t = Table::new(100);
         for fp in 1..=10_000u64 {
-            t.insert(fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, state(fp), 0);
+            t.insert(
+                fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                state(fp),
+                Micros::ZERO,
+            );
             assert!(t.len() <= 100);
         }
         assert_eq!(t.len(), 100);

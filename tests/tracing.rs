@@ -2,6 +2,7 @@
 //! a thread-scoped subscriber must be the first to see the log call sites.
 #![cfg(feature = "tracing")]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::convert::Infallible;
@@ -13,6 +14,7 @@ use http::{Request, Response};
 use http_body_util::Full;
 use support::Broken;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::key::{Global, UserHeader};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
@@ -73,12 +75,29 @@ fn failures_and_limits_are_logged_without_flooding() {
             let svc = ServiceBuilder::new().layer(limited).service(ok());
             svc.clone().oneshot(user("secret-user-42")).await.unwrap();
             svc.clone().oneshot(user("secret-user-42")).await.unwrap();
+
+            // A fallback decides while its primary fails, and says so.
+            let local = RateLimitLayer::new("1000/min".parse::<Policy>().unwrap())
+                .key(Global)
+                .backend(Broken.or_fallback(MemoryBackend::new()));
+            let svc = ServiceBuilder::new().layer(local).service(ok());
+            for _ in 0..100 {
+                svc.clone().oneshot(user("a")).await.unwrap();
+            }
+
+            // The default key without a peer address: every request fails
+            // the same way; the error is logged once.
+            let no_peer = RateLimitLayer::new("1/min".parse::<Policy>().unwrap());
+            let svc = ServiceBuilder::new().layer(no_peer).service(ok());
+            for _ in 0..10 {
+                svc.clone().oneshot(user("a")).await.unwrap();
+            }
         })
     });
     let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     let warnings: Vec<&str> = text
         .lines()
-        .filter(|l| l.contains("rate limit backend failed"))
+        .filter(|l| l.contains("rate limit backend failed") && l.contains("action=\"allow\""))
         .collect();
     assert!((1..=2).contains(&warnings.len()), "{text}");
     assert!(
@@ -99,5 +118,24 @@ fn failures_and_limits_are_logged_without_flooding() {
     assert!(
         !text.contains("secret-user-42"),
         "keys never reach the logs: {text}"
+    );
+    let fallbacks: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("rate limit backend failed") && l.contains("action=\"fallback\""))
+        .collect();
+    assert!((1..=2).contains(&fallbacks.len()), "{text}");
+    assert!(
+        fallbacks[0].contains("WARN") && fallbacks[0].contains("connection refused"),
+        "{text}"
+    );
+    let misconfigured: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("no request can have a rate limit key"))
+        .collect();
+    assert_eq!(misconfigured.len(), 1, "{text}");
+    assert!(
+        misconfigured[0].contains("ERROR")
+            && misconfigured[0].contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "{text}"
     );
 }

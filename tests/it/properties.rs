@@ -8,7 +8,9 @@ use proptest::prelude::*;
 use tower_ratelimit::algorithm::{
     FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow, State, TokenBucket,
 };
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Outcome, Policy, Quota, Verdict};
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Micros, Outcome, Policy, Quota, Verdict};
 
 /// Any of the six, driven through its public pure API.
 enum Algo {
@@ -47,24 +49,24 @@ impl Algo {
 
     fn check(&self, st: &mut St, now: u64, cost: u32) -> Outcome {
         match (self, st) {
-            (Algo::Fixed(a), St::Fixed(s)) => a.check(*s, now, cost),
-            (Algo::Window(a), St::Fixed(s)) => a.check(*s, now, cost),
-            (Algo::Token(a), St::Fixed(s)) => a.check(*s, now, cost),
-            (Algo::Leaky(a), St::Fixed(s)) => a.check(*s, now, cost),
-            (Algo::Gcra(a), St::Fixed(s)) => a.check(*s, now, cost),
-            (Algo::Log(a), St::Log(s)) => a.check(s, now, cost),
+            (Algo::Fixed(a), St::Fixed(s)) => a.check(*s, Micros::new(now), cost),
+            (Algo::Window(a), St::Fixed(s)) => a.check(*s, Micros::new(now), cost),
+            (Algo::Token(a), St::Fixed(s)) => a.check(*s, Micros::new(now), cost),
+            (Algo::Leaky(a), St::Fixed(s)) => a.check(*s, Micros::new(now), cost),
+            (Algo::Gcra(a), St::Fixed(s)) => a.check(*s, Micros::new(now), cost),
+            (Algo::Log(a), St::Log(s)) => a.check(s, Micros::new(now), cost),
             _ => unreachable!("state matches its algorithm"),
         }
     }
 
     fn consume(&self, st: &mut St, now: u64, cost: u32) {
         match (self, st) {
-            (Algo::Fixed(a), St::Fixed(s)) => *s = a.consume(*s, now, cost),
-            (Algo::Window(a), St::Fixed(s)) => *s = a.consume(*s, now, cost),
-            (Algo::Token(a), St::Fixed(s)) => *s = a.consume(*s, now, cost),
-            (Algo::Leaky(a), St::Fixed(s)) => *s = a.consume(*s, now, cost),
-            (Algo::Gcra(a), St::Fixed(s)) => *s = a.consume(*s, now, cost),
-            (Algo::Log(a), St::Log(s)) => a.consume(s, now, cost),
+            (Algo::Fixed(a), St::Fixed(s)) => *s = a.consume(*s, Micros::new(now), cost),
+            (Algo::Window(a), St::Fixed(s)) => *s = a.consume(*s, Micros::new(now), cost),
+            (Algo::Token(a), St::Fixed(s)) => *s = a.consume(*s, Micros::new(now), cost),
+            (Algo::Leaky(a), St::Fixed(s)) => *s = a.consume(*s, Micros::new(now), cost),
+            (Algo::Gcra(a), St::Fixed(s)) => *s = a.consume(*s, Micros::new(now), cost),
+            (Algo::Log(a), St::Log(s)) => a.consume(s, Micros::new(now), cost),
             _ => unreachable!("state matches its algorithm"),
         }
     }
@@ -212,7 +214,7 @@ proptest! {
             Verdict::Allowed => prop_assert!(cost <= q.limit()),
             Verdict::Never => prop_assert!(cost > q.limit()),
             Verdict::RetryAfter(r) => {
-                let r = r.get();
+                let r = r.as_u64();
                 prop_assert!(!algo.check(&mut st.clone(), now + r - 1, cost).is_allowed());
                 prop_assert!(algo.check(&mut st.clone(), now + r, cost).is_allowed());
             }
@@ -254,7 +256,7 @@ proptest! {
             let seen = now - back;
             let outcome = algo.check(&mut st, seen, cost);
             prop_assert!(outcome.remaining() <= capacity);
-            prop_assert!(outcome.retry_after_us() != Some(0));
+            prop_assert!(outcome.retry_after_micros().map(Micros::as_u64) != Some(0));
             if outcome.is_allowed() {
                 algo.consume(&mut st, seen, cost);
             }
@@ -285,7 +287,7 @@ proptest! {
             .iter()
             .zip(&times)
             .map(|(&(_, n, cost), &now)| {
-                (0..2 * n).filter(|_| sequential.check_at(&key, &policy, cost, now).is_allowed()).count()
+                (0..2 * n).filter(|_| sequential.check_at(&key, &policy, cost, Micros::new(now)).is_allowed()).count()
             })
             .collect();
 
@@ -301,7 +303,7 @@ proptest! {
                             .map(|(&(_, n, cost), &now)| {
                                 barrier.wait();
                                 let admitted = (0..n)
-                                    .filter(|_| concurrent.check_at(&key, &policy, cost, now).is_allowed())
+                                    .filter(|_| concurrent.check_at(&key, &policy, cost, Micros::new(now)).is_allowed())
                                     .count();
                                 barrier.wait();
                                 admitted

@@ -4,8 +4,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use tower_ratelimit::backend::{AtCapacity, MemoryBackend};
 use tower_ratelimit::clock::ManualClock;
-use tower_ratelimit::{Algorithm, AtCapacity, Key, MemoryBackend, Policy, Quota};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Micros, Policy, Quota};
 
 const SEC: u64 = 1_000_000;
 
@@ -20,7 +22,10 @@ fn two_threads_on_one_key_admit_exactly_the_limit() {
                 s.spawn(|| {
                     let key = Key::new("user", "hot");
                     for _ in 0..10_000 {
-                        if backend.check_at(&key, &policy, 1, 0).is_allowed() {
+                        if backend
+                            .check_at(&key, &policy, 1, Micros::new(0))
+                            .is_allowed()
+                        {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -44,7 +49,10 @@ fn a_million_keys_from_two_threads_are_each_counted_once() {
                 // Both threads visit every key, starting at different places.
                 for i in 0..keys {
                     let key = Key::new("ip", ((i + offset) % keys).to_be_bytes());
-                    if backend.check_at(&key, policy, 1, 0).is_allowed() {
+                    if backend
+                        .check_at(&key, policy, 1, Micros::new(0))
+                        .is_allowed()
+                    {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -57,7 +65,7 @@ fn a_million_keys_from_two_threads_are_each_counted_once() {
 
 #[test]
 fn a_key_flood_never_grows_past_the_cap_and_evicts_what_expires_soonest() {
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(Micros::new(0));
     // 64 shards of 64 states: the cap is split per shard, so the loyal
     // clients below (8 per shard on average) must fit in any one shard.
     let backend = MemoryBackend::builder()
@@ -99,7 +107,7 @@ fn a_key_flood_never_grows_past_the_cap_and_evicts_what_expires_soonest() {
 
 #[test]
 fn at_capacity_deny_turns_new_keys_away_until_state_expires() {
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(Micros::new(0));
     let backend = MemoryBackend::builder()
         .max_keys(256)
         .at_capacity(AtCapacity::Deny)
@@ -146,7 +154,7 @@ fn at_capacity_deny_turns_new_keys_away_until_state_expires() {
 
 #[test]
 fn expired_state_is_reclaimed_without_timers() {
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(Micros::new(0));
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
     let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
     for i in 0..100_000u32 {
@@ -175,7 +183,7 @@ fn sliding_logs_are_bounded_by_their_limit() {
     let policy = Policy::single(Algorithm::SlidingLog, Quota::per_minute(50).unwrap());
     let key = Key::new("user", "logger");
     for i in 0..10_000u64 {
-        backend.check_at(&key, &policy, 1, i * 1_000);
+        backend.check_at(&key, &policy, 1, Micros::new(i * 1_000));
     }
     // 50 entries at most, 16 bytes each, plus the slot table.
     assert!(
@@ -200,13 +208,17 @@ fn keys_of_different_kinds_never_share_state() {
     ];
     for key in &keys {
         assert!(
-            backend.check_at(key, &policy, 1, SEC).is_allowed(),
+            backend
+                .check_at(key, &policy, 1, Micros::new(SEC))
+                .is_allowed(),
             "{key:?}"
         );
     }
     for key in &keys {
         assert!(
-            !backend.check_at(key, &policy, 1, SEC).is_allowed(),
+            !backend
+                .check_at(key, &policy, 1, Micros::new(SEC))
+                .is_allowed(),
             "{key:?}"
         );
     }
@@ -214,7 +226,7 @@ fn keys_of_different_kinds_never_share_state() {
 
 #[test]
 fn memory_comes_back_after_a_flood_subsides() {
-    let clock = ManualClock::new(0);
+    let clock = ManualClock::new(Micros::new(0));
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
     let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
     let mut next = 0u32;

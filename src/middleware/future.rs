@@ -4,7 +4,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -12,13 +11,13 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use crate::algorithm::Verdict;
-use crate::body::ResponseBody;
-use crate::headers;
-use crate::layer::{OnBackendError, Options};
-use crate::observe;
-use crate::shaping::Waiting;
-use crate::{response, Backend, Decision, Key, Policy};
+use super::body::ResponseBody;
+use super::config::{Config, OnBackendError};
+use super::shaping::Waiting;
+use super::{headers, observe, response};
+use crate::backend::Backend;
+use crate::key::Key;
+use crate::{Decision, Policy};
 
 pin_project! {
     /// The future of a [`RateLimit`](crate::RateLimit) call: it awaits the
@@ -31,7 +30,7 @@ pin_project! {
     {
         #[pin]
         state: State<S, ReqB, B>,
-        options: Arc<Options>,
+        config: Arc<Config>,
     }
 }
 
@@ -48,8 +47,6 @@ pin_project! {
             pending: Option<Pending<S, ReqB, B>>,
         },
         Wait {
-            // Boxed: only shaped requests wait, and every request's future
-            // would otherwise carry a timer's worth of bytes.
             sleep: Pin<Box<Sleep>>,
             pending: Option<Pending<S, ReqB, B>>,
         },
@@ -95,14 +92,14 @@ where
         inner: S,
         req: Request<ReqB>,
         policy: Policy,
-        options: Arc<Options>,
+        config: Arc<Config>,
     ) -> Self {
         let check = backend.check(&key, &policy, cost);
-        let retry = options.shaping.as_ref().map(|shaping| {
+        let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 backend: backend.clone(),
                 cost,
-                deadline: Instant::now() + Duration::from_micros(shaping.max_wait_us),
+                deadline: Instant::now() + shaping.max_wait,
                 waiting: None,
             })
         });
@@ -118,34 +115,28 @@ where
                 check,
                 pending: Some(pending),
             },
-            options,
+            config,
         }
     }
 
-    pub(crate) fn unlimited(call: S::Future, options: Arc<Options>) -> Self {
+    pub(crate) fn unlimited(call: S::Future, config: Arc<Config>) -> Self {
         Self {
             state: State::Call {
                 call,
                 limited: None,
             },
-            options,
+            config,
         }
     }
 
-    pub(crate) fn respond(response: Response<Bytes>, options: Arc<Options>) -> Self {
+    pub(crate) fn respond(response: Response<Bytes>, config: Arc<Config>) -> Self {
         Self {
             state: State::Respond {
                 response: Some(response),
             },
-            options,
+            config,
         }
     }
-}
-
-fn now_unix_us() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
 }
 
 impl<S, ReqB, ResB, B> Future for ResponseFuture<S, ReqB, B>
@@ -166,14 +157,13 @@ where
                         .expect("ResponseFuture polled after completion");
                     let decision = match result {
                         Ok(decision) => decision,
-                        Err(error) if this.options.on_backend_error == OnBackendError::Deny => {
-                            this.options.failures.backend_failed("deny", &error);
-                            let mut response = response::unavailable();
-                            headers::write_retry_after(response.headers_mut(), 1_000_000, 0);
+                        Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
+                            observe::backend_failed(this.config, "deny", &error);
+                            let response = response::unavailable();
                             return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                         }
                         Err(error) => {
-                            this.options.failures.backend_failed("allow", &error);
+                            observe::backend_failed(this.config, "allow", &error);
                             let call = p.inner.call(p.req);
                             this.state.set(State::Call {
                                 call,
@@ -189,7 +179,7 @@ where
                         this.state.set(State::Call { call, limited });
                         continue;
                     }
-                    if let Some(sleep) = wait_for(this.options, &mut p, &decision) {
+                    if let Some(sleep) = wait_for(this.config, &mut p, &decision) {
                         this.state.set(State::Wait {
                             sleep,
                             pending: Some(p),
@@ -197,7 +187,13 @@ where
                         continue;
                     }
                     observe::limited(&p.key, &p.policy, &decision);
-                    let response = limited_response(this.options, &decision, &p.policy);
+                    let config = &this.config;
+                    let response = config.limited.respond(
+                        &decision,
+                        &p.policy,
+                        config.headers,
+                        config.retry_jitter,
+                    );
                     return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
                 StateProj::Wait { sleep, pending } => {
@@ -217,10 +213,9 @@ where
                     if let Some((decision, policy)) = limited {
                         headers::write(
                             response.headers_mut(),
-                            this.options.headers,
+                            this.config.headers,
                             policy,
                             decision,
-                            now_unix_us(),
                         );
                     }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
@@ -237,45 +232,12 @@ where
 }
 
 /// For a shaped request the limit denied: how long to sleep before asking
-/// again, if it will fit before its deadline and it may wait.
+/// again, if it may wait.
 fn wait_for<S, ReqB, B>(
-    options: &Options,
+    config: &Config,
     pending: &mut Pending<S, ReqB, B>,
     decision: &Decision,
 ) -> Option<Pin<Box<Sleep>>> {
-    let (shaping, retry) = (options.shaping.as_ref()?, pending.retry.as_mut()?);
-    let Verdict::RetryAfter(after) = decision.verdict() else {
-        return None; // can never fit
-    };
-    if decision.is_capacity_exhausted() {
-        return None;
-    }
-    let wake = Instant::now() + Duration::from_micros(after.get());
-    if wake > retry.deadline {
-        return None;
-    }
-    if retry.waiting.is_none() {
-        retry.waiting = Some(shaping.enter()?);
-    }
-    Some(Box::pin(tokio::time::sleep_until(wake)))
-}
-
-/// The 429 (or custom answer) for a denied request, with quota headers.
-fn limited_response(options: &Options, decision: &Decision, policy: &Policy) -> Response<Bytes> {
-    let mut response = options.limited.render(decision, policy);
-    headers::write(
-        response.headers_mut(),
-        options.headers,
-        policy,
-        decision,
-        now_unix_us(),
-    );
-    if let Some(retry) = decision.retry_after() {
-        headers::write_retry_after(
-            response.headers_mut(),
-            retry.as_micros() as u64,
-            options.retry_jitter_us,
-        );
-    }
-    response
+    let (shaping, retry) = (config.shaping.as_ref()?, pending.retry.as_mut()?);
+    shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
 }

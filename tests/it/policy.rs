@@ -1,7 +1,9 @@
 //! Policies: all-or-nothing across limits, counting denied requests, and
 //! which limit decides.
 
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, PolicyError, Quota};
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Micros, Policy, PolicyError, Quota};
 
 const SEC: u64 = 1_000_000;
 
@@ -25,11 +27,13 @@ fn a_request_denied_by_one_limit_consumes_from_none() {
     let backend = MemoryBackend::new();
     let key = Key::new("user", "all-or-nothing");
     for _ in 0..3 {
-        assert!(backend.check_at(&key, &policy, 1, 0).is_allowed());
+        assert!(backend
+            .check_at(&key, &policy, 1, Micros::new(0))
+            .is_allowed());
     }
     // "burst" (3/min) is empty; the other two would allow.
     for _ in 0..5 {
-        let denied = backend.check_at(&key, &policy, 1, 0);
+        let denied = backend.check_at(&key, &policy, 1, Micros::new(0));
         assert!(!denied.is_allowed());
         assert_eq!(denied.decided_by(), 1);
         let remaining: Vec<u32> = denied.outcomes().map(|o| o.remaining()).collect();
@@ -39,7 +43,7 @@ fn a_request_denied_by_one_limit_consumes_from_none() {
     }
     // 20 s later one GCRA token is back (60 s / 3): one more passes, and it
     // is the fourth the other two limits have counted.
-    let d = backend.check_at(&key, &policy, 1, 20 * SEC);
+    let d = backend.check_at(&key, &policy, 1, Micros::new(20 * SEC));
     assert!(d.is_allowed());
     let remaining: Vec<u32> = d.outcomes().map(|o| o.remaining()).collect();
     assert_eq!(remaining, [1, 0, 6]);
@@ -50,7 +54,7 @@ fn the_most_restrictive_limit_decides_an_admission() {
     let policy = three_limits(false);
     let backend = MemoryBackend::new();
     let key = Key::new("user", "restrictive");
-    let d = backend.check_at(&key, &policy, 1, 0);
+    let d = backend.check_at(&key, &policy, 1, Micros::new(0));
     // Remaining 4, 2 and 9: "burst" binds.
     assert_eq!(d.decided_by(), 1);
     assert_eq!(d.deciding().remaining(), 2);
@@ -73,8 +77,10 @@ fn the_longest_wait_decides_a_denial() {
         .unwrap();
     let backend = MemoryBackend::new();
     let key = Key::new("user", "longest");
-    assert!(backend.check_at(&key, &policy, 1, 0).is_allowed());
-    let d = backend.check_at(&key, &policy, 1, 0);
+    assert!(backend
+        .check_at(&key, &policy, 1, Micros::new(0))
+        .is_allowed());
+    let d = backend.check_at(&key, &policy, 1, Micros::new(0));
     assert_eq!(d.decided_by(), 1, "the minute window waits longer");
     assert_eq!(d.retry_after().unwrap().as_secs(), 60);
 }
@@ -97,11 +103,17 @@ fn counted_denials_keep_a_hammering_client_out_but_stop_at_capacity() {
     for (policy, name) in [(&lenient, "lenient"), (&strict, "strict")] {
         let key = Key::new(name, "hammer");
         for _ in 0..3 {
-            assert!(backend.check_at(&key, policy, 1, 0).is_allowed());
+            assert!(backend
+                .check_at(&key, policy, 1, Micros::new(0))
+                .is_allowed());
         }
         let admitted: Vec<u64> = (1..=9)
             .map(|i| i * 10 * SEC)
-            .filter(|&t| backend.check_at(&key, policy, 1, t).is_allowed())
+            .filter(|&t| {
+                backend
+                    .check_at(&key, policy, 1, Micros::new(t))
+                    .is_allowed()
+            })
             .collect();
         match name {
             // The three from 0:00 leave at 1:00, making room for 1:00, 1:10, 1:20.
@@ -113,7 +125,7 @@ fn counted_denials_keep_a_hammering_client_out_but_stop_at_capacity() {
     // A client that stops is free again one window after its last attempt.
     let key_strict = Key::new("strict", "hammer");
     assert!(backend
-        .check_at(&key_strict, &strict, 1, 150 * SEC)
+        .check_at(&key_strict, &strict, 1, Micros::new(150 * SEC))
         .is_allowed());
 }
 
@@ -123,9 +135,11 @@ fn counted_denials_count_against_every_limit() {
     let backend = MemoryBackend::new();
     let key = Key::new("user", "counted");
     for _ in 0..3 {
-        assert!(backend.check_at(&key, &policy, 1, 0).is_allowed());
+        assert!(backend
+            .check_at(&key, &policy, 1, Micros::new(0))
+            .is_allowed());
     }
-    let denied = backend.check_at(&key, &policy, 1, 0);
+    let denied = backend.check_at(&key, &policy, 1, Micros::new(0));
     assert!(!denied.is_allowed());
     let remaining: Vec<u32> = denied.outcomes().map(|o| o.remaining()).collect();
     assert_eq!(remaining, [1, 0, 6], "the denied request was counted");
@@ -134,7 +148,7 @@ fn counted_denials_count_against_every_limit() {
 #[test]
 fn invalid_policies_name_their_problem() {
     let q = Quota::per_second(1).unwrap();
-    let err = |b: tower_ratelimit::policy::PolicyBuilder| b.build().unwrap_err();
+    let err = |b: tower_ratelimit::PolicyBuilder| b.build().unwrap_err();
 
     assert_eq!(err(Policy::builder()), PolicyError::Empty);
     let dup =

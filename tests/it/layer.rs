@@ -1,26 +1,25 @@
 //! The layer through `oneshot`: what a client of the wrapped service sees.
 
-mod support;
-
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::Broken;
 use axum::body::Body;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use support::Broken;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_ratelimit::headers::HeaderStyle;
+use tower_ratelimit::key::Key;
 use tower_ratelimit::key::{key_fn, Endpoint, Global, KeyError, KeyExtractor, UserHeader};
+use tower_ratelimit::HeaderStyle;
 use tower_ratelimit::{
-    cost_fn, policy_fn, Algorithm, Decision, Key, LimitedResponse, OnBackendError, OnKeyError,
-    Policy, Quota, RateLimitLayer, RoutePolicies,
+    cost_fn, policy_fn, Algorithm, Decision, LimitedResponse, OnBackendError, OnKeyError, Policy,
+    Quota, RateLimitLayer, RoutePolicies,
 };
 
 fn policy(text: &str) -> Policy {
@@ -558,4 +557,141 @@ fn the_layer_is_clone_and_debug() {
         .extract(&(&req).into())
         .unwrap_err();
     assert_eq!(err, KeyError::Missing("key header"));
+}
+
+/// Statuses of `n` requests to `path` from one user.
+async fn statuses(app: &Router, path: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let req = Request::get(path)
+            .header("x-user-id", "alice")
+            .body(Body::empty())
+            .unwrap();
+        out.push(app.clone().oneshot(req).await.unwrap().status().as_u16());
+    }
+    out
+}
+
+fn routes_app(layer: RateLimitLayer<UserHeader, RoutePolicies>) -> Router {
+    Router::new()
+        .route("/a", get(|| async { "a" }))
+        .route("/b", get(|| async { "b" }))
+        .route("/c", get(|| async { "c" }))
+        .layer(layer)
+}
+
+#[tokio::test]
+async fn two_routes_with_equal_policies_keep_their_own_budgets() {
+    // Separately parsed, equal anonymous policies on one backend: the trap
+    // was one budget of 2 across both routes.
+    let table = RoutePolicies::new()
+        .route("/a", policy("2/min"))
+        .route("/b", policy("2/min"));
+    let app = routes_app(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    assert_eq!(statuses(&app, "/a", 3).await, [200, 200, 429]);
+    assert_eq!(statuses(&app, "/b", 3).await, [200, 200, 429]);
+
+    // Per method too.
+    let table = RoutePolicies::new()
+        .route_method(http::Method::GET, "/a", policy("1/min"))
+        .route_method(http::Method::POST, "/a", policy("1/min"));
+    let app = Router::new()
+        .route("/a", get(|| async { "a" }).post(|| async { "a" }))
+        .layer(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    let send = |method: http::Method| {
+        let app = app.clone();
+        async move {
+            let req = Request::builder()
+                .method(method)
+                .uri("/a")
+                .header("x-user-id", "alice")
+                .body(Body::empty())
+                .unwrap();
+            app.oneshot(req).await.unwrap().status().as_u16()
+        }
+    };
+    assert_eq!(send(http::Method::GET).await, 200);
+    assert_eq!(send(http::Method::POST).await, 200);
+    assert_eq!(send(http::Method::GET).await, 429);
+}
+
+#[tokio::test]
+async fn a_limit_named_alike_on_two_routes_is_one_budget() {
+    let table = RoutePolicies::new()
+        .route("/a", policy("api = 3/min"))
+        .route("/b", policy("api = 3/min"))
+        .fallback(policy("2/min"));
+    let app = routes_app(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    assert_eq!(statuses(&app, "/a", 2).await, [200, 200]);
+    assert_eq!(statuses(&app, "/b", 2).await, [200, 429]);
+    // The fallback is its own budget, shared by every unmatched route.
+    assert_eq!(statuses(&app, "/c", 3).await, [200, 200, 429]);
+}
+
+#[tokio::test]
+async fn two_layers_on_one_backend_share_only_what_they_are_told_to() {
+    let backend = tower_ratelimit::backend::MemoryBackend::new();
+    let layer = |p: Policy| {
+        RateLimitLayer::new(p)
+            .key(UserHeader::new("x-user-id"))
+            .backend(backend.clone())
+    };
+    // Scoped apart: a budget each.
+    let app = Router::new()
+        .route(
+            "/a",
+            get(|| async { "a" }).layer(layer(policy("2/min").scoped("a"))),
+        )
+        .route(
+            "/b",
+            get(|| async { "b" }).layer(layer(policy("2/min").scoped("b"))),
+        );
+    assert_eq!(statuses(&app, "/a", 3).await, [200, 200, 429]);
+    assert_eq!(statuses(&app, "/b", 3).await, [200, 200, 429]);
+
+    // The same name on both: one budget, as asked.
+    let app = Router::new()
+        .route(
+            "/x",
+            get(|| async { "x" }).layer(layer(policy("shared = 3/min"))),
+        )
+        .route(
+            "/y",
+            get(|| async { "y" }).layer(layer(policy("shared = 3/min"))),
+        );
+    assert_eq!(statuses(&app, "/x", 2).await, [200, 200]);
+    assert_eq!(statuses(&app, "/y", 2).await, [200, 429]);
+}
+
+#[tokio::test]
+async fn the_default_key_says_how_to_serve_the_app_when_it_has_no_peer_address() {
+    // `RateLimitLayer::new` keys by client IP; served without connect info,
+    // no request has a peer address.
+    let app = Router::new()
+        .route("/", get(|| async { "hi" }))
+        .layer(RateLimitLayer::new(policy("10/min")));
+    let res = app
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let (status, _, body) = read(res).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"], "rate_limit_key_missing");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("into_make_service_with_connect_info::<SocketAddr>()"),
+        "{detail}"
+    );
+    assert!(detail.contains("PeerAddr"), "{detail}");
+}
+
+#[tokio::test]
+async fn the_wrapped_service_can_be_reached_and_taken_back() {
+    use tower::Layer;
+    let layer = RateLimitLayer::new(policy("1/min")).key(Global);
+    let mut svc = layer.layer(String::from("inner"));
+    assert_eq!(svc.get_ref(), "inner");
+    svc.get_mut().push_str(" service");
+    assert_eq!(svc.into_inner(), "inner service");
 }

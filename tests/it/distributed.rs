@@ -5,21 +5,15 @@
 //! allows — never one more.
 #![cfg(feature = "redis")]
 
-mod support;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/server.rs"]
-mod server;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::RedisServer;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use support::RedisServer;
 use tokio::net::{TcpListener, TcpStream};
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::Algorithm;
@@ -34,13 +28,13 @@ async fn api_servers(
     connect: impl Fn() -> tokio::task::JoinHandle<RedisBackend>,
     algorithm: Algorithm,
 ) -> Vec<SocketAddr> {
-    let config = server::Config {
+    let config = crate::server::Config {
         algorithm,
         trusted_proxies: Vec::new(),
     };
     let mut addrs = Vec::new();
     for _ in 0..SERVERS {
-        let app = server::app(&config, connect().await.unwrap());
+        let app = crate::server::app(&config, connect().await.unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         addrs.push(listener.local_addr().unwrap());
         let app = app.into_make_service_with_connect_info::<SocketAddr>();
@@ -164,7 +158,7 @@ async fn exact_across_ten_servers_on_one_redis() {
 #[cfg(feature = "redis-cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exact_across_ten_servers_on_a_redis_cluster() {
-    let cluster = support::RedisCluster::start();
+    let cluster = crate::support::RedisCluster::start();
     let urls = cluster.urls();
     exact_across_ten_servers(&cluster.nodes[0], move || {
         let urls = urls.clone();

@@ -1,14 +1,14 @@
 //! The Redis backend against real `redis-server` processes the tests start.
 #![cfg(feature = "redis")]
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{available, RedisServer};
 use proptest::prelude::*;
-use support::{available, RedisServer};
+use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::RedisBackend;
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Micros, Policy, Quota};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -46,7 +46,7 @@ fn observed(
 ) -> (bool, usize, Vec<(tower_ratelimit::Verdict, u32, u64)>) {
     let outcomes = d
         .outcomes()
-        .map(|o| (o.verdict(), o.remaining(), o.reset_after_us()))
+        .map(|o| (o.verdict(), o.remaining(), o.reset_after_micros().as_u64()))
         .collect();
     (d.is_allowed(), d.decided_by(), outcomes)
 }
@@ -73,8 +73,8 @@ proptest! {
         let mut now = start;
         for (i, &(gap, cost)) in trace.iter().enumerate() {
             now += gap;
-            let expected = memory.check_at(&key, &policy, cost, now);
-            let actual = rt.block_on(redis.check_at(&key, &policy, cost, now)).unwrap();
+            let expected = memory.check_at(&key, &policy, cost, Micros::new(now));
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, Micros::new(now))).unwrap();
             prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {} under {:?}", i, now, cost, policy);
         }
     }
@@ -105,8 +105,8 @@ proptest! {
         for (i, &(quarters, cost)) in trace.iter().enumerate() {
             // Steps of a quarter window plus an odd microsecond count.
             now += quarters * (window / 4) + 7_919;
-            let expected = memory.check_at(&key, &policy, cost, now);
-            let actual = rt.block_on(redis.check_at(&key, &policy, cost, now)).unwrap();
+            let expected = memory.check_at(&key, &policy, cost, Micros::new(now));
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, Micros::new(now))).unwrap();
             prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {}", i, now, cost);
         }
     }
@@ -134,8 +134,10 @@ fn where_doubles_would_be_wrong_the_script_is_exact() {
         (later, cost, false),
         (later, cost - 1, true),
     ] {
-        let expected = memory.check_at(&key, &policy, c, t);
-        let actual = rt.block_on(redis.check_at(&key, &policy, c, t)).unwrap();
+        let expected = memory.check_at(&key, &policy, c, Micros::new(t));
+        let actual = rt
+            .block_on(redis.check_at(&key, &policy, c, Micros::new(t)))
+            .unwrap();
         assert_eq!(expected.is_allowed(), allowed, "memory at {t} cost {c}");
         assert_eq!(
             observed(&actual),
@@ -156,9 +158,14 @@ fn one_server_many_keys_many_algorithms() {
             let key = Key::new("user", user);
             let admitted = (0..8)
                 .filter(|_| {
-                    rt.block_on(redis.check_at(&key, &policy, 1, 1_700_000_000_000_000))
-                        .unwrap()
-                        .is_allowed()
+                    rt.block_on(redis.check_at(
+                        &key,
+                        &policy,
+                        1,
+                        Micros::new(1_700_000_000_000_000),
+                    ))
+                    .unwrap()
+                    .is_allowed()
                 })
                 .count();
             assert_eq!(admitted, 5, "{algorithm} {user}");
@@ -203,7 +210,7 @@ fn server_time_decides_and_keys_expire_with_their_state() {
     assert_eq!(server.cli(&["DBSIZE"]), "0");
 }
 
-use tower_ratelimit::Backend;
+use tower_ratelimit::backend::Backend;
 
 #[test]
 fn the_script_is_reloaded_after_a_flush_or_a_restart() {
@@ -330,8 +337,10 @@ fn valkey_too_when_it_is_installed() {
         let key = Key::new("user", algorithm.name());
         for t in 0..20u64 {
             let now = 1_700_000_000_000_000 + t * 3_000_000;
-            let expected = memory.check_at(&key, &policy, 1, now);
-            let actual = rt.block_on(redis.check_at(&key, &policy, 1, now)).unwrap();
+            let expected = memory.check_at(&key, &policy, 1, Micros::new(now));
+            let actual = rt
+                .block_on(redis.check_at(&key, &policy, 1, Micros::new(now)))
+                .unwrap();
             assert_eq!(observed(&actual), observed(&expected), "{algorithm} at {t}");
         }
     }
@@ -435,7 +444,7 @@ async fn a_backend_built_while_redis_is_down_works_once_it_is_up() {
     let port = RedisServer::unused_port();
     let redis = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
         .timeout(Duration::from_millis(100))
-        .build()
+        .connect_lazy()
         .unwrap();
     let policy: Policy = "5/min".parse().unwrap();
     let key = Key::new("user", "early");

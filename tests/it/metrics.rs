@@ -1,21 +1,19 @@
 //! What the layer counts (feature `metrics`): every outcome, by limit.
 #![cfg(feature = "metrics")]
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::ready;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::support::Broken;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
-use support::Broken;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::{Global, UserHeader};
 use tower_ratelimit::{OnBackendError, OnKeyError, Policy, RateLimitLayer};

@@ -1,26 +1,5 @@
-//! The response a limited request gets.
-//!
-//! By default a 429 with a JSON body:
-//!
-//! ```json
-//! {"error":"rate_limit_exceeded","limit":100,"window":"1m","retry_after_seconds":12}
-//! ```
-//!
-//! or, with [`LimitedResponse::ProblemJson`], an RFC 9457
-//! `application/problem+json` document with the same members. A request
-//! whose cost can never fit says `"error":"cost_exceeds_limit"` with
-//! `"retry_after_seconds":null`. [`LimitedResponse::custom`] replaces the
-//! body (the quota headers are still added).
-//!
-//! ```
-//! use tower_ratelimit::LimitedResponse;
-//! let plain = LimitedResponse::custom(|_decision, _policy| {
-//!     http::Response::builder()
-//!         .status(429)
-//!         .body(bytes::Bytes::from_static(b"slow down"))
-//!         .unwrap()
-//! });
-//! ```
+//! The limiter's own answers: the 429 to a limited request, the 400 to a
+//! request without a key, the answer when the backend fails.
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,16 +8,37 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{Response, StatusCode};
 
-use crate::algorithm::Verdict;
-use crate::headers::ceil_secs;
+use super::headers::{self, HeaderStyle};
+use super::rendered::{push_u64, Rendered};
 use crate::key::KeyError;
-use crate::render::push_u64;
-use crate::{Decision, Policy};
+use crate::{Decision, Micros, Policy, Verdict};
 
 /// A function that renders the response to a limited request.
 pub type LimitedFn = dyn Fn(&Decision, &Policy) -> Response<Bytes> + Send + Sync;
 
 /// How a limited request is answered.
+///
+/// By default a 429 with a JSON body:
+///
+/// ```json
+/// {"error":"rate_limit_exceeded","limit":100,"window":"1m","retry_after_seconds":12}
+/// ```
+///
+/// or, with [`LimitedResponse::ProblemJson`], an RFC 9457
+/// `application/problem+json` document with the same members. A request
+/// whose cost can never fit says `"error":"cost_exceeds_limit"` with
+/// `"retry_after_seconds":null`. [`LimitedResponse::custom`] replaces the
+/// body (the quota headers and `Retry-After` are still added).
+///
+/// ```
+/// use tower_ratelimit::LimitedResponse;
+/// let plain = LimitedResponse::custom(|_decision, _policy| {
+///     http::Response::builder()
+///         .status(429)
+///         .body(bytes::Bytes::from_static(b"slow down"))
+///         .unwrap()
+/// });
+/// ```
 #[derive(Clone, Default)]
 pub enum LimitedResponse {
     /// 429, `application/json` (the default).
@@ -59,29 +59,29 @@ impl LimitedResponse {
         Self::Custom(Arc::new(f))
     }
 
-    pub(crate) fn render(&self, decision: &Decision, policy: &Policy) -> Response<Bytes> {
+    fn render(&self, decision: &Decision, policy: &Policy) -> Response<Bytes> {
         let problem = match self {
             Self::Custom(f) => return f(decision, policy),
             Self::Json => false,
             Self::ProblemJson => true,
         };
-        let rendered = policy.rendered();
-        let part = |parts: &[Bytes]| {
-            parts
-                .get(decision.decided_by())
+        let rendered = Rendered::of(policy);
+        let part = |parts: fn(&Rendered) -> &[Bytes]| {
+            rendered
+                .and_then(|r| parts(r).get(decision.decided_by()))
                 .cloned()
                 .unwrap_or_default()
         };
         let (error, retry) = match decision.verdict() {
             Verdict::Never => ("cost_exceeds_limit", None),
-            Verdict::RetryAfter(us) => ("rate_limit_exceeded", Some(ceil_secs(us.get()))),
+            Verdict::RetryAfter(after) => ("rate_limit_exceeded", Some(after.as_secs_ceil())),
             Verdict::Allowed => ("rate_limit_exceeded", Some(1)),
         };
-        let members = part(&rendered.body_members);
+        let members = part(|r| &r.body_members);
         let mut body = Vec::with_capacity(160);
         body.push(b'{');
         if problem {
-            body.extend_from_slice(&part(&rendered.problem_members));
+            body.extend_from_slice(&part(|r| &r.problem_members));
         }
         body.extend_from_slice(br#""error":""#);
         body.extend_from_slice(error.as_bytes());
@@ -106,21 +106,43 @@ impl fmt::Debug for LimitedResponse {
     }
 }
 
+impl LimitedResponse {
+    /// The answer to a denied request: the 429 (or custom answer), its quota
+    /// headers in `style`, and `Retry-After` with up to `jitter` added.
+    pub(super) fn respond(
+        &self,
+        decision: &Decision,
+        policy: &Policy,
+        style: HeaderStyle,
+        jitter: Micros,
+    ) -> Response<Bytes> {
+        let mut response = self.render(decision, policy);
+        headers::write(response.headers_mut(), style, policy, decision);
+        if let Some(retry) = decision.retry_after_micros() {
+            headers::write_retry_after(response.headers_mut(), retry, jitter);
+        }
+        response
+    }
+}
+
 /// The answer when no key could be derived and the layer rejects such requests.
-pub(crate) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
-    // KeyError's text is made of fixed phrases: nothing from the client.
+pub(super) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
+    // KeyError's text is made of fixed phrases, free of '"' and '\\':
+    // nothing from the client.
     let body = format!(r#"{{"error":"rate_limit_key_missing","detail":"{error}"}}"#);
     json(status, false, Bytes::from(body))
 }
 
 /// The answer when the backend failed and the layer fails closed.
-pub(crate) fn unavailable() -> Response<Bytes> {
+pub(super) fn unavailable() -> Response<Bytes> {
     let body = r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#;
-    json(
+    let mut response = json(
         StatusCode::TOO_MANY_REQUESTS,
         false,
         Bytes::from_static(body.as_bytes()),
-    )
+    );
+    headers::write_retry_after(response.headers_mut(), Micros::from_secs(1), Micros::ZERO);
+    response
 }
 
 fn json(status: StatusCode, problem: bool, body: Bytes) -> Response<Bytes> {

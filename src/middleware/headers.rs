@@ -8,25 +8,28 @@
 //!   `RateLimit: "burst";r=9;t=1, "sustained";r=99;t=60`.
 //! * `Retry-After` in whole seconds, rounded up, on every denial that can
 //!   ever succeed.
-//!
-//! ```
-//! use tower_ratelimit::headers::HeaderStyle;
-//! assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
-//! ```
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
-use crate::render::push_u64;
-use crate::{Decision, Policy};
+use super::rendered::{push_u64, Rendered};
+use crate::{Decision, Micros, Policy};
 
 /// Which quota headers responses carry.
+///
+/// ```
+/// use tower_ratelimit::HeaderStyle;
+/// assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum HeaderStyle {
-    /// `X-RateLimit-*` only.
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`
+    /// (Unix seconds), for the most restrictive limit.
     Legacy,
-    /// `RateLimit` and `RateLimit-Policy` only.
+    /// The IETF draft's `RateLimit` and `RateLimit-Policy`, one item per limit.
     Ietf,
     /// Both (the default).
     #[default]
@@ -35,28 +38,21 @@ pub enum HeaderStyle {
     None,
 }
 
-pub(crate) const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-pub(crate) const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-pub(crate) const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-pub(crate) const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+const X_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
-/// Microseconds to whole seconds, rounded up.
-pub(crate) fn ceil_secs(us: u64) -> u64 {
-    us.div_ceil(1_000_000)
-}
-
-/// Add the quota headers for `decision` under `policy`. `now_unix_us` is the
-/// wall clock, for `X-RateLimit-Reset`.
+/// Add the quota headers for `decision` under `policy`.
 ///
 /// When an outer layer finds legacy headers from an inner one, the fewer
 /// remaining wins; IETF items of both are kept (the fields are lists).
-pub(crate) fn write(
+pub(super) fn write(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &Policy,
     decision: &Decision,
-    now_unix_us: u64,
 ) {
     // Room for every header below at once, rather than growing as they come.
     headers.reserve(6);
@@ -66,15 +62,15 @@ pub(crate) fn write(
             .get(&X_REMAINING)
             .and_then(|v| v.to_str().ok()?.parse::<u32>().ok());
         if theirs.is_none_or(|theirs| deciding.remaining() < theirs) {
-            let reset_at = ceil_secs(now_unix_us + deciding.reset_after_us());
+            // The wall clock, read here only: the one header that needs it.
+            let reset_at = unix_now() + deciding.reset_after_micros();
             headers.insert(X_LIMIT, HeaderValue::from(deciding.limit()));
             headers.insert(X_REMAINING, HeaderValue::from(deciding.remaining()));
-            headers.insert(X_RESET, HeaderValue::from(reset_at));
+            headers.insert(X_RESET, HeaderValue::from(reset_at.as_secs_ceil()));
         }
     }
     if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        let rendered = policy.rendered();
-        if let Some(field) = &rendered.policy_field {
+        if let Some(field) = Rendered::of(policy).and_then(|r| r.policy_field.as_ref()) {
             headers.append(RATELIMIT_POLICY, field.clone());
         }
         let mut field = Vec::with_capacity(32 * policy.limits().len());
@@ -87,7 +83,7 @@ pub(crate) fn write(
             field.extend_from_slice(b"\";r=");
             push_u64(&mut field, u64::from(outcome.remaining()));
             field.extend_from_slice(b";t=");
-            push_u64(&mut field, ceil_secs(outcome.reset_after_us()));
+            push_u64(&mut field, outcome.reset_after_micros().as_secs_ceil());
         }
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(field)) {
             headers.append(RATELIMIT, value);
@@ -95,15 +91,24 @@ pub(crate) fn write(
     }
 }
 
-/// `Retry-After` for a denial: seconds rounded up, plus up to `jitter_us`
-/// at random so that throttled clients do not return in lockstep.
-pub(crate) fn write_retry_after(headers: &mut HeaderMap, retry_after_us: u64, jitter_us: u64) {
-    let jitter = if jitter_us == 0 {
+/// `Retry-After` for a denial: seconds rounded up, plus up to `jitter` at
+/// random so that throttled clients do not return in lockstep.
+pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, jitter: Micros) {
+    let jitter = if jitter == Micros::ZERO {
         0
     } else {
         use std::hash::{BuildHasher, RandomState};
-        RandomState::new().hash_one(retry_after_us) % (jitter_us + 1)
+        RandomState::new().hash_one(retry_after) % (jitter.as_u64() + 1)
     };
-    let secs = ceil_secs(retry_after_us + jitter).max(1);
+    let secs = retry_after
+        .saturating_add(Micros::new(jitter))
+        .as_secs_ceil()
+        .max(1);
     headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+}
+
+fn unix_now() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(Micros::ZERO, Micros::from)
 }

@@ -199,11 +199,17 @@ impl RedisCluster {
 #[derive(Clone)]
 pub struct Broken;
 
-impl tower_ratelimit::Backend for Broken {
-    type Future =
-        std::future::Ready<Result<tower_ratelimit::Decision, tower_ratelimit::BackendError>>;
-    fn check(&self, _: &tower_ratelimit::Key, _: &tower_ratelimit::Policy, _: u32) -> Self::Future {
-        std::future::ready(Err(tower_ratelimit::BackendError::new(
+impl tower_ratelimit::backend::Backend for Broken {
+    type Future = std::future::Ready<
+        Result<tower_ratelimit::Decision, tower_ratelimit::backend::BackendError>,
+    >;
+    fn check(
+        &self,
+        _: &tower_ratelimit::key::Key,
+        _: &tower_ratelimit::Policy,
+        _: u32,
+    ) -> Self::Future {
+        std::future::ready(Err(tower_ratelimit::backend::BackendError::new(
             "connection refused",
         )))
     }

@@ -1,29 +1,35 @@
-//! A policy's HTTP text that never changes, rendered once when the policy is
-//! built: the `RateLimit-Policy` field and, for each limit, its 429 bodies up
-//! to the retry-after seconds. Responses then only write what varies.
+//! A policy's HTTP text that never changes, rendered once per policy and
+//! kept with it: the `RateLimit-Policy` field and, for each limit, its 429
+//! bodies up to the retry-after seconds. Responses then only write what
+//! varies.
 
 use bytes::Bytes;
 use http::HeaderValue;
 
-use crate::headers::ceil_secs;
-use crate::quota::compact_window;
-use crate::Limit;
+use crate::time::compact;
+use crate::{Limit, Policy};
 
-/// What [`Policy`](crate::Policy) keeps pre-rendered.
+/// What the layer keeps rendered for a [`Policy`].
 #[derive(Debug)]
-pub(crate) struct Rendered {
+pub(super) struct Rendered {
     /// `"burst";q=10;w=1, "sustained";q=100;w=60`.
-    pub(crate) policy_field: Option<HeaderValue>,
+    pub(super) policy_field: Option<HeaderValue>,
     /// Per limit, the 429 body's members after `"error"`:
     /// `"limit":10,"window":"1s","retry_after_seconds":`.
-    pub(crate) body_members: Box<[Bytes]>,
+    pub(super) body_members: Box<[Bytes]>,
     /// Per limit, the RFC 9457 members that open a problem document:
     /// `"type":"about:blank",…,"detail":"Rate limit \"burst\" exceeded",`.
-    pub(crate) problem_members: Box<[Bytes]>,
+    pub(super) problem_members: Box<[Bytes]>,
 }
 
 impl Rendered {
-    pub(crate) fn new(limits: &[Limit]) -> Self {
+    /// `policy`'s text, rendered the first time it is asked for. (`None`
+    /// cannot happen: the policy's slot holds only what this puts there.)
+    pub(super) fn of(policy: &Policy) -> Option<&Rendered> {
+        policy.derived(|policy| Rendered::new(policy.limits()))
+    }
+
+    fn new(limits: &[Limit]) -> Self {
         let mut field = Vec::new();
         for (i, limit) in limits.iter().enumerate() {
             if i > 0 {
@@ -34,18 +40,13 @@ impl Rendered {
             push_str(&mut field, &["\"", limit.name(), "\";q="]);
             push_u64(&mut field, u64::from(limit.capacity()));
             field.extend_from_slice(b";w=");
-            push_u64(
-                &mut field,
-                ceil_secs(limit.quota().window().as_micros() as u64),
-            );
+            push_u64(&mut field, limit.quota().window_micros().as_secs_ceil());
         }
         let members = |limit: &Limit| {
             let mut body = br#""limit":"#.to_vec();
             push_u64(&mut body, u64::from(limit.capacity()));
             body.extend_from_slice(br#","window":""#);
-            body.extend_from_slice(
-                compact_window(limit.quota().window().as_micros() as u64).as_bytes(),
-            );
+            body.extend_from_slice(compact(limit.quota().window_micros()).as_bytes());
             body.extend_from_slice(br#"","retry_after_seconds":"#);
             Bytes::from(body)
         };
@@ -76,7 +77,7 @@ fn push_str(out: &mut Vec<u8>, parts: &[&str]) {
 }
 
 /// Append `n` in decimal, without the formatting machinery.
-pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+pub(super) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     loop {
@@ -104,10 +105,17 @@ mod tests {
     }
 
     #[test]
-    fn windows_are_compact() {
-        assert_eq!(compact_window(60_000_000), "1m");
-        assert_eq!(compact_window(300_000_000), "5m");
-        assert_eq!(compact_window(1_500_000), "1500ms");
-        assert_eq!(compact_window(86_400_000_000), "1d");
+    fn a_policy_renders_once_and_keeps_it() {
+        let policy: Policy = "burst = 10/s; 100/min".parse().unwrap();
+        let first = Rendered::of(&policy).unwrap();
+        assert!(std::ptr::eq(first, Rendered::of(&policy.clone()).unwrap()));
+        assert_eq!(
+            first.policy_field.as_ref().unwrap(),
+            r#""burst";q=10;w=1, "100/min";q=100;w=60"#
+        );
+        assert_eq!(
+            &first.body_members[1][..],
+            br#""limit":100,"window":"1m","retry_after_seconds":"#
+        );
     }
 }

@@ -1,28 +1,4 @@
-//! Choosing the policy (and the cost) for each request.
-//!
-//! A [`Policy`] is its own resolver: every request gets it. [`RoutePolicies`]
-//! picks one by route, [`policy_fn`] by anything in the request head — a tier
-//! an auth layer put in the extensions, say — and returning `None` leaves a
-//! request unlimited.
-//!
-//! ```
-//! use tower_ratelimit::{policy_fn, Policy, PolicyResolver, RequestHead};
-//!
-//! #[derive(Clone, Copy)]
-//! enum Tier { Free, Pro }
-//!
-//! let free: Policy = "100/hour".parse().unwrap();
-//! let pro: Policy = "1000/hour".parse().unwrap();
-//! let by_tier = policy_fn(move |req| match req.extensions.get::<Tier>()? {
-//!     Tier::Free => Some(free.clone()),
-//!     Tier::Pro => Some(pro.clone()),
-//! });
-//!
-//! let mut req = http::Request::get("/").body(()).unwrap();
-//! req.extensions_mut().insert(Tier::Pro);
-//! let policy = by_tier.resolve(&RequestHead::from(&req)).unwrap();
-//! assert_eq!(policy.limits()[0].quota().limit(), 1000);
-//! ```
+//! Choosing the policy for each request.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,6 +9,30 @@ use http::Method;
 use crate::{Policy, RequestHead};
 
 /// Chooses the policy for a request; `None` means the request is not limited.
+///
+/// A [`Policy`] is its own resolver: every request gets it. [`RoutePolicies`]
+/// picks one by route, [`policy_fn`] by anything in the request head — a tier
+/// an auth layer put in the extensions, say — and returning `None` leaves a
+/// request unlimited.
+///
+/// ```
+/// use tower_ratelimit::{policy_fn, Policy, PolicyResolver, RequestHead};
+///
+/// #[derive(Clone, Copy)]
+/// enum Tier { Free, Pro }
+///
+/// let free: Policy = "100/hour".parse().unwrap();
+/// let pro: Policy = "1000/hour".parse().unwrap();
+/// let by_tier = policy_fn(move |req| match req.extensions.get::<Tier>()? {
+///     Tier::Free => Some(free.clone()),
+///     Tier::Pro => Some(pro.clone()),
+/// });
+///
+/// let mut req = http::Request::get("/").body(()).unwrap();
+/// req.extensions_mut().insert(Tier::Pro);
+/// let policy = by_tier.resolve(&RequestHead::from(&req)).unwrap();
+/// assert_eq!(policy.limits()[0].quota().limit(), 1000);
+/// ```
 pub trait PolicyResolver: Clone + Send + Sync + 'static {
     /// The policy for `req`.
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy>;
@@ -75,13 +75,29 @@ where
 /// template (`/users/{id}`) when the `axum` feature is on and the request
 /// matched one, else by the exact path. Optionally per method.
 ///
+/// Each route keeps its own budget: the anonymous limits of a route's policy
+/// (`"10/min".parse()`) are [scoped](Policy::scoped) by the route (and the
+/// method, for [`route_method`](Self::route_method)), so two routes given
+/// equal policies never share state. Name a limit (`"api = 100/min"`) to
+/// share it between routes. The fallback's policy is one budget for every
+/// request no route matches.
+///
 /// ```
-/// use tower_ratelimit::{Policy, RoutePolicies};
+/// use tower_ratelimit::{Policy, PolicyResolver, RequestHead, RoutePolicies};
 ///
 /// let table = RoutePolicies::new()
 ///     .route("/api/search", "10/min".parse::<Policy>().unwrap())
+///     .route("/api/export", "10/min".parse::<Policy>().unwrap())
 ///     .route_method(http::Method::POST, "/api/upload", "5/min".parse().unwrap())
 ///     .fallback("100/min".parse().unwrap());
+///
+/// let policy_of = |path: &str| {
+///     let req = http::Request::get(path).body(()).unwrap();
+///     table.resolve(&RequestHead::from(&req)).unwrap()
+/// };
+/// // Equal policies, separate budgets.
+/// let (search, export) = (policy_of("/api/search"), policy_of("/api/export"));
+/// assert_ne!(search.limits()[0].identity(), export.limits()[0].identity());
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct RoutePolicies {
@@ -119,6 +135,10 @@ impl RoutePolicies {
     }
 
     fn insert(mut self, method: Option<Method>, route: String, policy: Policy) -> Self {
+        let policy = match &method {
+            None => policy.scoped(&route),
+            Some(method) => policy.scoped(&format!("{method} {route}")),
+        };
         let entry = Arc::make_mut(&mut self.routes).entry(route).or_default();
         match method {
             None => entry.any_method = Some(policy),
@@ -151,56 +171,5 @@ impl PolicyResolver for RoutePolicies {
             .or_else(|| entry?.any_method.as_ref())
             .or(self.fallback.as_ref())
             .cloned()
-    }
-}
-
-/// How much of a limit one request takes.
-pub trait Cost: Clone + Send + Sync + 'static {
-    /// The cost of `req` (0 only peeks; see [`Policy`]).
-    fn cost(&self, req: &RequestHead<'_>) -> u32;
-}
-
-impl Cost for u32 {
-    fn cost(&self, _: &RequestHead<'_>) -> u32 {
-        *self
-    }
-}
-
-/// A closure as a cost.
-///
-/// ```
-/// use tower_ratelimit::cost_fn;
-///
-/// // One unit per started kilobyte of declared body, at least one.
-/// let by_size = cost_fn(|req| {
-///     let bytes: u64 = req.headers.get("content-length")
-///         .and_then(|v| v.to_str().ok()?.parse().ok())
-///         .unwrap_or(0);
-///     u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX).max(1)
-/// });
-/// ```
-pub fn cost_fn<F>(f: F) -> CostFn<F>
-where
-    F: Fn(&RequestHead<'_>) -> u32 + Clone + Send + Sync + 'static,
-{
-    CostFn(f)
-}
-
-/// A closure as a cost; see [`cost_fn`].
-#[derive(Clone)]
-pub struct CostFn<F>(F);
-
-impl<F> fmt::Debug for CostFn<F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("CostFn")
-    }
-}
-
-impl<F> Cost for CostFn<F>
-where
-    F: Fn(&RequestHead<'_>) -> u32 + Clone + Send + Sync + 'static,
-{
-    fn cost(&self, req: &RequestHead<'_>) -> u32 {
-        (self.0)(req)
     }
 }

@@ -1,10 +1,6 @@
 //! The example server over real HTTP: a listener on 127.0.0.1 and a real
 //! client, so peer addresses, headers and bodies are what a user gets.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/server.rs"]
-mod server;
-
 use std::net::SocketAddr;
 
 use http::{HeaderMap, Request, StatusCode};
@@ -15,13 +11,13 @@ use tower_ratelimit::Algorithm;
 
 /// Serve the demo app on a free port; the server stops with the test's runtime.
 async fn start(algorithm: Algorithm, trusted: &[&str]) -> SocketAddr {
-    let config = server::Config {
+    let config = crate::server::Config {
         algorithm,
         trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = server::app(&config, tower_ratelimit::MemoryBackend::new())
+    let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new())
         .into_make_service_with_connect_info::<SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     addr

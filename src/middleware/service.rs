@@ -7,12 +7,16 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use crate::body::ResponseBody;
-use crate::future::ResponseFuture;
+use super::body::ResponseBody;
+use super::config::OnKeyError;
+use super::cost::Cost;
+use super::future::ResponseFuture;
+use super::layer::RateLimitLayer;
+use super::select::PolicyResolver;
+use super::{observe, response};
+use crate::backend::Backend;
 use crate::key::KeyExtractor;
-use crate::layer::OnKeyError;
-use crate::resolver::{Cost, PolicyResolver};
-use crate::{response, Backend, RateLimitLayer, RequestHead};
+use crate::RequestHead;
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
 ///
@@ -47,16 +51,30 @@ use crate::{response, Backend, RateLimitLayer, RequestHead};
 /// ```
 #[derive(Clone, Debug)]
 pub struct RateLimit<S, K, P, B, C> {
-    pub(crate) inner: S,
+    inner: S,
     // Shared: axum clones a route's service for every request, and one
     // reference count is cheaper than one per part.
-    pub(crate) layer: Arc<RateLimitLayer<K, P, B, C>>,
+    layer: Arc<RateLimitLayer<K, P, B, C>>,
 }
 
 impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
+    pub(super) fn new(inner: S, layer: Arc<RateLimitLayer<K, P, B, C>>) -> Self {
+        Self { inner, layer }
+    }
+
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 
     /// Take the ready inner service, leaving a clone (not yet ready) behind.
@@ -86,28 +104,28 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let options = self.layer.options.clone();
+        let config = self.layer.config.clone();
         let head = RequestHead::from(&req);
         let Some(policy) = self.layer.policy.resolve(&head) else {
-            return ResponseFuture::unlimited(self.take_inner().call(req), options);
+            return ResponseFuture::unlimited(self.take_inner().call(req), config);
         };
         let key = match self.layer.key.extract(&head) {
             Ok(key) => key,
             Err(error) => {
-                let rejected = matches!(options.on_key_error, OnKeyError::Reject(_));
-                crate::observe::key_missing(&error, rejected);
-                return match options.on_key_error {
+                let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
+                observe::key_missing(&config, &error, rejected);
+                return match config.on_key_error {
                     OnKeyError::Skip => {
-                        ResponseFuture::unlimited(self.take_inner().call(req), options)
+                        ResponseFuture::unlimited(self.take_inner().call(req), config)
                     }
                     OnKeyError::Reject(status) => {
-                        ResponseFuture::respond(response::key_error(status, &error), options)
+                        ResponseFuture::respond(response::key_error(status, &error), config)
                     }
                 };
             }
         };
         let cost = self.layer.cost.cost(&head);
         let inner = self.take_inner();
-        ResponseFuture::check(&self.layer.backend, key, cost, inner, req, policy, options)
+        ResponseFuture::check(&self.layer.backend, key, cost, inner, req, policy, config)
     }
 }

@@ -4,7 +4,9 @@
 //! at explicit times (microseconds), so the numbers are the algorithm's own.
 
 use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState, SlidingWindow, State};
-use tower_ratelimit::{Algorithm, Key, MemoryBackend, Policy, Quota, Verdict};
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Micros, Policy, Quota, Verdict};
 
 const SEC: u64 = 1_000_000;
 
@@ -16,7 +18,11 @@ fn admitted(algorithm: Algorithm, quota: &str, trace: &[u64]) -> usize {
     let key = Key::new("user", "trace");
     trace
         .iter()
-        .filter(|&&t| backend.check_at(&key, &policy, 1, t).is_allowed())
+        .filter(|&&t| {
+            backend
+                .check_at(&key, &policy, 1, Micros::new(t))
+                .is_allowed()
+        })
         .count()
 }
 
@@ -99,7 +105,7 @@ fn weighted_costs_take_their_weight() {
     let key = Key::new("user", "weighted");
     for algorithm in Algorithm::ALL {
         let policy = Policy::single(algorithm, Quota::per_minute(100).unwrap());
-        let check = |cost| backend.check_at(&key, &policy, cost, 0);
+        let check = |cost| backend.check_at(&key, &policy, cost, Micros::new(0));
         for expected_remaining in [70, 40, 10] {
             let d = check(30);
             assert!(d.is_allowed(), "{algorithm}");
@@ -123,12 +129,21 @@ fn token_bucket_retry_after_is_the_time_for_the_missing_tokens() {
     let policy = Policy::single(Algorithm::TokenBucket, "10/s burst 10".parse().unwrap());
     let backend = MemoryBackend::new();
     let key = Key::new("user", "retry");
-    assert!(backend.check_at(&key, &policy, 8, 0).is_allowed());
+    assert!(backend
+        .check_at(&key, &policy, 8, Micros::new(0))
+        .is_allowed());
     // 2 left; 5 needs 3 more tokens at one per 100 ms.
-    let denied = backend.check_at(&key, &policy, 5, 0);
-    assert_eq!(denied.deciding().retry_after_us(), Some(300_000));
-    assert!(!backend.check_at(&key, &policy, 5, 299_999).is_allowed());
-    assert!(backend.check_at(&key, &policy, 5, 300_000).is_allowed());
+    let denied = backend.check_at(&key, &policy, 5, Micros::new(0));
+    assert_eq!(
+        denied.deciding().retry_after_micros().map(Micros::as_u64),
+        Some(300_000)
+    );
+    assert!(!backend
+        .check_at(&key, &policy, 5, Micros::new(299_999))
+        .is_allowed());
+    assert!(backend
+        .check_at(&key, &policy, 5, Micros::new(300_000))
+        .is_allowed());
 }
 
 #[test]
@@ -142,16 +157,18 @@ fn cost_above_capacity_is_never_allowed_and_says_so() {
             "20/s".parse().unwrap()
         };
         let policy = Policy::single(algorithm, quota);
-        let d = backend.check_at(&key, &policy, 21, 0);
+        let d = backend.check_at(&key, &policy, 21, Micros::new(0));
         assert_eq!(d.verdict(), Verdict::Never, "{algorithm}");
         assert_eq!(d.retry_after(), None, "{algorithm}");
         assert_eq!(d.deciding().remaining(), 20, "{algorithm}: nothing taken");
         // Even a whole window later it cannot fit.
-        let later = backend.check_at(&key, &policy, 21, 3600 * SEC);
+        let later = backend.check_at(&key, &policy, 21, Micros::new(3600 * SEC));
         assert_eq!(later.verdict(), Verdict::Never, "{algorithm}");
         // Exactly the capacity fits.
         assert!(
-            backend.check_at(&key, &policy, 20, 3600 * SEC).is_allowed(),
+            backend
+                .check_at(&key, &policy, 20, Micros::new(3600 * SEC))
+                .is_allowed(),
             "{algorithm}"
         );
     }
@@ -164,16 +181,25 @@ fn cost_zero_peeks_without_consuming() {
     for algorithm in Algorithm::ALL {
         let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap());
         let held = backend.len();
-        let fresh = backend.check_at(&key, &policy, 0, 0);
+        let fresh = backend.check_at(&key, &policy, 0, Micros::new(0));
         assert!(fresh.is_allowed());
         assert_eq!(backend.len(), held, "{algorithm}: a peek stores nothing");
         assert_eq!(fresh.deciding().remaining(), 5, "{algorithm}");
-        assert_eq!(fresh.deciding().reset_after_us(), 0, "{algorithm}");
-        assert!(backend.check_at(&key, &policy, 2, 0).is_allowed());
+        assert_eq!(
+            fresh.deciding().reset_after_micros().as_u64(),
+            0,
+            "{algorithm}"
+        );
+        assert!(backend
+            .check_at(&key, &policy, 2, Micros::new(0))
+            .is_allowed());
         for _ in 0..3 {
-            let peek = backend.check_at(&key, &policy, 0, SEC);
+            let peek = backend.check_at(&key, &policy, 0, Micros::new(SEC));
             assert_eq!(peek.deciding().remaining(), 3, "{algorithm}");
-            assert!(peek.deciding().reset_after_us() > 0, "{algorithm}");
+            assert!(
+                peek.deciding().reset_after_micros().as_u64() > 0,
+                "{algorithm}"
+            );
         }
     }
     assert_eq!(
@@ -202,8 +228,12 @@ fn reset_after_tells_when_the_limit_is_whole_again() {
     ];
     for (algorithm, reset) in cases {
         let policy = Policy::single(algorithm, Quota::per_minute(10).unwrap());
-        let d = backend.check_at(&key, &policy, 1, at);
-        assert_eq!(d.deciding().reset_after_us(), reset, "{algorithm}");
+        let d = backend.check_at(&key, &policy, 1, Micros::new(at));
+        assert_eq!(
+            d.deciding().reset_after_micros().as_u64(),
+            reset,
+            "{algorithm}"
+        );
     }
 }
 
@@ -215,7 +245,7 @@ fn a_denied_request_is_never_told_to_retry_at_once() {
     let key = Key::new("user", "fast");
     let mut denied = 0;
     for _ in 0..2_000_000 {
-        let d = backend.check_at(&key, &policy, 1, 5);
+        let d = backend.check_at(&key, &policy, 1, Micros::new(5));
         if let Some(retry) = d.retry_after() {
             assert!(!retry.is_zero());
             denied += 1;
@@ -231,21 +261,23 @@ fn a_denied_request_is_never_told_to_retry_at_once() {
 fn a_clock_read_a_moment_earlier_never_erases_state() {
     let minute = Quota::per_minute(2).unwrap();
     let sw = SlidingWindow::new(minute);
-    let full = sw.consume(State::default(), 60 * SEC, 2); // minute 1 is full
+    let full = sw.consume(State::default(), Micros::new(60 * SEC), 2); // minute 1 is full
     let late = 60 * SEC - 1; // read just before minute 1 began
-    assert!(!sw.check(full, late, 1).is_allowed());
-    let counted = sw.consume(full, late, 1);
-    assert!(!sw.check(counted, 60 * SEC, 1).is_allowed());
-    assert!(!sw.check(counted, 119 * SEC, 1).is_allowed());
+    assert!(!sw.check(full, Micros::new(late), 1).is_allowed());
+    let counted = sw.consume(full, Micros::new(late), 1);
+    assert!(!sw.check(counted, Micros::new(60 * SEC), 1).is_allowed());
+    assert!(!sw.check(counted, Micros::new(119 * SEC), 1).is_allowed());
 
     let log = SlidingLog::new(minute);
     let mut s = SlidingLogState::default();
-    log.consume(&mut s, 60 * SEC, 1);
-    log.consume(&mut s, late, 1);
-    assert!(!log.check(&mut s, 60 * SEC, 1).is_allowed());
+    log.consume(&mut s, Micros::new(60 * SEC), 1);
+    log.consume(&mut s, Micros::new(late), 1);
+    assert!(!log.check(&mut s, Micros::new(60 * SEC), 1).is_allowed());
     // Both entries leave the window together, a minute after the newest.
     assert_eq!(
-        log.check(&mut s, 60 * SEC, 1).retry_after_us(),
+        log.check(&mut s, Micros::new(60 * SEC), 1)
+            .retry_after_micros()
+            .map(Micros::as_u64),
         Some(60 * SEC)
     );
 }

@@ -3,57 +3,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
 use tower_layer::Layer;
 
-use crate::headers::HeaderStyle;
+use super::config::{Config, OnBackendError, OnKeyError};
+use super::cost::Cost;
+use super::headers::HeaderStyle;
+use super::response::LimitedResponse;
+use super::select::PolicyResolver;
+use super::service::RateLimit;
+use super::shaping::Shaping;
+use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
-use crate::observe::FailureLog;
-use crate::resolver::{Cost, PolicyResolver};
-use crate::response::LimitedResponse;
-use crate::shaping::Shaping;
-use crate::{Backend, MemoryBackend, RateLimit};
-
-/// What to do with a request no key can be derived for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnKeyError {
-    /// Answer with this status and a JSON body saying what is missing (the
-    /// default: 400). Skipping instead would let a client escape the limit
-    /// by leaving out its key.
-    Reject(StatusCode),
-    /// Pass the request on unlimited.
-    Skip,
-}
-
-impl Default for OnKeyError {
-    fn default() -> Self {
-        Self::Reject(StatusCode::BAD_REQUEST)
-    }
-}
-
-/// What to do when the backend cannot decide (unreachable, timed out).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnBackendError {
-    /// Let the request through, without quota headers (the default):
-    /// the limiter never takes the service down with it.
-    #[default]
-    Allow,
-    /// Answer 429 with `Retry-After: 1` and
-    /// `{"error":"rate_limit_unavailable"}`.
-    Deny,
-}
-
-/// Settings every request of a layer shares.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Options {
-    pub(crate) headers: HeaderStyle,
-    pub(crate) limited: LimitedResponse,
-    pub(crate) on_key_error: OnKeyError,
-    pub(crate) on_backend_error: OnBackendError,
-    pub(crate) retry_jitter_us: u64,
-    pub(crate) shaping: Option<Shaping>,
-    pub(crate) failures: FailureLog,
-}
+use crate::{Micros, Policy};
 
 /// Rate-limits requests to the services it wraps.
 ///
@@ -78,31 +39,29 @@ pub(crate) struct Options {
 ///     .layer(RateLimitLayer::new(per_user).key(UserHeader::new("x-user-id").or(ClientIp::new())));
 /// ```
 ///
-/// State is identified by the key and each limit's name, algorithm and
-/// quota: two layers with the same key extractor and identical limits on one
-/// backend share a budget. Name limits apart (or add [`Endpoint`] to the key)
-/// to keep routes apart.
-///
-/// [`Endpoint`]: crate::key::Endpoint
+/// The default key, [`ClientIp`], reads the connection's peer address: serve
+/// an axum app with `into_make_service_with_connect_info::<SocketAddr>()`.
+/// Without it every request is refused with a 400 whose body says so (and,
+/// with the `tracing` feature, an error is logged once).
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer<K = ClientIp, P = crate::Policy, B = MemoryBackend, C = u32> {
-    pub(crate) key: K,
-    pub(crate) policy: P,
-    pub(crate) backend: B,
-    pub(crate) cost: C,
-    pub(crate) options: Arc<Options>,
+pub struct RateLimitLayer<K = ClientIp, P = Policy, B = MemoryBackend, C = u32> {
+    pub(super) key: K,
+    pub(super) policy: P,
+    pub(super) backend: B,
+    pub(super) cost: C,
+    pub(super) config: Arc<Config>,
 }
 
 impl<P: PolicyResolver> RateLimitLayer<ClientIp, P> {
-    /// Limit by `policy` (a [`Policy`](crate::Policy), or any resolver),
-    /// per client IP, in memory, with the default responses.
+    /// Limit by `policy` (a [`Policy`], or any resolver), per client IP, in
+    /// this layer's own memory, with the default responses.
     pub fn new(policy: P) -> Self {
         Self {
             key: ClientIp::new(),
             policy,
             backend: MemoryBackend::new(),
             cost: 1,
-            options: Arc::default(),
+            config: Arc::default(),
         }
     }
 }
@@ -115,7 +74,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
             policy: self.policy,
             backend: self.backend,
             cost: self.cost,
-            options: self.options,
+            config: self.config,
         }
     }
 
@@ -126,18 +85,25 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
             policy,
             backend: self.backend,
             cost: self.cost,
-            options: self.options,
+            config: self.config,
         }
     }
 
-    /// Keep state in `backend` (share one backend between layers to share state).
+    /// Keep state in `backend`.
+    ///
+    /// Layers given the same backend (clones of one, or one Redis) share the
+    /// state of limits with the same [identity](crate::Limit::identity) for
+    /// the same key: a named limit is one budget wherever it appears. Anonymous
+    /// limits (`"10/min".parse()`) in a [`RoutePolicies`](crate::RoutePolicies)
+    /// are kept apart per route; given straight to two layers, keep them apart
+    /// with [`Policy::scoped`] or by naming them (see [`Policy`]'s docs).
     pub fn backend<B2: Backend>(self, backend: B2) -> RateLimitLayer<K, P, B2, C> {
         RateLimitLayer {
             key: self.key,
             policy: self.policy,
             backend,
             cost: self.cost,
-            options: self.options,
+            config: self.config,
         }
     }
 
@@ -148,54 +114,71 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
             policy: self.policy,
             backend: self.backend,
             cost,
-            options: self.options,
+            config: self.config,
         }
     }
 
     /// Which quota headers to send (default: both legacy and IETF).
     pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.options_mut().headers = style;
+        self.config_mut().headers = style;
         self
     }
 
     /// How to answer limited requests (default: JSON 429).
     pub fn limited_response(mut self, response: LimitedResponse) -> Self {
-        self.options_mut().limited = response;
+        self.config_mut().limited = response;
         self
     }
 
     /// What to do when no key can be derived (default: reject with 400).
     pub fn on_key_error(mut self, action: OnKeyError) -> Self {
-        self.options_mut().on_key_error = action;
+        self.config_mut().on_key_error = action;
         self
     }
 
     /// What to do when the backend fails (default: allow).
     pub fn on_backend_error(mut self, action: OnBackendError) -> Self {
-        self.options_mut().on_backend_error = action;
+        self.config_mut().on_backend_error = action;
         self
     }
 
     /// Add up to `jitter` at random to each `Retry-After`, so throttled
     /// clients do not all come back at the same second.
     pub fn retry_after_jitter(mut self, jitter: Duration) -> Self {
-        self.options_mut().retry_jitter_us = jitter.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.config_mut().retry_jitter = Micros::from(jitter);
         self
     }
 
     /// Delay requests that do not fit yet, by up to `max_wait`, instead of
-    /// rejecting them; at most `max_waiting` wait at once (see
-    /// [`shaping`](crate::shaping)).
+    /// rejecting them; at most `max_waiting` wait at once.
+    ///
+    /// Like nginx's `limit_req ... delay=`: a request that would wait longer,
+    /// or arrives when too many already wait, is rejected at once as usual.
+    /// A waiting request reserves nothing: it sleeps until the backend said it
+    /// would fit, then asks again. So a cancelled wait leaves nothing behind,
+    /// and however many wait, the limit admits exactly what it would without
+    /// shaping. The price is order: a newcomer can take the unit a waiter was
+    /// waiting for; the waiter then waits again, within its maximum.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_ratelimit::key::Global;
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// // 10/s, smoothing bursts by delaying up to half a second, at most 100 waiting.
+    /// let layer = RateLimitLayer::new("10/s".parse::<Policy>().unwrap())
+    ///     .key(Global)
+    ///     .shape(Duration::from_millis(500), 100);
+    /// ```
     pub fn shape(mut self, max_wait: Duration, max_waiting: usize) -> Self {
-        let max_wait_us = max_wait.as_micros().min(u128::from(u64::MAX)) as u64;
-        self.options_mut().shaping = Some(Shaping::new(max_wait_us, max_waiting));
+        self.config_mut().shaping = Some(Shaping::new(max_wait, max_waiting));
         self
     }
 
-    fn options_mut(&mut self) -> &mut Options {
+    fn config_mut(&mut self) -> &mut Config {
         // Setters run while building, before clones are shared; a layer
         // configured after cloning gets its own copy.
-        Arc::make_mut(&mut self.options)
+        Arc::make_mut(&mut self.config)
     }
 }
 
@@ -203,9 +186,6 @@ impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P
     type Service = RateLimit<S, K, P, B, C>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            inner,
-            layer: Arc::new(self.clone()),
-        }
+        RateLimit::new(inner, Arc::new(self.clone()))
     }
 }

@@ -1,0 +1,75 @@
+//! When a backend cannot decide, and how that is reported.
+
+use std::fmt;
+
+/// A backend could not decide (unreachable, timed out, answered nonsense).
+#[derive(Debug)]
+pub struct BackendError {
+    source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl BackendError {
+    /// Wrap the underlying error.
+    pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self {
+            source: source.into(),
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limit backend failed: {}", self.source)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// Warns of backend failures (feature `tracing`) at most once a second, with
+/// how many were not logged since: an outage must not flood the logs. Each
+/// layer and each [`Fallback`](super::Fallback) keeps its own.
+#[derive(Debug, Default)]
+pub(crate) struct FailureLog {
+    #[cfg(feature = "tracing")]
+    last_second: std::sync::atomic::AtomicU64,
+    #[cfg(feature = "tracing")]
+    suppressed: std::sync::atomic::AtomicU64,
+}
+
+/// A copy starts its own count.
+impl Clone for FailureLog {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl FailureLog {
+    /// A backend failed, and `action` (`allow`, `deny`, `fallback`) decided
+    /// the request instead.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn warn(&self, action: &'static str, error: &BackendError) {
+        #[cfg(feature = "tracing")]
+        {
+            use std::sync::atomic::Ordering;
+            let second = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let last = self.last_second.load(Ordering::Relaxed);
+            let first_this_second = second > last
+                && self
+                    .last_second
+                    .compare_exchange(last, second, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok();
+            if first_this_second {
+                let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+                tracing::warn!(%error, action, suppressed, "rate limit backend failed");
+            } else {
+                self.suppressed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! [`Fallback`]: a second backend for while the first one fails.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use pin_project_lite::pin_project;
+
+use super::{Backend, BackendError, FailureLog};
+use crate::key::Key;
+use crate::{Decision, Origin, Policy};
+
+/// A backend that decides with a second one whenever the first fails; see
+/// [`Backend::or_fallback`].
+///
+/// Every failure of the primary is reported — a `tracing` warning (at most
+/// one a second, with a count of those not logged; feature `tracing`) — and
+/// the decision says [`Origin::Fallback`], which the layer counts as
+/// `fallback_allowed` or `fallback_limited` (feature `metrics`).
+#[derive(Clone, Debug)]
+pub struct Fallback<P, F> {
+    primary: P,
+    fallback: F,
+    // Shared by clones: one throttle for one fallback, however cloned.
+    failures: Arc<FailureLog>,
+}
+
+impl<P, F> Fallback<P, F> {
+    pub(crate) fn new(primary: P, fallback: F) -> Self {
+        Self {
+            primary,
+            fallback,
+            failures: Arc::default(),
+        }
+    }
+
+    /// The backend asked first.
+    pub fn primary(&self) -> &P {
+        &self.primary
+    }
+
+    /// The backend asked when the first fails.
+    pub fn fallback(&self) -> &F {
+        &self.fallback
+    }
+}
+
+impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
+    type Future = FallbackFuture<P, F>;
+
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        FallbackFuture {
+            state: State::Primary {
+                future: self.primary.check(key, policy, cost),
+                // What asking the fallback takes, should the primary fail:
+                // the future borrows nothing, so it keeps its own key and
+                // policy (a reference count; the key's bytes, inline up to
+                // 46 of them).
+                retry: Some(Retry {
+                    backend: self.fallback.clone(),
+                    key: key.clone(),
+                    policy: policy.clone(),
+                    cost,
+                    failures: Arc::clone(&self.failures),
+                }),
+            },
+        }
+    }
+}
+
+pin_project! {
+    /// The future of a [`Fallback`]'s decision: the primary's, or, if it
+    /// fails, the fallback's.
+    pub struct FallbackFuture<P, F>
+    where
+        P: Backend,
+        F: Backend,
+    {
+        #[pin]
+        state: State<P, F>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<P, F>
+    where
+        P: Backend,
+        F: Backend,
+    {
+        Primary {
+            #[pin]
+            future: P::Future,
+            retry: Option<Retry<F>>,
+        },
+        Fallback {
+            #[pin]
+            future: F::Future,
+        },
+    }
+}
+
+struct Retry<F> {
+    backend: F,
+    key: Key,
+    policy: Policy,
+    cost: u32,
+    failures: Arc<FailureLog>,
+}
+
+impl<P: Backend, F: Backend> Future for FallbackFuture<P, F> {
+    type Output = Result<Decision, BackendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            match state.as_mut().project() {
+                StateProj::Primary { future, retry } => {
+                    let error = match ready!(future.poll(cx)) {
+                        Ok(decision) => return Poll::Ready(Ok(decision)),
+                        Err(error) => error,
+                    };
+                    // Polled again after failing for good: say so again.
+                    let Some(retry) = retry.take() else {
+                        return Poll::Ready(Err(error));
+                    };
+                    retry.failures.warn("fallback", &error);
+                    let future = retry.backend.check(&retry.key, &retry.policy, retry.cost);
+                    state.set(State::Fallback { future });
+                }
+                StateProj::Fallback { future } => {
+                    let decided = ready!(future.poll(cx));
+                    return Poll::Ready(decided.map(|d| d.with_origin(Origin::Fallback)));
+                }
+            }
+        }
+    }
+}
+
+impl<P: Backend, F: Backend> std::fmt::Debug for FallbackFuture<P, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FallbackFuture").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,150 @@
+//! [`RedisBackendBuilder`]: where Redis is, and how to reach it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::Script;
+
+use super::{Connection, RedisBackend, SCRIPT};
+use crate::backend::BackendError;
+
+/// Configures a [`RedisBackend`].
+#[derive(Debug, Clone)]
+#[must_use]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub struct RedisBackendBuilder {
+    topology: Topology,
+    prefix: String,
+    timeout: Duration,
+}
+
+/// One server, or the nodes of a cluster.
+#[derive(Debug, Clone)]
+enum Topology {
+    Standalone(String),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
+}
+
+impl RedisBackendBuilder {
+    pub(super) fn standalone(url: &str) -> Self {
+        Self::new(Topology::Standalone(url.to_owned()))
+    }
+
+    #[cfg(feature = "redis-cluster")]
+    pub(super) fn cluster(nodes: Vec<String>) -> Self {
+        Self::new(Topology::Cluster(nodes))
+    }
+
+    fn new(topology: Topology) -> Self {
+        Self {
+            topology,
+            prefix: "rl:".to_owned(),
+            timeout: RedisBackend::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Prefix every key with `prefix` (default `rl:`). It must not contain
+    /// `{` or `}`, which would move keys between cluster slots.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long a decision may take before it is a failure (default 100 ms);
+    /// the layer then allows or denies as configured.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Connect now. Fails if the prefix is invalid or the server (or, for a
+    /// cluster, its nodes) cannot be reached: a wrong address shows at once.
+    pub async fn connect(self) -> Result<RedisBackend, BackendError> {
+        self.check_prefix()?;
+        let conn = match &self.topology {
+            Topology::Standalone(url) => {
+                let (client, config) = self.client(url)?;
+                Connection::Standalone(
+                    ConnectionManager::new_with_config(client, config)
+                        .await
+                        .map_err(BackendError::new)?,
+                )
+            }
+            #[cfg(feature = "redis-cluster")]
+            Topology::Cluster(nodes) => {
+                let client = ::redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .response_timeout(self.timeout)
+                    .connection_timeout(self.connection_timeout())
+                    .build()
+                    .map_err(BackendError::new)?;
+                Connection::Cluster(
+                    client
+                        .get_async_connection()
+                        .await
+                        .map_err(BackendError::new)?,
+                )
+            }
+        };
+        Ok(self.finish(conn))
+    }
+
+    /// A backend that connects on first use and whenever the connection is
+    /// lost, so a service can start while Redis is down: until Redis answers,
+    /// decisions fail fast and the layer allows, denies or falls back as
+    /// configured. Standalone servers only (a cluster client must see the
+    /// cluster to learn its slots: use [`connect`](Self::connect)). Call it
+    /// inside a Tokio runtime.
+    pub fn connect_lazy(self) -> Result<RedisBackend, BackendError> {
+        self.check_prefix()?;
+        let conn = match &self.topology {
+            Topology::Standalone(url) => {
+                let (client, config) = self.client(url)?;
+                ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(BackendError::new)?
+            }
+            #[cfg(feature = "redis-cluster")]
+            Topology::Cluster(_) => {
+                return Err(BackendError::new(
+                    "a cluster backend must connect(): it learns the cluster's slots first",
+                ))
+            }
+        };
+        Ok(self.finish(Connection::Standalone(conn)))
+    }
+
+    fn check_prefix(&self) -> Result<(), BackendError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(BackendError::new(
+                "the key prefix must not contain '{' or '}'",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A connection may take longer to open than a decision to answer.
+    fn connection_timeout(&self) -> Duration {
+        self.timeout.max(Duration::from_secs(1))
+    }
+
+    fn client(
+        &self,
+        url: &str,
+    ) -> Result<(::redis::Client, ConnectionManagerConfig), BackendError> {
+        let client = ::redis::Client::open(url).map_err(BackendError::new)?;
+        let config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(self.connection_timeout()));
+        Ok((client, config))
+    }
+
+    fn finish(self, conn: Connection) -> RedisBackend {
+        RedisBackend {
+            conn,
+            script: Arc::new(Script::new(SCRIPT)),
+            prefix: self.prefix.into(),
+            timeout: self.timeout,
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! What one decision sends to Redis and reads back: the script, its keys
+//! and arguments, and the decision in its reply.
+
+use ::redis::Value;
+use sha2::{Digest, Sha256};
+
+use crate::algorithm::{FixedRule, Form};
+use crate::backend::BackendError;
+use crate::key::Key;
+use crate::{Decision, Limit, Micros, Outcome, Policy};
+
+/// The script: each algorithm's file, then the driver.
+pub(super) const SCRIPT: &str = concat!(
+    include_str!("lua/common.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/gcra.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/check.lua"),
+);
+
+/// Identities up to this many bytes appear in keys as hex; longer ones as
+/// a hash, so keys stay short whatever a client sends.
+const MAX_HEX_IDENTITY: usize = 64;
+
+/// The identity part of a Redis key: hex of the key's bytes, or a hash.
+pub(super) fn identity(key: &Key) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hex = |bytes: &[u8], out: &mut String| {
+        for &b in bytes {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    };
+    let bytes = key.as_bytes();
+    let mut out = String::with_capacity(2 * MAX_HEX_IDENTITY + 1);
+    if bytes.len() <= MAX_HEX_IDENTITY {
+        hex(bytes, &mut out);
+    } else {
+        // "h" cannot begin a hex encoding, so the two forms never meet.
+        out.push('h');
+        hex(&Sha256::digest(bytes)[..16], &mut out);
+    }
+    out
+}
+
+/// Append the keys of `identity` under `limit`:
+/// `{prefix}{<identity>}:<limit identity>`, and for a sliding log its two.
+pub(super) fn push_keys(keys: &mut Vec<String>, prefix: &str, identity: &str, limit: &Limit) {
+    let base = [prefix, "{", identity, "}:", limit.identity()].concat();
+    if let Form::Log(_) = limit.rule().form() {
+        keys.push(format!("{base}:log"));
+        keys.push(format!("{base}:sum"));
+    } else {
+        keys.push(base);
+    }
+}
+
+/// The script's keys and arguments for one decision.
+pub(super) fn invocation(
+    prefix: &str,
+    key: &Key,
+    policy: &Policy,
+    cost: u32,
+    now: Option<Micros>,
+) -> (Vec<String>, Vec<String>) {
+    let mut keys = Vec::with_capacity(policy.limits().len() + 1);
+    let mut args = vec![
+        now.map_or_else(String::new, |n| n.as_u64().to_string()),
+        cost.to_string(),
+        u8::from(policy.counts_denied()).to_string(),
+    ];
+    let identity = identity(key);
+    for limit in policy.limits() {
+        // The algorithm codes of check.lua.
+        let (code, interval) = match limit.rule().form() {
+            Form::Fixed(FixedRule::FixedWindow(_)) => (1, Micros::ZERO),
+            Form::Log(_) => (2, Micros::ZERO),
+            Form::Fixed(FixedRule::SlidingWindow(_)) => (3, Micros::ZERO),
+            Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval()),
+        };
+        push_keys(&mut keys, prefix, &identity, limit);
+        args.push(code.to_string());
+        args.push(limit.capacity().to_string());
+        args.push(limit.quota().window_micros().as_u64().to_string());
+        args.push(interval.as_u64().to_string());
+    }
+    (keys, args)
+}
+
+/// The decision from the script's reply: per limit, retry, remaining, reset.
+pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, BackendError> {
+    let Value::Array(items) = reply else {
+        return Err(BackendError::new(format!(
+            "unexpected reply from the script: {reply:?}"
+        )));
+    };
+    let number = |v: &Value| match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(BackendError::new(format!(
+            "unexpected value from the script: {other:?}"
+        ))),
+    };
+    let mut outcomes = Vec::with_capacity(policy.limits().len());
+    for (limit, item) in policy.limits().iter().zip(items.chunks(3)) {
+        let [retry, remaining, reset] = item else {
+            return Err(BackendError::new("the script answered in pieces"));
+        };
+        let (retry, remaining, reset) = (number(retry)?, number(remaining)?, number(reset)?);
+        let (remaining, reset) = (remaining.max(0) as u64, Micros::new(reset.max(0) as u64));
+        let capacity = limit.capacity();
+        outcomes.push(match retry {
+            0 => Outcome::allowed(capacity, remaining, reset),
+            r if r < 0 => Outcome::never(capacity, remaining, reset),
+            r => Outcome::denied(capacity, remaining, reset, Micros::new(r as u64)),
+        });
+    }
+    if items.len() != 3 * policy.limits().len() {
+        return Err(BackendError::new(
+            "the script answered for a different number of limits",
+        ));
+    }
+    Decision::from_outcomes(policy, outcomes).map_err(BackendError::new)
+}

@@ -1,0 +1,73 @@
+//! What every request of a layer shares: how to answer, what to do when no
+//! key or no decision can be had, shaping.
+
+use http::StatusCode;
+
+use super::headers::HeaderStyle;
+use super::response::LimitedResponse;
+use super::shaping::Shaping;
+use crate::backend::FailureLog;
+use crate::Micros;
+
+/// What to do with a request no key can be derived for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnKeyError {
+    /// Answer with this status and a JSON body saying what is missing (the
+    /// default: 400). Skipping instead would let a client escape the limit
+    /// by leaving out its key.
+    Reject(StatusCode),
+    /// Pass the request on unlimited.
+    Skip,
+}
+
+impl Default for OnKeyError {
+    fn default() -> Self {
+        Self::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// What to do when the backend cannot decide (unreachable, timed out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnBackendError {
+    /// Let the request through, without quota headers (the default):
+    /// the limiter never takes the service down with it.
+    #[default]
+    Allow,
+    /// Answer 429 with `Retry-After: 1` and
+    /// `{"error":"rate_limit_unavailable"}`.
+    Deny,
+}
+
+/// Settings every request of a layer shares.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Config {
+    pub(crate) headers: HeaderStyle,
+    pub(crate) limited: LimitedResponse,
+    pub(crate) on_key_error: OnKeyError,
+    pub(crate) on_backend_error: OnBackendError,
+    pub(crate) retry_jitter: Micros,
+    pub(crate) shaping: Option<Shaping>,
+    pub(crate) failures: FailureLog,
+    /// A misconfiguration (no peer address) is logged once per layer.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) misconfiguration_logged: OnceFlag,
+}
+
+/// Set once; a copy starts unset.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) struct OnceFlag(std::sync::atomic::AtomicBool);
+
+impl Clone for OnceFlag {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+impl OnceFlag {
+    /// True the first time only.
+    pub(crate) fn first(&self) -> bool {
+        !self.0.swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+}

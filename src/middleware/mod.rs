@@ -1,0 +1,36 @@
+//! The tower middleware, in tower-http's shape: a layer that builds a
+//! service, whose future runs one request through the limiter.
+//!
+//! * `layer.rs` — [`RateLimitLayer`], the builder;
+//! * `config.rs` — what every request of a layer shares;
+//! * `service.rs` — [`RateLimit`]: key, policy and cost for a request;
+//! * `future.rs` — [`ResponseFuture`]: the state machine (decide, wait, call);
+//! * `select.rs`, `cost.rs` — the policy and the cost of a request;
+//! * `shaping.rs` — delaying instead of refusing;
+//! * `response.rs` — refusals (429, 400, the backend-failure answer);
+//! * `headers.rs`, `rendered.rs` — quota headers, and the text rendered once
+//!   per policy;
+//! * `body.rs` — [`ResponseBody`]; `observe.rs` — metrics and logs.
+
+mod body;
+mod config;
+mod cost;
+mod future;
+mod headers;
+mod layer;
+mod observe;
+mod rendered;
+mod response;
+mod select;
+mod service;
+mod shaping;
+
+pub use body::ResponseBody;
+pub use config::{OnBackendError, OnKeyError};
+pub use cost::{cost_fn, Cost, CostFn};
+pub use future::ResponseFuture;
+pub use headers::HeaderStyle;
+pub use layer::RateLimitLayer;
+pub use response::{LimitedFn, LimitedResponse};
+pub use select::{policy_fn, PolicyFn, PolicyResolver, RoutePolicies};
+pub use service::RateLimit;

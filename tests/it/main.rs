@@ -1,0 +1,23 @@
+//! The integration tests, in one binary so a test run links once. (The
+//! tracing test has a binary of its own: its subscriber must be the first to
+//! see the log call sites.)
+
+mod support;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../examples/server.rs"]
+mod server;
+
+mod algorithms;
+mod backend_of_our_own;
+mod distributed;
+mod http;
+mod keys;
+mod layer;
+mod memory_backend;
+mod metrics;
+mod policy;
+mod properties;
+mod quota;
+mod redis_backend;
+mod shaping;
