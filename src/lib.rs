@@ -51,8 +51,8 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The core: no HTTP below this line's modules but `head` (the request view
-// extractors read).
+// The core. Nothing here knows HTTP but `head`, the request view that key
+// extractors read (ARCHITECTURE.md has the map).
 pub mod algorithm;
 pub mod clock;
 mod decision;

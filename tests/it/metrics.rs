@@ -15,6 +15,7 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::key::{Global, UserHeader};
 use tower_ratelimit::{OnBackendError, OnKeyError, Policy, RateLimitLayer};
 
@@ -101,6 +102,17 @@ fn every_outcome_is_counted_by_limit() {
                     .service(ok());
                 broken.oneshot(Request::new(())).await.unwrap();
             }
+            // Redis down, each server's memory deciding: counted apart.
+            let local = ServiceBuilder::new()
+                .layer(
+                    RateLimitLayer::new(policy.clone())
+                        .key(Global)
+                        .backend(Broken.or_fallback(MemoryBackend::new())),
+                )
+                .service(ok());
+            for _ in 0..3 {
+                local.clone().oneshot(Request::new(())).await.unwrap();
+            }
         })
     });
     let counts: BTreeMap<String, u64> = recorder
@@ -117,6 +129,14 @@ fn every_outcome_is_counted_by_limit() {
         ("ratelimit_requests_total{outcome=key_skipped}", 1),
         ("ratelimit_requests_total{outcome=backend_error_allowed}", 1),
         ("ratelimit_requests_total{outcome=backend_error_denied}", 1),
+        (
+            "ratelimit_requests_total{limit=minute,outcome=fallback_allowed}",
+            2,
+        ),
+        (
+            "ratelimit_requests_total{limit=minute,outcome=fallback_limited}",
+            1,
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
