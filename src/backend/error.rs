@@ -6,6 +6,7 @@ use std::fmt;
 #[derive(Debug)]
 pub struct BackendError {
     source: Box<dyn std::error::Error + Send + Sync>,
+    breaker_open: bool,
 }
 
 impl BackendError {
@@ -13,7 +14,23 @@ impl BackendError {
     pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self {
             source: source.into(),
+            breaker_open: false,
         }
+    }
+
+    /// The backend was not asked: a [`Breaker`](super::Breaker) in front of
+    /// it is open.
+    pub(crate) fn breaker_open() -> Self {
+        Self {
+            source: "the circuit breaker is open: the backend failed repeatedly and is not asked until a probe succeeds".into(),
+            breaker_open: true,
+        }
+    }
+
+    /// Whether the backend was not even asked, because a
+    /// [`Breaker`](super::Breaker) in front of it is open.
+    pub fn is_breaker_open(&self) -> bool {
+        self.breaker_open
     }
 }
 

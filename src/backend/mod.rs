@@ -5,7 +5,7 @@
 //! [`Decision`]. The in-memory backend ([`MemoryBackend`]) answers at once
 //! with a ready future; a networked one (`RedisBackend`, feature `redis`)
 //! answers later; [`Fallback`] decides with a second backend while the first
-//! fails.
+//! fails; [`Breaker`] stops asking a backend known to be down.
 //!
 //! ```
 //! use tower_ratelimit::backend::{Backend, MemoryBackend};
@@ -34,6 +34,7 @@
 //! check and the commit atomically. Fail with [`BackendError`]: the layer
 //! then does what it was told ([`OnBackendError`](crate::OnBackendError)).
 
+mod breaker;
 mod error;
 mod fallback;
 mod memory;
@@ -45,6 +46,7 @@ use std::future::Future;
 use crate::key::Key;
 use crate::{Decision, Policy};
 
+pub use breaker::{Breaker, BreakerFuture};
 pub use error::BackendError;
 pub(crate) use error::FailureLog;
 pub use fallback::{Fallback, FallbackFuture};
@@ -79,5 +81,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
         Self: Sized,
     {
         Fallback::new(self, fallback)
+    }
+
+    /// Put a circuit breaker in front of this backend: once it has failed
+    /// several times in a row, decisions fail at once (and a fallback behind
+    /// the breaker decides in microseconds) until a single probe finds the
+    /// backend answering again. See [`Breaker`].
+    fn with_breaker(self) -> Breaker<Self>
+    where
+        Self: Sized,
+    {
+        Breaker::new(self)
     }
 }

@@ -10,6 +10,7 @@ mod server;
 
 mod algorithms;
 mod backend_of_our_own;
+mod breaker;
 mod distributed;
 mod http;
 mod keys;

@@ -120,6 +120,24 @@ impl RedisServer {
         panic!("redis-server on port {} did not start", self.port);
     }
 
+    /// Freeze the process (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
     /// Stop the process (as a crash would), keeping the port for a restart.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

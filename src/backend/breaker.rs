@@ -1,0 +1,262 @@
+//! [`Breaker`]: stop paying a failing backend's timeout once it is known down.
+
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
+
+use pin_project_lite::pin_project;
+
+use super::{Backend, BackendError};
+use crate::key::Key;
+use crate::{Decision, Micros, Policy};
+
+/// A circuit breaker in front of a backend; see [`Backend::with_breaker`].
+///
+/// * **Closed** (the start): every decision goes to the backend. After
+///   [`failures_to_open`](Self::failures_to_open) failures in a row (errors
+///   and timeouts alike) it opens.
+/// * **Open**: decisions fail at once, without asking the backend, with an
+///   error that says the breaker is open — so a [`Fallback`](super::Fallback)
+///   behind it decides in microseconds instead of after a timeout each.
+/// * After [`open_for`](Self::open_for), **one** decision at a time probes
+///   the backend; the others still fail at once. A probe that succeeds closes
+///   the breaker; one that fails opens it again for twice as long, up to
+///   [`max_open_for`](Self::max_open_for).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_ratelimit::backend::{Backend, MemoryBackend};
+///
+/// # let redis = MemoryBackend::new(); // stands in for a RedisBackend
+/// let backend = redis
+///     .with_breaker()
+///     .failures_to_open(5)
+///     .open_for(Duration::from_millis(500))
+///     .or_fallback(MemoryBackend::new());
+/// ```
+#[derive(Clone, Debug)]
+pub struct Breaker<B> {
+    inner: B,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    failures_to_open: u32,
+    open_for: Micros,
+    max_open_for: Micros,
+    /// Failures in a row, since the last success.
+    failures: AtomicU32,
+    /// Until when (µs since `epoch`) decisions fail at once; 0: closed.
+    open_until: AtomicU64,
+    /// How long the breaker opened for last (doubling on failed probes).
+    opened_for: AtomicU64,
+    /// A probe is under way.
+    probing: AtomicBool,
+    epoch: Instant,
+}
+
+impl<B> Breaker<B> {
+    pub(crate) fn new(inner: B) -> Self {
+        Self {
+            inner,
+            shared: Arc::new(Shared {
+                failures_to_open: 5,
+                open_for: Micros::from_millis(500),
+                max_open_for: Micros::from_secs(30),
+                failures: AtomicU32::new(0),
+                open_until: AtomicU64::new(0),
+                opened_for: AtomicU64::new(0),
+                probing: AtomicBool::new(false),
+                epoch: Instant::now(),
+            }),
+        }
+    }
+
+    /// Open after this many failures in a row (default 5, at least 1).
+    pub fn failures_to_open(mut self, failures: u32) -> Self {
+        self.settings().failures_to_open = failures.max(1);
+        self
+    }
+
+    /// Stay open this long before the first probe (default 500 ms).
+    pub fn open_for(mut self, open_for: Duration) -> Self {
+        self.settings().open_for = Micros::from(open_for).max(Micros::new(1));
+        self
+    }
+
+    /// Never stay open longer than this between probes (default 30 s).
+    pub fn max_open_for(mut self, max: Duration) -> Self {
+        self.settings().max_open_for = Micros::from(max).max(Micros::new(1));
+        self
+    }
+
+    /// Whether decisions currently fail at once (a probe may be due).
+    pub fn is_open(&self) -> bool {
+        self.shared.open_until.load(Ordering::Acquire) != 0
+    }
+
+    /// The backend behind the breaker.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
+    fn settings(&mut self) -> &mut Shared {
+        // Settings are set while building, before the breaker is cloned; a
+        // breaker configured after cloning gets a state of its own.
+        if Arc::get_mut(&mut self.shared).is_none() {
+            let s = &self.shared;
+            self.shared = Arc::new(Shared {
+                failures_to_open: s.failures_to_open,
+                open_for: s.open_for,
+                max_open_for: s.max_open_for,
+                failures: AtomicU32::new(0),
+                open_until: AtomicU64::new(0),
+                opened_for: AtomicU64::new(0),
+                probing: AtomicBool::new(false),
+                epoch: s.epoch,
+            });
+        }
+        Arc::get_mut(&mut self.shared).expect("just made unique")
+    }
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        // Never 0, which means "closed".
+        Micros::from(self.epoch.elapsed()).as_u64().max(1)
+    }
+
+    fn succeeded(&self) {
+        self.failures.store(0, Ordering::Release);
+        self.opened_for.store(0, Ordering::Release);
+        self.open_until.store(0, Ordering::Release);
+    }
+
+    fn failed(&self, probe: bool) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::AcqRel)
+            .saturating_add(1);
+        if probe || failures >= self.failures_to_open {
+            let last = self.opened_for.load(Ordering::Acquire);
+            let open_for = if probe && last > 0 {
+                last.saturating_mul(2).min(self.max_open_for.as_u64())
+            } else {
+                self.open_for.as_u64().min(self.max_open_for.as_u64())
+            };
+            self.opened_for.store(open_for, Ordering::Release);
+            self.open_until
+                .store(self.now().saturating_add(open_for), Ordering::Release);
+        }
+    }
+}
+
+impl<B: Backend> Backend for Breaker<B> {
+    type Future = BreakerFuture<B>;
+
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        let shared = &self.shared;
+        let open_until = shared.open_until.load(Ordering::Acquire);
+        let probe = if open_until == 0 {
+            None
+        } else {
+            let due = shared.now() >= open_until;
+            let won = due
+                && shared
+                    .probing
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+            if !won {
+                return BreakerFuture {
+                    state: State::Open {
+                        error: ready(Err(BackendError::breaker_open())),
+                    },
+                };
+            }
+            Some(Probe(Arc::clone(shared)))
+        };
+        BreakerFuture {
+            state: State::Asking {
+                future: self.inner.check(key, policy, cost),
+                shared: Arc::clone(shared),
+                probe,
+            },
+        }
+    }
+}
+
+/// The one probe under way; dropping it (done, or the request gone) lets
+/// the next decision probe.
+#[derive(Debug)]
+struct Probe(Arc<Shared>);
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.0.probing.store(false, Ordering::Release);
+    }
+}
+
+pin_project! {
+    /// The future of a [`Breaker`]'s decision: the backend's, recorded, or
+    /// a failure at once while the breaker is open.
+    pub struct BreakerFuture<B>
+    where
+        B: Backend,
+    {
+        #[pin]
+        state: State<B>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<B>
+    where
+        B: Backend,
+    {
+        Open {
+            #[pin]
+            error: Ready<Result<Decision, BackendError>>,
+        },
+        Asking {
+            #[pin]
+            future: B::Future,
+            shared: Arc<Shared>,
+            probe: Option<Probe>,
+        },
+    }
+}
+
+impl<B: Backend> Future for BreakerFuture<B> {
+    type Output = Result<Decision, BackendError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().state.project() {
+            StateProj::Open { error } => error.poll(cx),
+            StateProj::Asking {
+                future,
+                shared,
+                probe,
+            } => {
+                let result = ready!(future.poll(cx));
+                match &result {
+                    Ok(_) => shared.succeeded(),
+                    Err(_) => shared.failed(probe.is_some()),
+                }
+                // Recorded: the next decision may probe.
+                probe.take();
+                Poll::Ready(result)
+            }
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for BreakerFuture<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BreakerFuture").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,262 @@
+//! The circuit breaker: it opens after failures in a row, answers at once
+//! while open, lets one probe through at a time, and closes when a probe
+//! succeeds — with a backend of our own, and with a real Redis paused.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Decision, Origin, Policy};
+
+/// A backend that fails while told to, and takes `delay` to answer.
+#[derive(Clone, Default)]
+struct Flaky {
+    failing: Arc<AtomicBool>,
+    calls: Arc<AtomicUsize>,
+    delay: Duration,
+    memory: MemoryBackend,
+}
+
+impl Backend for Flaky {
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
+
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let failing = self.failing.load(Ordering::SeqCst);
+        let decision = self.memory.check_now(key, policy, cost);
+        let delay = self.delay;
+        Box::pin(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if failing {
+                Err(BackendError::new("connection refused"))
+            } else {
+                Ok(decision)
+            }
+        })
+    }
+}
+
+fn policy() -> Policy {
+    "1000/s".parse().unwrap()
+}
+
+fn key() -> Key {
+    Key::new("user", "alice")
+}
+
+#[tokio::test]
+async fn it_opens_after_failures_in_a_row_and_then_answers_without_asking() {
+    let flaky = Flaky::default();
+    flaky.failing.store(true, Ordering::SeqCst);
+    let breaker = flaky
+        .clone()
+        .with_breaker()
+        .failures_to_open(3)
+        .open_for(Duration::from_secs(60));
+    for _ in 0..3 {
+        let err = breaker.check(&key(), &policy(), 1).await.unwrap_err();
+        assert!(!err.is_breaker_open());
+    }
+    assert!(breaker.is_open());
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);
+    for _ in 0..100 {
+        let err = breaker.check(&key(), &policy(), 1).await.unwrap_err();
+        assert!(err.is_breaker_open(), "{err}");
+    }
+    // Not asked once while open.
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_success_resets_the_count() {
+    let flaky = Flaky::default();
+    let breaker = flaky.clone().with_breaker().failures_to_open(3);
+    for round in 0..5 {
+        flaky.failing.store(true, Ordering::SeqCst);
+        for _ in 0..2 {
+            assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+        }
+        flaky.failing.store(false, Ordering::SeqCst);
+        assert!(breaker.check(&key(), &policy(), 1).await.is_ok(), "{round}");
+        assert!(!breaker.is_open());
+    }
+}
+
+#[tokio::test]
+async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
+    let flaky = Flaky {
+        delay: Duration::from_millis(50),
+        ..Flaky::default()
+    };
+    flaky.failing.store(true, Ordering::SeqCst);
+    let breaker = flaky
+        .clone()
+        .with_breaker()
+        .failures_to_open(1)
+        .open_for(Duration::from_millis(100));
+    assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+    assert!(breaker.is_open());
+
+    // The backend is back; once the breaker is due, 20 decisions arrive at once.
+    flaky.failing.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let before = flaky.calls.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let checks: Vec<_> = (0..20)
+        .map(|_| breaker.check(&key(), &policy(), 1))
+        .collect();
+    let results = futures_all(checks).await;
+    assert_eq!(flaky.calls.load(Ordering::SeqCst) - before, 1, "one probe");
+    let (probed, refused): (Vec<_>, Vec<_>) = results.iter().partition(|r| r.is_ok());
+    assert_eq!(probed.len(), 1);
+    assert!(refused
+        .iter()
+        .all(|r| r.as_ref().unwrap_err().is_breaker_open()));
+    assert!(started.elapsed() >= Duration::from_millis(50));
+
+    // The probe succeeded: closed, every decision asks the backend again.
+    assert!(!breaker.is_open());
+    for _ in 0..5 {
+        assert!(breaker.check(&key(), &policy(), 1).await.is_ok());
+    }
+    assert_eq!(flaky.calls.load(Ordering::SeqCst) - before, 6);
+}
+
+#[tokio::test]
+async fn a_failed_probe_opens_it_twice_as_long() {
+    let flaky = Flaky::default();
+    flaky.failing.store(true, Ordering::SeqCst);
+    let breaker = flaky
+        .clone()
+        .with_breaker()
+        .failures_to_open(1)
+        .open_for(Duration::from_millis(100))
+        .max_open_for(Duration::from_millis(150));
+    assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+    let probes = || flaky.calls.load(Ordering::SeqCst) - 1;
+
+    // Due after 100 ms: the probe fails, reopening for 150 ms (2 × 100, capped).
+    tokio::time::sleep(Duration::from_millis(110)).await;
+    assert!(!breaker
+        .check(&key(), &policy(), 1)
+        .await
+        .unwrap_err()
+        .is_breaker_open());
+    assert_eq!(probes(), 1);
+    tokio::time::sleep(Duration::from_millis(110)).await;
+    assert!(breaker
+        .check(&key(), &policy(), 1)
+        .await
+        .unwrap_err()
+        .is_breaker_open());
+    assert_eq!(probes(), 1, "not due yet: it opened for longer");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+    assert_eq!(probes(), 2);
+}
+
+#[tokio::test]
+async fn a_dropped_probe_lets_the_next_decision_probe() {
+    let flaky = Flaky::default();
+    flaky.failing.store(true, Ordering::SeqCst);
+    let breaker = flaky
+        .clone()
+        .with_breaker()
+        .failures_to_open(1)
+        .open_for(Duration::from_millis(10));
+    assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+    tokio::time::sleep(Duration::from_millis(15)).await;
+
+    // A decision takes the probe, and its client goes away before it answers.
+    let probe = breaker.check(&key(), &policy(), 1);
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
+    // While it is out, others are refused without asking.
+    let refused = breaker.check(&key(), &policy(), 1).await.unwrap_err();
+    assert!(refused.is_breaker_open());
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
+    drop(probe);
+
+    // The next decision may probe again.
+    let _ = breaker.check(&key(), &policy(), 1).await;
+    assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);
+}
+
+/// Await every future, concurrently, in order.
+async fn futures_all<F: Future + Send + 'static>(futures: Vec<F>) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseconds() {
+    use tower_ratelimit::backend::RedisBackend;
+    let redis = crate::support::RedisServer::start();
+    let timeout = Duration::from_millis(50);
+    let backend = RedisBackend::builder(&redis.url())
+        .timeout(timeout)
+        .connect()
+        .await
+        .unwrap()
+        .with_breaker()
+        .failures_to_open(3)
+        .open_for(Duration::from_millis(300))
+        .or_fallback(MemoryBackend::new());
+    let policy = policy();
+    let decide = || {
+        let backend = backend.clone();
+        let policy = policy.clone();
+        async move {
+            let started = Instant::now();
+            let decision = backend.check(&key(), &policy, 1).await.unwrap();
+            (decision.origin(), started.elapsed())
+        }
+    };
+    assert_eq!(decide().await.0, Origin::Primary);
+
+    redis.pause();
+    let mut slow = 0;
+    let mut fast = Vec::new();
+    for _ in 0..50 {
+        let (origin, took) = decide().await;
+        assert_eq!(origin, Origin::Fallback);
+        // Every wait is bounded by the timeout (plus scheduling).
+        assert!(took < timeout + Duration::from_millis(25), "{took:?}");
+        if took >= timeout {
+            slow += 1;
+        } else {
+            fast.push(took);
+        }
+    }
+    assert_eq!(slow, 3, "only the failures that opened the breaker waited");
+    fast.sort();
+    let median = fast[fast.len() / 2];
+    assert!(median < Duration::from_millis(1), "median {median:?}");
+
+    // Redis answers again: within a second (a probe is due after 300 ms),
+    // decisions come from it.
+    redis.resume();
+    let back = Instant::now();
+    loop {
+        if decide().await.0 == Origin::Primary {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "still on the fallback"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
