@@ -10,7 +10,18 @@
 //!
 //! With `REDIS_URL` every limit lives in Redis, so any number of copies of
 //! this server share them. A URL list (comma-separated) or a
-//! `redis+cluster://host:port` URL means Redis Cluster.
+//! `redis+cluster://host:port` URL means Redis Cluster. While Redis is down
+//! (a decision takes longer than `STORE_TIMEOUT_MS`, default 50), requests
+//! are decided by `ON_STORE_FAILURE`:
+//!
+//! * `local` (default): each server limits on its own, to its share of each
+//!   limit — the limit divided by `SERVERS` (default 1), rounded up;
+//! * `open`: let requests through unlimited;
+//! * `closed`: refuse them with 503.
+//!
+//! A circuit breaker stops asking Redis after 5 failures in a row, so an
+//! outage costs the timeout a handful of times, not on every request; one
+//! probe at a time finds Redis again.
 //!
 //! | route | limit |
 //! |---|---|
@@ -38,7 +49,9 @@ use tower_ratelimit::key::Key;
 use tower_ratelimit::key::{
     key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
 };
-use tower_ratelimit::{policy_fn, Algorithm, Policy, Quota, RateLimitLayer, RequestHead};
+use tower_ratelimit::{
+    policy_fn, Algorithm, OnBackendError, Policy, Quota, RateLimitLayer, RequestHead,
+};
 
 /// What the environment configures.
 #[derive(Clone, Debug)]
@@ -47,10 +60,48 @@ pub struct Config {
     pub algorithm: Algorithm,
     /// `TRUSTED_PROXIES`: comma-separated CIDRs (default none).
     pub trusted_proxies: Vec<IpNet>,
+    /// `ON_STORE_FAILURE`: what decides while Redis is down (default local).
+    pub on_store_failure: StoreFailure,
+    /// `STORE_TIMEOUT_MS`: how long a Redis decision may take (default 50).
+    pub store_timeout: std::time::Duration,
+    /// `SERVERS`: how many servers share the limits; while Redis is down,
+    /// each enforces its share (default 1).
+    pub servers: u32,
+}
+
+/// What decides while the store is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Each server's memory, to its share of each limit.
+    Local,
+    /// Nothing: requests pass unlimited.
+    Open,
+    /// Nothing: requests are refused with 503.
+    Closed,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::SlidingWindow,
+            trusted_proxies: Vec::new(),
+            on_store_failure: StoreFailure::Local,
+            store_timeout: std::time::Duration::from_millis(50),
+            servers: 1,
+        }
+    }
+}
+
+/// `name`'s value parsed, or `default` when it is unset.
+fn env_or<T>(name: &str, default: T, parse: impl Fn(&str) -> Option<T>) -> Result<T, String> {
+    match std::env::var(name) {
+        Ok(text) => parse(text.trim()).ok_or_else(|| format!("{name}: {text:?} is not valid")),
+        Err(_) => Ok(default),
+    }
 }
 
 impl Config {
-    /// Read `ALGORITHM` and `TRUSTED_PROXIES`, with a clear error for bad values.
+    /// Read the environment, with a clear error for bad values.
     pub fn from_env() -> Result<Self, String> {
         let algorithm = match std::env::var("ALGORITHM") {
             Ok(name) => name.parse().map_err(|e| format!("ALGORITHM: {e}"))?,
@@ -66,9 +117,21 @@ impl Config {
                     .map_err(|e| format!("TRUSTED_PROXIES: {s:?}: {e}"))
             })
             .collect::<Result<_, _>>()?;
+        let on_store_failure = env_or("ON_STORE_FAILURE", StoreFailure::Local, |v| match v {
+            "local" => Some(StoreFailure::Local),
+            "open" => Some(StoreFailure::Open),
+            "closed" => Some(StoreFailure::Closed),
+            _ => None,
+        })
+        .map_err(|e| format!("{e} (expected local, open or closed)"))?;
+        let store_timeout = env_or("STORE_TIMEOUT_MS", 50, |v| v.parse().ok())?;
+        let servers = env_or("SERVERS", 1, |v| v.parse().ok().filter(|n| *n > 0))?;
         Ok(Self {
             algorithm,
             trusted_proxies,
+            on_store_failure,
+            store_timeout: std::time::Duration::from_millis(store_timeout),
+            servers,
         })
     }
 }
@@ -217,9 +280,14 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         .route("/api/quota", get(quota::<B>));
     for route in routes.iter() {
         let (key, policy) = (route.key.clone(), route.policy.clone());
+        let on_error = match config.on_store_failure {
+            StoreFailure::Closed => OnBackendError::Deny,
+            StoreFailure::Local | StoreFailure::Open => OnBackendError::Allow,
+        };
         let limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
             .key(key_fn(move |r| key(r)))
-            .backend(backend.clone());
+            .backend(backend.clone())
+            .on_backend_error(on_error);
         let path = route.path;
         let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
         let handler = if path == "/api/key" {
@@ -308,30 +376,40 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// The app on Redis: a cluster when `url` lists several nodes or says
 /// `redis+cluster://`, else one server.
 #[cfg(feature = "redis")]
-async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
     use tower_ratelimit::backend::RedisBackend;
     let nodes: Vec<String> = url
         .split(',')
         .map(|u| u.trim().replacen("redis+cluster://", "redis://", 1))
         .collect();
-    if nodes.len() > 1 || url.starts_with("redis+cluster://") {
+    let redis = if nodes.len() > 1 || url.starts_with("redis+cluster://") {
         #[cfg(feature = "redis-cluster")]
-        return Ok(app(
-            config,
-            RedisBackend::cluster_builder(nodes).connect().await?,
-        ));
+        {
+            RedisBackend::cluster_builder(nodes)
+                .timeout(config.store_timeout)
+                .connect()
+                .await?
+        }
         #[cfg(not(feature = "redis-cluster"))]
         return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
-    }
-    // Lazily connected: the server starts even while Redis is down (requests
-    // then pass unlimited, the layer's default) and limits once it is up.
-    Ok(app(
-        config,
-        RedisBackend::builder(&nodes[0]).connect_lazy()?,
-    ))
+    } else {
+        // Lazily connected: the server starts even while Redis is down, and
+        // decides by ON_STORE_FAILURE until it is up.
+        RedisBackend::builder(&nodes[0])
+            .timeout(config.store_timeout)
+            .connect_lazy()?
+    };
+    let redis = redis.with_breaker();
+    Ok(match config.on_store_failure {
+        StoreFailure::Local => {
+            let local = MemoryBackend::builder().servers(config.servers).build();
+            app(config, redis.or_fallback(local))
+        }
+        StoreFailure::Open | StoreFailure::Closed => app(config, redis),
+    })
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis_app(_: &Config, _: &str) -> Result<Router, Box<dyn std::error::Error>> {
+pub async fn redis_app(_: &Config, _: &str) -> Result<Router, Box<dyn std::error::Error>> {
     Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
 }

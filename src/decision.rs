@@ -158,6 +158,9 @@ pub enum Origin {
     /// A [`Fallback`](crate::backend::Fallback)'s second backend, because
     /// the first failed.
     Fallback,
+    /// A [`Fallback`](crate::backend::Fallback)'s second backend, without
+    /// asking the first: its [`Breaker`](crate::backend::Breaker) is open.
+    BreakerOpen,
 }
 
 /// What a [`Policy`] says about one request: the overall verdict, the limit

@@ -72,9 +72,9 @@ pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, Origin, Outcome, OutcomeCountMismatch, Verdict};
 pub use head::RequestHead;
 pub use middleware::{
-    cost_fn, policy_fn, Cost, CostFn, HeaderStyle, LimitedFn, LimitedResponse, OnBackendError,
-    OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer, ResponseBody, ResponseFuture,
-    RoutePolicies,
+    cost_fn, policy_fn, Cost, CostFn, Decided, HeaderStyle, LimitedFn, LimitedResponse,
+    OnBackendError, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer, ResponseBody,
+    ResponseFuture, RoutePolicies,
 };
 pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};
 pub use quota::{Quota, QuotaError, MAX_WINDOW};

@@ -79,6 +79,27 @@ impl Limit {
         })
     }
 
+    /// This limit with `1 / servers` of its quota (rounded up, at least 1;
+    /// the burst too), under the same identity: each server's share while
+    /// they cannot share state.
+    fn share(&self, servers: u32) -> Self {
+        let part = |n: u32| n.div_ceil(servers.max(1)).max(1);
+        let quota = self.quota;
+        let scaled = Quota::new(part(quota.limit()), quota.window())
+            .and_then(|q| match quota.burst() {
+                Some(burst) => q.with_burst(part(burst)),
+                None => Ok(q),
+            })
+            // A smaller limit over the same window is always valid; keep
+            // the whole quota should that ever change.
+            .unwrap_or(quota);
+        Self {
+            rule: Rule::new(self.algorithm, scaled),
+            quota: scaled,
+            ..self.clone()
+        }
+    }
+
     /// This limit used in `scope`: an anonymous limit's identity becomes
     /// `"scope"name:algorithm:quota` (the scope quoted and escaped; no name
     /// contains `"`, so no named limit's identity can be the same); a named
@@ -314,6 +335,17 @@ impl Policy {
     /// Whether denied requests count against the limits.
     pub fn counts_denied(&self) -> bool {
         self.inner.count_denied
+    }
+
+    /// Each limit's share among `servers` (see [`Limit::share`]).
+    pub(crate) fn share(&self, servers: u32) -> Policy {
+        let limits = self.limits().iter().map(|l| l.share(servers)).collect();
+        Self::build_from(limits, self.counts_denied()).unwrap_or_else(|_| self.clone())
+    }
+
+    /// A number that tells this policy apart from every other one alive.
+    pub(crate) fn address(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     /// What `derive` makes of this policy, made once and kept with it;

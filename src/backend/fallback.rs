@@ -16,7 +16,9 @@ use crate::{Decision, Origin, Policy};
 ///
 /// Every failure of the primary is reported — a `tracing` warning (at most
 /// one a second, with a count of those not logged; feature `tracing`) — and
-/// the decision says [`Origin::Fallback`], which the layer counts as
+/// the decision says [`Origin::Fallback`] (or [`Origin::BreakerOpen`] when a
+/// [`Breaker`](super::Breaker) kept the primary from being asked), which the
+/// layer counts as
 /// `fallback_allowed` or `fallback_limited` (feature `metrics`).
 #[derive(Clone, Debug)]
 pub struct Fallback<P, F> {
@@ -105,6 +107,7 @@ pin_project! {
         Fallback {
             #[pin]
             future: F::Future,
+            origin: Origin,
         },
     }
 }
@@ -137,11 +140,16 @@ impl<P: Backend, F: Backend> Future for FallbackFuture<P, F> {
                         .second
                         .backend
                         .check(&retry.key, &retry.policy, retry.cost);
-                    state.set(State::Fallback { future });
+                    let origin = if error.is_breaker_open() {
+                        Origin::BreakerOpen
+                    } else {
+                        Origin::Fallback
+                    };
+                    state.set(State::Fallback { future, origin });
                 }
-                StateProj::Fallback { future } => {
+                StateProj::Fallback { future, origin } => {
                     let decided = ready!(future.poll(cx));
-                    return Poll::Ready(decided.map(|d| d.with_origin(Origin::Fallback)));
+                    return Poll::Ready(decided.map(|d| d.with_origin(*origin)));
                 }
             }
         }

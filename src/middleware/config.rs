@@ -26,15 +26,25 @@ impl Default for OnKeyError {
     }
 }
 
-/// What to do when the backend cannot decide (unreachable, timed out).
+/// What to do when the backend cannot decide (unreachable, timed out, its
+/// breaker open) and no [`Fallback`](crate::backend::Fallback) decided
+/// instead.
+///
+/// To keep limiting while the backend is down, put a fallback in front of
+/// the layer's backend: `redis.with_breaker().or_fallback(local)`, with
+/// `local` a [`MemoryBackend`](crate::backend::MemoryBackend) enforcing each
+/// server's [share](crate::backend::MemoryBackendBuilder::servers) of every
+/// limit.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnBackendError {
-    /// Let the request through, without quota headers (the default):
-    /// the limiter never takes the service down with it.
+    /// Fail open: let the request through, without quota headers (the
+    /// default): the limiter never takes the service down with it.
     #[default]
     Allow,
-    /// Answer 429 with `Retry-After: 1` and
-    /// `{"error":"rate_limit_unavailable"}`.
+    /// Fail closed: answer `503 Service Unavailable` with `Retry-After: 1`
+    /// and an `application/problem+json` body of type
+    /// `…/http-problem-types#temporary-reduced-capacity` — not a 429, which
+    /// would tell the client it exceeded its quota.
     Deny,
 }
 

@@ -13,6 +13,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::{Config, OnBackendError};
+use super::observe::Decided;
 use super::shaping::Waiting;
 use super::{headers, observe, response};
 use crate::backend::Backend;
@@ -159,11 +160,17 @@ where
                         Ok(decision) => decision,
                         Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
                             observe::backend_failed(this.config, "deny", &error);
-                            let response = response::unavailable();
+                            let mut response = response::unavailable();
+                            response.extensions_mut().insert(Decided::FailedClosed {
+                                breaker_open: error.is_breaker_open(),
+                            });
                             return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                         }
                         Err(error) => {
                             observe::backend_failed(this.config, "allow", &error);
+                            p.req.extensions_mut().insert(Decided::FailedOpen {
+                                breaker_open: error.is_breaker_open(),
+                            });
                             let call = p.inner.call(p.req);
                             this.state.set(State::Call {
                                 call,
@@ -174,6 +181,9 @@ where
                     };
                     if decision.is_allowed() {
                         observe::allowed(&p.policy, &decision);
+                        p.req
+                            .extensions_mut()
+                            .insert(Decided::from(decision.origin()));
                         let call = p.inner.call(p.req);
                         let limited = Some((decision, p.policy));
                         this.state.set(State::Call { call, limited });
@@ -188,12 +198,15 @@ where
                     }
                     observe::limited(&p.key, &p.policy, &decision);
                     let config = &this.config;
-                    let response = config.limited.respond(
+                    let mut response = config.limited.respond(
                         &decision,
                         &p.policy,
                         config.headers,
                         config.retry_jitter,
                     );
+                    response
+                        .extensions_mut()
+                        .insert(Decided::from(decision.origin()));
                     return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
                 StateProj::Wait { sleep, pending } => {

@@ -31,6 +31,7 @@ pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::RateLimitLayer;
+pub use observe::Decided;
 pub use response::{LimitedFn, LimitedResponse};
 pub use select::{policy_fn, PolicyFn, PolicyResolver, RoutePolicies};
 pub use service::RateLimit;

@@ -18,12 +18,65 @@
 //!   limit (never the key itself);
 //! * a request with no key: `debug`, with what was missing.
 //!
-//! Without the features these are no-ops.
+//! Without the features these are no-ops. [`Decided`] is always there: in
+//! the extensions of each request the inner service gets, and of each
+//! response the limiter makes.
 
 use super::config::Config;
 use crate::backend::BackendError;
 use crate::key::{Key, KeyError};
 use crate::{Decision, Limit, Origin, Policy};
+
+/// How the limiter decided a request: put in the extensions of the request
+/// the inner service gets (allowed, or let through because no decision could
+/// be had) and of each response the limiter makes itself (429, 503).
+///
+/// ```
+/// use tower_ratelimit::Decided;
+///
+/// async fn handler(req: axum::extract::Request) -> &'static str {
+///     match req.extensions().get::<Decided>() {
+///         Some(Decided::Store) => "limited by the shared store",
+///         Some(Decided::Fallback | Decided::BreakerOpen) => "limited locally: the store is down",
+///         Some(Decided::FailedOpen { .. }) => "not limited: the store is down",
+///         _ => "not limited",
+///     }
+/// }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decided {
+    /// The backend decided.
+    Store,
+    /// A [`Fallback`](crate::backend::Fallback)'s second backend decided:
+    /// the first failed.
+    Fallback,
+    /// A fallback decided without asking the first backend: its
+    /// [`Breaker`](crate::backend::Breaker) is open.
+    BreakerOpen,
+    /// No decision could be had, and the request was let through
+    /// ([`OnBackendError::Allow`](crate::OnBackendError::Allow)).
+    FailedOpen {
+        /// The backend was not asked: its breaker is open.
+        breaker_open: bool,
+    },
+    /// No decision could be had, and the request was refused with 503
+    /// ([`OnBackendError::Deny`](crate::OnBackendError::Deny)).
+    FailedClosed {
+        /// The backend was not asked: its breaker is open.
+        breaker_open: bool,
+    },
+}
+
+impl From<Origin> for Decided {
+    fn from(origin: Origin) -> Self {
+        match origin {
+            Origin::Fallback => Decided::Fallback,
+            Origin::BreakerOpen => Decided::BreakerOpen,
+            _ => Decided::Store,
+        }
+    }
+}
 
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
@@ -48,7 +101,7 @@ fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> Option<&'a Limit> {
 /// A request was allowed.
 pub(super) fn allowed(policy: &Policy, decision: &Decision) {
     let outcome = match decision.origin() {
-        Origin::Fallback => "fallback_allowed",
+        Origin::Fallback | Origin::BreakerOpen => "fallback_allowed",
         _ => "allowed",
     };
     count(outcome, deciding(policy, decision));
@@ -58,7 +111,7 @@ pub(super) fn allowed(policy: &Policy, decision: &Decision) {
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
     let outcome = match decision.origin() {
-        Origin::Fallback => "fallback_limited",
+        Origin::Fallback | Origin::BreakerOpen => "fallback_limited",
         _ => "limited",
     };
     count(outcome, deciding(policy, decision));

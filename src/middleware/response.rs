@@ -133,12 +133,19 @@ pub(super) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes>
     json(status, false, Bytes::from(body))
 }
 
-/// The answer when the backend failed and the layer fails closed.
+/// The answer when the backend failed and the layer fails closed: a 503,
+/// not a 429 — the client exceeded nothing; the service is short of a part.
+/// The problem type is the one the IETF RateLimit draft defines for it.
 pub(super) fn unavailable() -> Response<Bytes> {
-    let body = r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#;
+    let body = concat!(
+        r#"{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","#,
+        r#""title":"Service Unavailable","status":503,"#,
+        r#""detail":"The rate limiter cannot decide at the moment.","#,
+        r#""error":"rate_limit_unavailable","retry_after_seconds":1}"#
+    );
     let mut response = json(
-        StatusCode::TOO_MANY_REQUESTS,
-        false,
+        StatusCode::SERVICE_UNAVAILABLE,
+        true,
         Bytes::from_static(body.as_bytes()),
     );
     headers::write_retry_after(response.headers_mut(), Micros::from_secs(1), Micros::ZERO);

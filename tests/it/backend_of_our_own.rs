@@ -243,3 +243,85 @@ async fn the_layer_counts_fallback_decisions_as_limits() {
         .unwrap();
     assert!((2..=120).contains(&retry), "{retry}");
 }
+
+/// What the inner service saw: the `Decided` in its request's extensions.
+fn echo_decided(
+) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    service_fn(|req: Request<()>| {
+        let seen = format!("{:?}", req.extensions().get::<tower_ratelimit::Decided>());
+        ready(Ok::<_, Infallible>(Response::new(Full::from(seen))))
+    })
+}
+
+async fn decided_by<B: Backend>(backend: B, on_error: tower_ratelimit::OnBackendError) -> String {
+    let svc = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new("100/min".parse::<Policy>().unwrap())
+                .key(Tenant)
+                .backend(backend)
+                .on_backend_error(on_error),
+        )
+        .service(echo_decided());
+    let res = svc.oneshot(post("a.example")).await.unwrap();
+    if let Some(decided) = res.extensions().get::<tower_ratelimit::Decided>() {
+        return format!("response: {decided:?}");
+    }
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn how_each_request_was_decided_is_in_its_extensions() {
+    use tower_ratelimit::OnBackendError::{Allow, Deny};
+    assert_eq!(decided_by(MemoryBackend::new(), Allow).await, "Some(Store)");
+    assert_eq!(
+        decided_by(Broken.or_fallback(MemoryBackend::new()), Allow).await,
+        "Some(Fallback)"
+    );
+    // A breaker that opened at the first failure: the fallback decides
+    // without asking the primary.
+    let breaker = Broken.with_breaker().failures_to_open(1);
+    let backend = breaker.clone().or_fallback(MemoryBackend::new());
+    assert_eq!(decided_by(backend.clone(), Allow).await, "Some(Fallback)");
+    assert!(breaker.is_open());
+    assert_eq!(decided_by(backend, Allow).await, "Some(BreakerOpen)");
+    assert_eq!(
+        decided_by(Broken, Allow).await,
+        "Some(FailedOpen { breaker_open: false })"
+    );
+    assert_eq!(
+        decided_by(breaker.clone(), Allow).await,
+        "Some(FailedOpen { breaker_open: true })"
+    );
+    // Refused: the response says it.
+    assert_eq!(
+        decided_by(Broken, Deny).await,
+        "response: FailedClosed { breaker_open: false }"
+    );
+}
+
+#[test]
+fn a_local_share_is_each_limit_divided_by_the_servers() {
+    let local = MemoryBackend::builder().servers(10).build();
+    let key = Key::new("user", "alice");
+    let admitted = |policy: &Policy| {
+        (0..1_000)
+            .filter(|_| local.check_at(&key, policy, 1, Micros::ZERO).is_allowed())
+            .count()
+    };
+    // 105 / 10, rounded up; never below one.
+    assert_eq!(admitted(&"105/min".parse().unwrap()), 11);
+    assert_eq!(admitted(&"3/min".parse().unwrap()), 1);
+    // A burst is shared too: 50 / 10 at once (the rate 100/s / 10 refills
+    // nothing at a standstill).
+    let bursty = Policy::parse_with("100/s burst 50", tower_ratelimit::Algorithm::Gcra).unwrap();
+    assert_eq!(admitted(&bursty), 5);
+    // Decisions report the share.
+    let d = local.check_at(
+        &Key::new("user", "bob"),
+        &"100/min".parse().unwrap(),
+        1,
+        Micros::ZERO,
+    );
+    assert_eq!((d.deciding().limit(), d.deciding().remaining()), (10, 9));
+}

@@ -30,7 +30,7 @@ async fn api_servers(
 ) -> Vec<SocketAddr> {
     let config = crate::server::Config {
         algorithm,
-        trusted_proxies: Vec::new(),
+        ..Default::default()
     };
     let mut addrs = Vec::new();
     for _ in 0..SERVERS {

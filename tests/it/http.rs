@@ -14,6 +14,7 @@ async fn start(algorithm: Algorithm, trusted: &[&str]) -> SocketAddr {
     let config = crate::server::Config {
         algorithm,
         trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
+        ..Default::default()
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -183,4 +184,72 @@ async fn unlimited_routes_stay_unlimited() {
         body.contains("GET /api/search  10/min per user per endpoint"),
         "{body}"
     );
+}
+
+/// The demo server on Redis, with `ON_STORE_FAILURE`'s choice: while the
+/// redis-server is frozen (SIGSTOP), every request is answered within the
+/// timeout plus a margin, by the rule chosen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_frozen_the_server_answers_by_on_store_failure() {
+    use crate::server::StoreFailure;
+    use std::time::{Duration, Instant};
+
+    let redis = crate::support::RedisServer::start();
+    let timeout = Duration::from_millis(50);
+    let mut servers = Vec::new();
+    for failure in [
+        StoreFailure::Local,
+        StoreFailure::Open,
+        StoreFailure::Closed,
+    ] {
+        let config = crate::server::Config {
+            on_store_failure: failure,
+            store_timeout: timeout,
+            // Two servers share the limits: each keeps half while alone.
+            servers: 2,
+            ..Default::default()
+        };
+        let app = crate::server::redis_app(&config, &redis.url())
+            .await
+            .unwrap()
+            .into_make_service_with_connect_info::<SocketAddr>();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        servers.push(listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    }
+    let [local, open, closed] = servers[..] else {
+        unreachable!()
+    };
+    // Up: Redis decides for all three (one budget: 30/min per IP on /api/ip).
+    for addr in [local, open, closed] {
+        assert_eq!(get(addr, "/api/ip", &[]).await.0, 200);
+    }
+
+    redis.pause();
+    let mut seen: Vec<(SocketAddr, u16, Duration)> = Vec::new();
+    for _ in 0..20 {
+        for addr in [local, open, closed] {
+            let started = Instant::now();
+            let status = get(addr, "/api/ip", &[]).await.0.as_u16();
+            seen.push((addr, status, started.elapsed()));
+        }
+    }
+    let statuses = |which: SocketAddr| -> Vec<u16> {
+        seen.iter()
+            .filter(|(a, _, _)| *a == which)
+            .map(|(_, s, _)| *s)
+            .collect()
+    };
+    // local: 30/min shared by 2 servers is 15 here, then 429s.
+    let mut expected = vec![200; 15];
+    expected.extend([429; 5]);
+    assert_eq!(statuses(local), expected);
+    assert_eq!(statuses(open), [200; 20]);
+    assert_eq!(statuses(closed), [503; 20]);
+    let slowest = seen.iter().map(|(_, _, took)| *took).max().unwrap();
+    assert!(slowest < timeout + Duration::from_millis(25), "{slowest:?}");
+    // The breaker opened after 5 failures each: the rest did not wait.
+    let waited = seen.iter().filter(|(_, _, took)| *took >= timeout).count();
+    assert_eq!(waited, 15, "5 per server");
+    redis.resume();
 }

@@ -351,12 +351,19 @@ async fn backend_failure_allows_or_denies_as_configured() {
         .layer(closed)
         .service(counting(calls.clone()));
     let (status, headers, body) = read(svc.oneshot(user("a")).await.unwrap()).await;
-    assert_eq!(status, 429);
+    // Fail closed is a 503 with a problem body, not a 429: the client
+    // exceeded nothing.
+    assert_eq!(status, 503);
     assert_eq!(headers["retry-after"], "1");
+    assert_eq!(headers["content-type"], "application/problem+json");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
-        body,
-        r#"{"error":"rate_limit_unavailable","retry_after_seconds":1}"#
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
     );
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["error"], "rate_limit_unavailable");
+    assert_eq!(body["retry_after_seconds"], 1);
     assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 

@@ -49,6 +49,7 @@
 mod table;
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
 use std::fmt;
 use std::future::{ready, Ready};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -94,6 +95,35 @@ struct Store {
     hasher: RandomState,
     at_capacity: AtCapacity,
     max_keys: usize,
+    /// Enforce `1 / servers` of each limit (see [`MemoryBackendBuilder::servers`]).
+    share: Option<Share>,
+}
+
+/// Each policy's share among `servers`, made once per policy.
+struct Share {
+    servers: u32,
+    /// By the policy's address: the policy itself (kept alive, so that the
+    /// address is not reused) and its share.
+    policies: Mutex<HashMap<usize, (Policy, Policy)>>,
+}
+
+impl Share {
+    /// Policies a layer resolves are few and long-lived; a resolver that
+    /// builds one per request would only refill this.
+    const MAX_POLICIES: usize = 1_024;
+
+    fn of(&self, policy: &Policy) -> Policy {
+        let mut policies = self.policies.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, share)) = policies.get(&policy.address()) {
+            return share.clone();
+        }
+        if policies.len() >= Self::MAX_POLICIES {
+            policies.clear();
+        }
+        let share = policy.share(self.servers);
+        policies.insert(policy.address(), (policy.clone(), share.clone()));
+        share
+    }
 }
 
 /// Keeps each shard's lock on its own cache lines.
@@ -137,6 +167,7 @@ impl MemoryBackend {
             max_keys: Self::DEFAULT_MAX_KEYS,
             shards: DEFAULT_SHARDS,
             at_capacity: AtCapacity::default(),
+            servers: 1,
         }
     }
 }
@@ -203,6 +234,14 @@ impl<C: Clock> MemoryBackend<C> {
 
 impl Store {
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
+        let shared;
+        let policy = match &self.share {
+            None => policy,
+            Some(share) => {
+                shared = share.of(policy);
+                &shared
+            }
+        };
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         // Each limit's fingerprint, and its slot if the key is known.
@@ -428,6 +467,7 @@ pub struct MemoryBackendBuilder<C = MonotonicClock> {
     max_keys: usize,
     shards: usize,
     at_capacity: AtCapacity,
+    servers: u32,
 }
 
 impl<C: Clock> MemoryBackendBuilder<C> {
@@ -455,6 +495,29 @@ impl<C: Clock> MemoryBackendBuilder<C> {
         self
     }
 
+    /// Enforce `1 / servers` of each limit (rounded up, at least 1; bursts
+    /// too): each server's share of a limit it would otherwise share with
+    /// `servers − 1` others. For a local [fallback](crate::backend::Fallback)
+    /// behind Redis: while Redis is down, the servers together admit about
+    /// what the limit says, not `servers` times it. Default 1: the whole
+    /// limit. Decisions and headers report the share.
+    ///
+    /// ```
+    /// use tower_ratelimit::backend::MemoryBackend;
+    /// use tower_ratelimit::key::Key;
+    /// use tower_ratelimit::Policy;
+    ///
+    /// let local = MemoryBackend::builder().servers(10).build();
+    /// let policy: Policy = "100/min".parse().unwrap();
+    /// let key = Key::new("user", "alice");
+    /// let admitted = (0..20).filter(|_| local.check_now(&key, &policy, 1).is_allowed()).count();
+    /// assert_eq!(admitted, 10);
+    /// ```
+    pub fn servers(mut self, servers: u32) -> Self {
+        self.servers = servers.max(1);
+        self
+    }
+
     /// Read time from `clock` (a [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryBackendBuilder<C2> {
         MemoryBackendBuilder {
@@ -462,6 +525,7 @@ impl<C: Clock> MemoryBackendBuilder<C> {
             max_keys: self.max_keys,
             shards: self.shards,
             at_capacity: self.at_capacity,
+            servers: self.servers,
         }
     }
 
@@ -487,6 +551,10 @@ impl<C: Clock> MemoryBackendBuilder<C> {
                     hasher: RandomState::new(),
                     at_capacity: self.at_capacity,
                     max_keys: per_shard * shards,
+                    share: (self.servers > 1).then(|| Share {
+                        servers: self.servers,
+                        policies: Mutex::default(),
+                    }),
                 },
                 clock: self.clock,
             }),

@@ -52,7 +52,7 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// How long a decision may take before it is a failure (default 100 ms);
+    /// How long a decision may take before it is a failure (default 50 ms);
     /// the layer then allows or denies as configured.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

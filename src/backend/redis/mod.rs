@@ -69,7 +69,7 @@ enum Connection {
 
 impl RedisBackend {
     /// The default time a decision may take before it counts as a failure.
-    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(100);
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 
     /// Connect to the Redis at `url` with the defaults.
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
