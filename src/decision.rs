@@ -161,6 +161,10 @@ pub enum Origin {
     /// A [`Fallback`](crate::backend::Fallback)'s second backend, without
     /// asking the first: its [`Breaker`](crate::backend::Breaker) is open.
     BreakerOpen,
+    /// A denial the backend made earlier, remembered until its retry-after
+    /// instead of asking again (the Redis backend's denial cache,
+    /// `RedisBackendBuilder::cache_denials`).
+    Cached,
 }
 
 /// What a [`Policy`] says about one request: the overall verdict, the limit
@@ -296,6 +300,21 @@ impl Decision {
         if let Some(outcome) = self.outcomes.get_mut(index) {
             *outcome = now.with_verdict_of(*outcome);
         }
+    }
+
+    /// The same decision `elapsed` later, had nothing been counted since:
+    /// every wait shorter by `elapsed` (a denial's never below 1 µs). What
+    /// remains is as it was, which for the buckets is a little less than
+    /// has refilled.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn aged(mut self, elapsed: Micros) -> Self {
+        for outcome in &mut self.outcomes[..usize::from(self.len)] {
+            outcome.reset_after = outcome.reset_after.saturating_sub(elapsed);
+            if !matches!(outcome.retry_us, 0 | NEVER) {
+                outcome.retry_us = outcome.retry_us.saturating_sub(elapsed.as_u64()).max(1);
+            }
+        }
+        self
     }
 
     /// The same decision, saying where it came from.

@@ -35,6 +35,8 @@
 //! then does what it was told ([`OnBackendError`](crate::OnBackendError)).
 
 mod breaker;
+#[cfg(feature = "redis")]
+mod denials;
 mod error;
 mod fallback;
 mod memory;

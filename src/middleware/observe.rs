@@ -48,6 +48,9 @@ use crate::{Decision, Limit, Origin, Policy};
 pub enum Decided {
     /// The backend decided.
     Store,
+    /// A denial the backend made earlier, remembered until its retry-after
+    /// (no round trip).
+    Cached,
     /// A [`Fallback`](crate::backend::Fallback)'s second backend decided:
     /// the first failed.
     Fallback,
@@ -73,6 +76,7 @@ impl From<Origin> for Decided {
         match origin {
             Origin::Fallback => Decided::Fallback,
             Origin::BreakerOpen => Decided::BreakerOpen,
+            Origin::Cached => Decided::Cached,
             _ => Decided::Store,
         }
     }

@@ -198,9 +198,11 @@ fn server_time_decides_and_keys_expire_with_their_state() {
         );
         for redis_key in redis.redis_keys(&key, &policy.limits()[0]) {
             let ttl: i64 = server.cli(&["PTTL", &redis_key]).parse().unwrap();
-            // Sliding window: the count matters until the end of the next window.
+            // Sliding window: the count matters until the end of the next
+            // window. Never without a TTL (-1); a window that ended just now
+            // leaves under a millisecond (0) or no key at all (-2).
             assert!(
-                ttl > 0 && ttl <= 2_000,
+                ttl == -2 || (0..=2_000).contains(&ttl),
                 "{algorithm}: {redis_key} PTTL {ttl}"
             );
         }
@@ -372,9 +374,12 @@ async fn when_redis_is_down_the_layer_does_what_it_was_told() {
     use tower_ratelimit::{OnBackendError, RateLimitLayer};
 
     let mut server = RedisServer::start();
+    // No denial cache: each decision below asks Redis (the cache would keep
+    // a denial made before the outage, as Redis would; tested apart).
     let connect = || {
         RedisBackend::builder(&server.url())
             .timeout(Duration::from_millis(100))
+            .cache_denials(0)
             .connect()
     };
     let (open, closed, local) = (
@@ -470,4 +475,132 @@ async fn a_backend_built_while_redis_is_down_works_once_it_is_up() {
     };
     assert!(decision.is_allowed());
     assert_eq!(decision.deciding().remaining(), 4);
+}
+
+/// EVALSHA calls the server has answered so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_denied_key_is_denied_locally_until_its_retry_after() {
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::Origin;
+    let server = RedisServer::start();
+    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    // 2 at once, then one every 500 ms.
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(2).unwrap());
+    let (alice, bob) = (Key::new("user", "alice"), Key::new("user", "bob"));
+    for _ in 0..2 {
+        assert!(redis.check(&alice, &policy, 1).await.unwrap().is_allowed());
+    }
+    let denied = redis.check(&alice, &policy, 1).await.unwrap();
+    assert_eq!(denied.origin(), Origin::Primary);
+    let retry = denied.retry_after().unwrap();
+
+    let calls = evalsha_calls(&server);
+    for _ in 0..50 {
+        let again = redis.check(&alice, &policy, 1).await.unwrap();
+        assert!(!again.is_allowed());
+        assert_eq!(again.origin(), Origin::Cached);
+        // The wait shrinks as time passes, never past the real one.
+        assert!(again.retry_after().unwrap() <= retry);
+    }
+    assert_eq!(
+        evalsha_calls(&server),
+        calls,
+        "no round trip for a known denial"
+    );
+    assert_eq!(redis.cached_denials(), 1);
+
+    // Another key, a peek, or a cost the denial does not cover: Redis decides.
+    assert!(redis.check(&bob, &policy, 1).await.unwrap().is_allowed());
+    assert_eq!(
+        redis.check(&alice, &policy, 0).await.unwrap().origin(),
+        Origin::Primary
+    );
+    assert_eq!(evalsha_calls(&server), calls + 2);
+
+    // Once the retry-after has passed, Redis decides again, and admits.
+    tokio::time::sleep(retry + Duration::from_millis(20)).await;
+    let later = redis.check(&alice, &policy, 1).await.unwrap();
+    assert!(later.is_allowed());
+    assert_eq!(later.origin(), Origin::Primary);
+}
+
+#[tokio::test]
+async fn denials_that_count_are_never_cached_and_the_cache_is_bounded() {
+    use tower_ratelimit::backend::Backend;
+    let server = RedisServer::start();
+    let redis = RedisBackend::builder(&server.url())
+        .cache_denials(32)
+        .connect()
+        .await
+        .unwrap();
+    let counting = Policy::builder()
+        .limit(
+            "strict",
+            Algorithm::FixedWindow,
+            Quota::per_hour(1).unwrap(),
+        )
+        .count_denied(true)
+        .build()
+        .unwrap();
+    let key = Key::new("user", "hammer");
+    redis.check(&key, &counting, 1).await.unwrap();
+    let calls = evalsha_calls(&server);
+    for _ in 0..10 {
+        assert!(!redis.check(&key, &counting, 1).await.unwrap().is_allowed());
+    }
+    assert_eq!(
+        evalsha_calls(&server),
+        calls + 10,
+        "each denial is counted by Redis"
+    );
+    assert_eq!(redis.cached_denials(), 0);
+
+    // A flood of denied keys: the cache stays within its size.
+    let hourly = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap());
+    for i in 0..500u32 {
+        let key = Key::new("ip", i.to_be_bytes());
+        redis.check(&key, &hourly, 1).await.unwrap();
+        assert!(!redis.check(&key, &hourly, 1).await.unwrap().is_allowed());
+    }
+    assert!(redis.cached_denials() <= 32, "{}", redis.cached_denials());
+    assert!(redis.cached_denials() > 0);
+}
+
+#[tokio::test]
+async fn a_denial_made_before_an_outage_holds_through_it() {
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::Origin;
+    let mut server = RedisServer::start();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap()
+        .or_fallback(MemoryBackend::new());
+    let policy: Policy = "1/min".parse().unwrap();
+    let key = Key::new("user", "alice");
+    assert!(redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+    assert!(!redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+    server.kill();
+    // Redis said no until the window ends: so does the cache, though Redis
+    // is gone and the local fallback has never seen this key.
+    let during = redis.check(&key, &policy, 1).await.unwrap();
+    assert!(!during.is_allowed());
+    assert_eq!(during.origin(), Origin::Cached);
+    // A key Redis never denied falls to the fallback.
+    let other = redis
+        .check(&Key::new("user", "bob"), &policy, 1)
+        .await
+        .unwrap();
+    assert!(other.is_allowed());
+    assert_eq!(other.origin(), Origin::Fallback);
 }

@@ -7,6 +7,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::Script;
 
 use super::{Connection, RedisBackend, SCRIPT};
+use crate::backend::denials::Denials;
 use crate::backend::BackendError;
 
 /// Configures a [`RedisBackend`].
@@ -17,6 +18,7 @@ pub struct RedisBackendBuilder {
     topology: Topology,
     prefix: String,
     timeout: Duration,
+    cached_denials: usize,
 }
 
 /// One server, or the nodes of a cluster.
@@ -42,6 +44,7 @@ impl RedisBackendBuilder {
             topology,
             prefix: "rl:".to_owned(),
             timeout: RedisBackend::DEFAULT_TIMEOUT,
+            cached_denials: 100_000,
         }
     }
 
@@ -56,6 +59,18 @@ impl RedisBackendBuilder {
     /// the layer then allows or denies as configured.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// Remember up to about this many denials (default 100,000; 0: none),
+    /// each until its retry-after: once Redis has denied a request until
+    /// `T`, the same request (or a costlier one) from the same key is denied
+    /// here until `T`, with no round trip. Exact: other requests can only
+    /// count more, so Redis would deny it too. Denials of policies that
+    /// count denied requests are never remembered (Redis must count each),
+    /// nor peeks (cost 0). About 150 bytes a denial.
+    pub fn cache_denials(mut self, max: usize) -> Self {
+        self.cached_denials = max;
         self
     }
 
@@ -145,6 +160,7 @@ impl RedisBackendBuilder {
             script: Arc::new(Script::new(SCRIPT)),
             prefix: self.prefix.into(),
             timeout: self.timeout,
+            denials: Denials::new(self.cached_denials).map(Arc::new),
         }
     }
 }

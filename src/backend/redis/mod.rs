@@ -12,6 +12,7 @@ use ::redis::aio::ConnectionManager;
 use ::redis::{RedisError, Script, Value};
 
 use self::script::{decision_from, identity, invocation, push_keys, SCRIPT};
+use super::denials::Denials;
 use super::{Backend, BackendError};
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Policy};
@@ -58,6 +59,7 @@ pub struct RedisBackend {
     script: Arc<Script>,
     prefix: Arc<str>,
     timeout: Duration,
+    denials: Option<Arc<Denials>>,
 }
 
 #[derive(Clone)]
@@ -101,6 +103,12 @@ impl RedisBackend {
         now: Micros,
     ) -> Result<Decision, BackendError> {
         self.decide(key, policy, cost, Some(now)).await
+    }
+
+    /// Denials remembered now (see
+    /// [`cache_denials`](RedisBackendBuilder::cache_denials)).
+    pub fn cached_denials(&self) -> usize {
+        self.denials.as_ref().map_or(0, |d| d.len())
     }
 
     /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
@@ -165,8 +173,17 @@ impl Backend for RedisBackend {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        if let Some(denied) = self.denials.as_ref().and_then(|d| d.get(key, policy, cost)) {
+            return Box::pin(std::future::ready(Ok(denied)));
+        }
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
-        Box::pin(async move { this.decide(&key, &policy, cost, None).await })
+        Box::pin(async move {
+            let decision = this.decide(&key, &policy, cost, None).await?;
+            if let Some(denials) = &this.denials {
+                denials.remember(&key, &policy, cost, &decision);
+            }
+            Ok(decision)
+        })
     }
 }
 
@@ -181,6 +198,7 @@ impl std::fmt::Debug for RedisBackend {
             .field("kind", &kind)
             .field("prefix", &self.prefix)
             .field("timeout", &self.timeout)
+            .field("cached_denials", &self.denials.as_ref().map(|d| d.len()))
             .finish()
     }
 }
