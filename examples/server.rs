@@ -228,7 +228,7 @@ fn routes(config: &Config) -> Vec<Route> {
         route(
             "/api/key",
             "per API key (x-api-key): free-demo 100/h, pro-demo 1000/h, enterprise-demo 10000/h",
-            same(ApiKey::header("x-api-key").secret("tower-ratelimit demo secret")),
+            same(ApiKey::header("x-api-key", "tower-ratelimit demo secret")),
             Arc::new(move |r| {
                 let tier = r.extensions.get::<Tier>().copied().or_else(|| tier_of(r))?;
                 tiers.get(tier.0).cloned()

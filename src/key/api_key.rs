@@ -1,7 +1,5 @@
 //! A key from an API key, stored only as a keyed hash.
 
-use std::hash::{BuildHasher, RandomState};
-
 use hmac::{Hmac, KeyInit, Mac};
 use http::header::AUTHORIZATION;
 use http::HeaderName;
@@ -17,15 +15,17 @@ const MAX_API_KEY: usize = 1024;
 /// or a named header. The key itself is never stored, logged or put in a
 /// [`Key`]: only the first 128 bits of HMAC-SHA256 under a secret.
 ///
-/// Give every server the same [`secret`](ApiKey::secret) so that one API key
-/// maps to one identity across servers (a shared Redis backend); without one,
-/// each process picks a random secret.
+/// The secret is required, and must be the same on every server that
+/// shares limits (a shared Redis backend): one API key is then one identity
+/// everywhere. (A secret picked per process would silently make one client
+/// one identity per server, with the limit once per server.) Take it from
+/// your secret store; 32 random bytes are plenty.
 ///
 /// ```
 /// use tower_ratelimit::key::{ApiKey, KeyExtractor};
 /// use tower_ratelimit::RequestHead;
 ///
-/// let key = ApiKey::header("x-api-key").secret(b"from your secret store");
+/// let key = ApiKey::header("x-api-key", b"from your secret store");
 /// let req = http::Request::get("/").header("x-api-key", "sk-live-123").body(()).unwrap();
 /// let k = key.extract(&RequestHead::from(&req)).unwrap();
 /// assert_eq!(k.namespace(), "api-key");
@@ -45,38 +45,31 @@ enum Source {
 }
 
 impl ApiKey {
-    /// From `Authorization: Bearer <key>`.
-    pub fn bearer() -> Self {
-        Self::with_source(Source::Bearer)
+    /// From `Authorization: Bearer <key>`, hashed under `secret` (the same
+    /// on every server).
+    pub fn bearer(secret: impl AsRef<[u8]>) -> Self {
+        Self::new(Source::Bearer, secret.as_ref())
     }
 
-    /// From the header `name` (the whole value is the key).
+    /// From the header `name` (the whole value is the key), hashed under
+    /// `secret` (the same on every server).
     ///
     /// # Panics
     ///
     /// If `name` is not a valid lowercase header name.
-    pub fn header(name: &'static str) -> Self {
-        Self::with_source(Source::Header(HeaderName::from_static(name)))
+    pub fn header(name: &'static str, secret: impl AsRef<[u8]>) -> Self {
+        Self::new(
+            Source::Header(HeaderName::from_static(name)),
+            secret.as_ref(),
+        )
     }
 
-    fn with_source(source: Source) -> Self {
-        // A per-process random secret until one is given.
-        let random = RandomState::new();
-        let secret: Vec<u8> = (0..4u8)
-            .flat_map(|i| random.hash_one(i).to_le_bytes())
-            .collect();
+    fn new(source: Source, secret: &[u8]) -> Self {
         Self {
             source,
-            mac: Hmac::new_from_slice(&secret)
+            mac: Hmac::new_from_slice(secret)
                 .unwrap_or_else(|_| unreachable!("HMAC takes any key length")),
         }
-    }
-
-    /// Hash keys under `secret`, the same on every server.
-    pub fn secret(mut self, secret: impl AsRef<[u8]>) -> Self {
-        self.mac = Hmac::new_from_slice(secret.as_ref())
-            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
-        self
     }
 
     /// The raw API key in `req`, if any; it is hashed at once, never kept.

@@ -195,8 +195,16 @@ fn kinds_of_key_never_collide() {
 }
 
 #[test]
+fn one_api_key_is_one_identity_on_every_server_given_one_secret() {
+    // Two servers build their extractors apart, from the same configuration.
+    let (server_a, server_b) = (ApiKey::bearer("shared"), ApiKey::bearer("shared"));
+    let r = req("1.1.1.1:1", &[("authorization", b"Bearer sk-123")]);
+    assert_eq!(key(&server_a, &r).unwrap(), key(&server_b, &r).unwrap());
+}
+
+#[test]
 fn api_keys_are_hashed_under_the_secret() {
-    let bearer = ApiKey::bearer().secret("s3cret");
+    let bearer = ApiKey::bearer("s3cret");
     let r = |v: &[u8]| req("1.1.1.1:1", &[("authorization", v)]);
     let a = key(&bearer, &r(b"Bearer sk-123")).unwrap();
     assert_eq!(
@@ -207,7 +215,7 @@ fn api_keys_are_hashed_under_the_secret() {
     assert_ne!(a, key(&bearer, &r(b"Bearer sk-124")).unwrap());
     assert_ne!(
         a,
-        key(&ApiKey::bearer().secret("other"), &r(b"Bearer sk-123")).unwrap()
+        key(&ApiKey::bearer("other"), &r(b"Bearer sk-123")).unwrap()
     );
     assert!(!a.value().windows(6).any(|w| w == b"sk-123"));
     assert_eq!(
@@ -248,7 +256,7 @@ proptest! {
             let _ = ClientIp::new().trust_hops(3).header(header).extract(&RequestHead::from(&r));
         }
         let _ = key(&UserHeader::new("x-user-id"), &r);
-        let _ = key(&ApiKey::bearer(), &r);
-        let _ = key(&ApiKey::header("x-api-key"), &r);
+        let _ = key(&ApiKey::bearer("s"), &r);
+        let _ = key(&ApiKey::header("x-api-key", "s"), &r);
     }
 }
