@@ -12,6 +12,7 @@ mod algorithms;
 mod backend_of_our_own;
 mod breaker;
 mod distributed;
+mod faults;
 mod http;
 mod keys;
 mod layer;

@@ -1,0 +1,150 @@
+//! Redis failing under load, with the breaker and a local fallback in front
+//! of it: killed, restarted empty (its scripts gone), and slow. Every
+//! decision is answered within the timeout plus a margin, and decisions come
+//! from Redis again soon after it answers.
+
+use std::time::{Duration, Instant};
+
+use tower_ratelimit::backend::{Backend, Breaker, Fallback, MemoryBackend, RedisBackend};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Origin, Policy};
+
+use crate::support::RedisServer;
+
+const TIMEOUT: Duration = Duration::from_millis(50);
+/// What a decision may take beyond the timeout on this shared, 2-core
+/// machine while the rest of the suite runs (measured figures in the notes).
+const MARGIN: Duration = Duration::from_millis(40);
+const CLIENTS: usize = 32;
+
+type Guarded = Fallback<Breaker<RedisBackend>, MemoryBackend>;
+
+async fn guarded(server: &RedisServer) -> Guarded {
+    RedisBackend::builder(&server.url())
+        .timeout(TIMEOUT)
+        .connect_lazy()
+        .unwrap()
+        .with_breaker()
+        .failures_to_open(5)
+        .open_for(Duration::from_millis(100))
+        .max_open_for(Duration::from_millis(400))
+        .or_fallback(MemoryBackend::new())
+}
+
+/// `CLIENTS` tasks deciding for `run`, each for its own user; every
+/// decision's origin and time.
+async fn load(backend: &Guarded, run: Duration) -> Vec<(Origin, Duration)> {
+    let policy: Policy = "1000000/s".parse().unwrap();
+    let until = Instant::now() + run;
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..CLIENTS {
+        let (backend, policy) = (backend.clone(), policy.clone());
+        tasks.spawn(async move {
+            let key = Key::new("user", format!("client-{client}"));
+            let mut seen = Vec::new();
+            while Instant::now() < until {
+                let started = Instant::now();
+                let decision = backend.check(&key, &policy, 1).await.unwrap();
+                seen.push((decision.origin(), started.elapsed()));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            seen
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(seen) = tasks.join_next().await {
+        all.extend(seen.unwrap());
+    }
+    all
+}
+
+fn slowest(seen: &[(Origin, Duration)]) -> Duration {
+    seen.iter().map(|(_, took)| *took).max().unwrap_or_default()
+}
+
+/// Wait until Redis decides again; how long that took.
+async fn until_redis_decides(backend: &Guarded) -> Duration {
+    let started = Instant::now();
+    let policy: Policy = "1000000/s".parse().unwrap();
+    loop {
+        let d = backend
+            .check(&Key::new("user", "probe"), &policy, 1)
+            .await
+            .unwrap();
+        if d.origin() == Origin::Primary {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "Redis never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_then_restarted_empty_under_load() {
+    let mut server = RedisServer::start();
+    let backend = guarded(&server).await;
+    let up = load(&backend, Duration::from_millis(200)).await;
+    assert!(up.iter().all(|(o, _)| *o == Origin::Primary));
+
+    server.kill();
+    let down = load(&backend, Duration::from_millis(500)).await;
+    // Every request answered, by the fallback, within the timeout.
+    assert!(down.iter().all(|(o, _)| *o != Origin::Primary));
+    assert!(slowest(&down) < TIMEOUT + MARGIN, "{:?}", slowest(&down));
+    let mut times: Vec<Duration> = down.iter().map(|(_, t)| *t).collect();
+    times.sort();
+    assert!(
+        times[times.len() / 2] < Duration::from_millis(1),
+        "median {:?}",
+        times[times.len() / 2]
+    );
+
+    // Back, empty: its script cache is gone; decisions come from it again
+    // within a second, and its keys reappear.
+    server.restart();
+    let back = until_redis_decides(&backend).await;
+    assert!(back < Duration::from_secs(1), "{back:?}");
+    let after = load(&backend, Duration::from_millis(200)).await;
+    assert!(after.iter().all(|(o, _)| *o == Origin::Primary));
+    assert_ne!(server.cli(&["DBSIZE"]), "0");
+    eprintln!(
+        "killed: {} decisions, slowest {:?}, median {:?}; back after {back:?}",
+        down.len(),
+        slowest(&down),
+        times[times.len() / 2]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_costs_no_more_than_the_timeout() {
+    // Redis 7 takes DEBUG only when told to.
+    let server = RedisServer::start_with("redis-server", &["--enable-debug-command", "yes"]);
+    let backend = guarded(&server).await;
+    assert!(until_redis_decides(&backend).await < Duration::from_secs(1));
+    // Redis busy for 600 ms: it answers nothing meanwhile.
+    let sleeper = {
+        let port = server.port;
+        std::thread::spawn(move || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "0.6"])
+                .output()
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let slow = load(&backend, Duration::from_millis(400)).await;
+    assert!(slowest(&slow) < TIMEOUT + MARGIN, "{:?}", slowest(&slow));
+    assert!(slow.iter().any(|(o, _)| *o != Origin::Primary));
+    let slept = sleeper.join().unwrap();
+    assert_eq!(String::from_utf8_lossy(&slept.stdout).trim(), "OK");
+    let back = until_redis_decides(&backend).await;
+    assert!(back < Duration::from_secs(1), "{back:?}");
+    eprintln!(
+        "slow: {} decisions, slowest {:?}; back after {back:?}",
+        slow.len(),
+        slowest(&slow)
+    );
+}
