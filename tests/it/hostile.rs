@@ -5,29 +5,19 @@
 
 use std::convert::Infallible;
 use std::future::ready;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_ratelimit::key::{ClientIp, KeyExtractor, PeerAddr, UserHeader};
+use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
 use tower_ratelimit::{Policy, RateLimitLayer};
+
+use crate::support::request;
 
 fn ok() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
     service_fn(|_: Request<()>| ready(Ok::<_, Infallible>(Response::new(Full::from("ok")))))
-}
-
-fn request(peer: &str, headers: &[(&str, &[u8])]) -> Request<()> {
-    let mut builder = Request::get("/");
-    for (name, value) in headers {
-        builder = builder.header(*name, HeaderValue::from_bytes(value).unwrap());
-    }
-    let mut req = builder.body(()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
-    req
 }
 
 /// Statuses of `n` copies of one request.

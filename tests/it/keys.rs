@@ -1,26 +1,16 @@
 //! Key extractors under hostile input: they never panic, never let one
 //! client take another's key, and never let a client pick its own address.
 
-use std::net::SocketAddr;
-
-use http::{HeaderValue, Request};
+use http::Request;
 use proptest::prelude::*;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::key::{
-    ApiKey, ClientIp, ForwardedHeader, Global, KeyError, KeyExtractor, PeerAddr, UserHeader,
-    MAX_KEY_VALUE,
+    ApiKey, ClientIp, ForwardedHeader, Global, KeyError, KeyExtractor, UserHeader, MAX_KEY_VALUE,
 };
 use tower_ratelimit::RequestHead;
 
 fn req(peer: &str, headers: &[(&str, &[u8])]) -> Request<()> {
-    let mut builder = Request::get("/");
-    for (name, value) in headers {
-        builder = builder.header(*name, HeaderValue::from_bytes(value).unwrap());
-    }
-    let mut req = builder.body(()).unwrap();
-    req.extensions_mut()
-        .insert(PeerAddr(peer.parse::<SocketAddr>().unwrap()));
-    req
+    crate::support::request(peer, headers)
 }
 
 fn key(extractor: &impl KeyExtractor, req: &Request<()>) -> Result<Key, KeyError> {

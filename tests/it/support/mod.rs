@@ -213,6 +213,19 @@ impl RedisCluster {
     }
 }
 
+/// A GET from `peer` (as a server would record it) with these headers.
+pub fn request(peer: &str, headers: &[(&str, &[u8])]) -> http::Request<()> {
+    let mut builder = http::Request::get("/");
+    for (name, value) in headers {
+        builder = builder.header(*name, http::HeaderValue::from_bytes(value).unwrap());
+    }
+    let mut req = builder.body(()).unwrap();
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    req.extensions_mut()
+        .insert(tower_ratelimit::key::PeerAddr(peer));
+    req
+}
+
 /// A backend that always fails, as an unreachable Redis would.
 #[derive(Clone)]
 pub struct Broken;
