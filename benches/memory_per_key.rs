@@ -7,6 +7,11 @@
 //! entries). Governor is measured with IP-address keys and with string keys.
 //!
 //! Run: `cargo bench --bench memory_per_key` (add `-- 1000000` for one size).
+//!
+//! `cargo bench --bench memory_per_key -- flood` instead sends 10 million
+//! distinct keys through a backend capped at 1 million and prints resident
+//! memory when the cap is first reached and at the end: a key flood must not
+//! grow memory past what the cap holds.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
@@ -29,6 +34,32 @@ fn rss_bytes() -> usize {
 
 fn ip(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(i))
+}
+
+/// 10 million distinct keys through a backend capped at 1 million.
+fn flood() {
+    const CAP: u32 = 1_000_000;
+    const KEYS: u32 = 10_000_000;
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(100).unwrap());
+    let backend = MemoryBackend::builder().max_keys(CAP as usize).build();
+    let before = rss_bytes();
+    let mut at_cap = 0;
+    for i in 0..KEYS {
+        backend.check_now(&Key::new("ip", ip(i).to_string()), &policy, 1);
+        if i + 1 == CAP {
+            at_cap = rss_bytes().saturating_sub(before);
+        }
+    }
+    let at_end = rss_bytes().saturating_sub(before);
+    let mb = |bytes: usize| bytes as f64 / 1e6;
+    println!(
+        "flood: {KEYS} keys through a cap of {CAP}: RSS grew {:.1} MB at the cap, {:.1} MB at the end; \
+         {} states held ({:.1} MB exact)",
+        mb(at_cap),
+        mb(at_end),
+        backend.len(),
+        mb(backend.memory_bytes())
+    );
 }
 
 /// Fill one limiter with `n` keys and print: name, RSS bytes/key, exact bytes/key.
@@ -82,6 +113,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
         child(&args[i + 1], args[i + 2].parse().expect("a key count"));
+        return;
+    }
+    if args.iter().any(|a| a == "flood") {
+        flood();
         return;
     }
     let sizes: Vec<u32> = match args
