@@ -1,0 +1,61 @@
+//! Redis key names: whatever bytes a key holds, its identity sits between
+//! the first `{` and `}` as lowercase hex (or `h` and a hash, for long
+//! keys), and short keys read back from it exactly: no client byte reaches
+//! the key's structure, and two keys never share a name.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Limit, Quota};
+
+fn backend() -> &'static (tokio::runtime::Runtime, RedisBackend, Limit) {
+    static BACKEND: OnceLock<(tokio::runtime::Runtime, RedisBackend, Limit)> = OnceLock::new();
+    BACKEND.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // Never connects: only key names are asked for.
+        let redis = rt.block_on(async {
+            RedisBackend::builder("redis://127.0.0.1:1")
+                .connect_lazy()
+                .unwrap()
+        });
+        let limit = Limit::new("l", Algorithm::SlidingLog, Quota::per_second(1).unwrap()).unwrap();
+        (rt, redis, limit)
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (_, redis, limit) = backend();
+    let split = data
+        .first()
+        .map_or(0, |&n| usize::from(n) % 8)
+        .min(data.len());
+    let namespace = String::from_utf8_lossy(&data[..split]).into_owned();
+    let key = Key::new(&namespace, &data[split..]);
+    let names = redis.redis_keys(&key, limit);
+    assert_eq!(names.len(), 2, "a sliding log has two keys");
+    for name in &names {
+        let open = name.find('{').unwrap();
+        let close = open + name[open..].find('}').unwrap();
+        let identity = &name[open + 1..close];
+        assert!(identity
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'h').contains(&b)));
+        assert!(identity.len() <= 129);
+        if let Some(hex) = identity.strip_prefix('h') {
+            assert_eq!(hex.len(), 32);
+            assert!(key.as_bytes().len() > 64);
+        } else {
+            let bytes: Vec<u8> = (0..identity.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&identity[i..i + 2], 16).unwrap())
+                .collect();
+            assert_eq!(bytes, key.as_bytes());
+        }
+        assert!(name.starts_with("rl:{"));
+    }
+});
