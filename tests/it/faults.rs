@@ -83,12 +83,36 @@ async fn until_redis_decides(backend: &Guarded) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_then_restarted_empty_under_load() {
+async fn frozen_then_killed_then_restarted_empty_under_load() {
     let mut server = RedisServer::start();
     let backend = guarded(&server).await;
     let up = load(&backend, Duration::from_millis(200)).await;
     assert!(up.iter().all(|(o, _)| *o == Origin::Primary));
 
+    // Frozen (SIGSTOP): connections stay open, nothing answers; the
+    // timeout bounds every wait until the breaker opens.
+    server.pause();
+    let frozen = load(&backend, Duration::from_millis(500)).await;
+    assert!(frozen.iter().all(|(o, _)| *o != Origin::Primary));
+    assert!(
+        slowest(&frozen) < TIMEOUT + MARGIN,
+        "{:?}",
+        slowest(&frozen)
+    );
+    let mut frozen_times: Vec<Duration> = frozen.iter().map(|(_, t)| *t).collect();
+    frozen_times.sort();
+    let frozen_median = frozen_times[frozen_times.len() / 2];
+    assert!(
+        frozen_median < Duration::from_millis(1),
+        "median {frozen_median:?}"
+    );
+    eprintln!(
+        "frozen: {} decisions, slowest {:?}, median {frozen_median:?}",
+        frozen.len(),
+        slowest(&frozen)
+    );
+
+    // Then killed while frozen.
     server.kill();
     let down = load(&backend, Duration::from_millis(500)).await;
     // Every request answered, by the fallback, within the timeout.
