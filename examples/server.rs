@@ -19,9 +19,10 @@
 //! * `open`: let requests through unlimited;
 //! * `closed`: refuse them with 503.
 //!
-//! A circuit breaker stops asking Redis after 5 failures in a row, so an
-//! outage costs the timeout a handful of times, not on every request; one
-//! probe at a time finds Redis again.
+//! On one Redis server, a circuit breaker stops asking it after 5 failures
+//! in a row, so an outage costs the timeout a handful of times, not on every
+//! request; one probe at a time finds Redis again. On a cluster there is no
+//! breaker, so that one primary down only affects the keys in its slots.
 //!
 //! | route | limit |
 //! |---|---|
@@ -382,31 +383,38 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
         .split(',')
         .map(|u| u.trim().replacen("redis+cluster://", "redis://", 1))
         .collect();
-    let redis = if nodes.len() > 1 || url.starts_with("redis+cluster://") {
+    if nodes.len() > 1 || url.starts_with("redis+cluster://") {
         #[cfg(feature = "redis-cluster")]
         {
-            RedisBackend::cluster_builder(nodes)
+            // No breaker: one covers a whole backend, and a cluster with one
+            // primary down should fall back only for that primary's keys.
+            let cluster = RedisBackend::cluster_builder(nodes)
                 .timeout(config.store_timeout)
                 .connect()
-                .await?
+                .await?;
+            return Ok(on_store_failure(config, cluster));
         }
         #[cfg(not(feature = "redis-cluster"))]
         return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
-    } else {
-        // Lazily connected: the server starts even while Redis is down, and
-        // decides by ON_STORE_FAILURE until it is up.
-        RedisBackend::builder(&nodes[0])
-            .timeout(config.store_timeout)
-            .connect_lazy()?
-    };
-    let redis = redis.with_breaker();
-    Ok(match config.on_store_failure {
+    }
+    // Lazily connected: the server starts even while Redis is down, and
+    // decides by ON_STORE_FAILURE until it is up.
+    let redis = RedisBackend::builder(&nodes[0])
+        .timeout(config.store_timeout)
+        .connect_lazy()?;
+    Ok(on_store_failure(config, redis.with_breaker()))
+}
+
+/// The app on `store`, decided by `ON_STORE_FAILURE` while it fails.
+#[cfg(feature = "redis")]
+fn on_store_failure<B: Backend>(config: &Config, store: B) -> Router {
+    match config.on_store_failure {
         StoreFailure::Local => {
             let local = MemoryBackend::builder().servers(config.servers).build();
-            app(config, redis.or_fallback(local))
+            app(config, store.or_fallback(local))
         }
-        StoreFailure::Open | StoreFailure::Closed => app(config, redis),
-    })
+        StoreFailure::Open | StoreFailure::Closed => app(config, store),
+    }
 }
 
 #[cfg(not(feature = "redis"))]

@@ -172,3 +172,77 @@ async fn a_slow_redis_costs_no_more_than_the_timeout() {
         slowest(&slow)
     );
 }
+
+/// The slot ranges node `i` serves, from its own `CLUSTER NODES` line.
+fn slots_of(cluster: &crate::support::RedisCluster, i: usize) -> Vec<(u16, u16)> {
+    let nodes = cluster.nodes[i].cli(&["CLUSTER", "NODES"]);
+    let mine = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    mine.split_whitespace()
+        .skip(8)
+        .filter_map(|range| {
+            let (a, b) = range.split_once('-').unwrap_or((range, range));
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .collect()
+}
+
+/// On a 3-primary cluster, one primary killed: keys of its slots are decided
+/// by the fallback, within the timeout; keys of the others stay on Redis.
+/// (No breaker here: one covers a whole backend, so it would send every key
+/// to the fallback; see RELIABILITY.md.)
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_primary_affects_only_its_own_slots() {
+    use tower_ratelimit::{Algorithm, Limit, Quota};
+    let mut cluster = crate::support::RedisCluster::start();
+    let redis = RedisBackend::cluster_builder(cluster.urls())
+        .timeout(TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    let backend = redis.clone().or_fallback(MemoryBackend::new());
+    let policy: Policy = "1000000/s".parse().unwrap();
+    let limit = Limit::new("probe", Algorithm::Gcra, Quota::per_second(1).unwrap()).unwrap();
+    let dead_slots = slots_of(&cluster, 0);
+    // Twenty users, each placed by its key's slot.
+    let (mut on_dead, mut on_live) = (Vec::new(), Vec::new());
+    for i in 0..20 {
+        let key = Key::new("user", format!("user-{i}"));
+        let name = &redis.redis_keys(&key, &limit)[0];
+        let slot: u16 = cluster.nodes[1]
+            .cli(&["CLUSTER", "KEYSLOT", name])
+            .parse()
+            .unwrap();
+        if dead_slots.iter().any(|&(a, b)| (a..=b).contains(&slot)) {
+            on_dead.push(key);
+        } else {
+            on_live.push(key);
+        }
+    }
+    assert!(!on_dead.is_empty() && !on_live.is_empty());
+    for key in on_dead.iter().chain(&on_live) {
+        assert_eq!(
+            backend.check(key, &policy, 1).await.unwrap().origin(),
+            Origin::Primary
+        );
+    }
+
+    cluster.nodes[0].kill();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..5 {
+        for (keys, expected) in [(&on_dead, Origin::Fallback), (&on_live, Origin::Primary)] {
+            for key in keys {
+                let started = Instant::now();
+                let decision = backend.check(key, &policy, 1).await.unwrap();
+                slowest = slowest.max(started.elapsed());
+                assert_eq!(decision.origin(), expected, "{key:?}");
+            }
+        }
+    }
+    assert!(slowest < TIMEOUT + MARGIN, "{slowest:?}");
+    eprintln!(
+        "cluster: {} keys on the dead primary, {} on the others; slowest {slowest:?}",
+        on_dead.len(),
+        on_live.len()
+    );
+}
