@@ -49,6 +49,17 @@ pub enum Verdict {
     Never,
 }
 
+impl Verdict {
+    /// How long until the same request fits: only for a denial that ever can.
+    #[inline]
+    pub fn retry_after(self) -> Option<Micros> {
+        match self {
+            Verdict::RetryAfter(after) => Some(after),
+            Verdict::Allowed | Verdict::Never => None,
+        }
+    }
+}
+
 impl Outcome {
     /// The request fits, leaving `remaining` units (capped at `limit`); the
     /// limit is whole again after `reset_after`.
@@ -141,10 +152,7 @@ impl Outcome {
     /// [`retry_after`](Self::retry_after) in the core's time.
     #[inline]
     pub fn retry_after_micros(&self) -> Option<Micros> {
-        match self.verdict() {
-            Verdict::RetryAfter(after) => Some(after),
-            Verdict::Allowed | Verdict::Never => None,
-        }
+        self.verdict().retry_after()
     }
 }
 
@@ -359,10 +367,7 @@ impl Decision {
 
     /// [`retry_after`](Self::retry_after) in the core's time.
     pub fn retry_after_micros(&self) -> Option<Micros> {
-        match self.verdict() {
-            Verdict::RetryAfter(after) => Some(after),
-            Verdict::Allowed | Verdict::Never => None,
-        }
+        self.verdict().retry_after()
     }
 
     /// Whether the request was denied because the backend was full of other

@@ -67,7 +67,7 @@ impl Limit {
                 algorithm,
             });
         }
-        let identity = format!("{name}:{algorithm}:{quota}");
+        let identity = identity_of(&name, algorithm, quota);
         Ok(Self {
             rule: Rule::new(algorithm, quota),
             id: hash(&identity),
@@ -117,7 +117,7 @@ impl Limit {
             identity.push(c);
         }
         identity.push('"');
-        identity.push_str(&format!("{}:{}:{}", self.name, self.algorithm, self.quota));
+        identity.push_str(&identity_of(&self.name, self.algorithm, self.quota));
         Self {
             id: hash(&identity),
             identity: identity.into(),
@@ -495,6 +495,11 @@ impl From<QuotaError> for PolicyError {
     fn from(e: QuotaError) -> Self {
         Self::Quota(e)
     }
+}
+
+/// A limit's identity outside any scope: `name:algorithm:quota`.
+fn identity_of(name: &str, algorithm: Algorithm, quota: Quota) -> String {
+    format!("{name}:{algorithm}:{quota}")
 }
 
 /// A hash of a limit's identity, for backends that key by number.

@@ -45,9 +45,7 @@ pub struct Breaker<B> {
 
 #[derive(Debug)]
 struct Shared {
-    failures_to_open: u32,
-    open_for: Micros,
-    max_open_for: Micros,
+    settings: Settings,
     /// Failures in a row, since the last success.
     failures: AtomicU32,
     /// Until when (µs since `epoch`) decisions fail at once; 0: closed.
@@ -59,20 +57,29 @@ struct Shared {
     epoch: Instant,
 }
 
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    failures_to_open: u32,
+    open_for: Micros,
+    max_open_for: Micros,
+}
+
+/// A copy has the same settings and a state of its own, closed.
+impl Clone for Shared {
+    fn clone(&self) -> Self {
+        Self::new(self.settings)
+    }
+}
+
 impl<B> Breaker<B> {
     pub(crate) fn new(inner: B) -> Self {
         Self {
             inner,
-            shared: Arc::new(Shared {
+            shared: Arc::new(Shared::new(Settings {
                 failures_to_open: 5,
                 open_for: Micros::from_millis(500),
                 max_open_for: Micros::from_secs(30),
-                failures: AtomicU32::new(0),
-                open_until: AtomicU64::new(0),
-                opened_for: AtomicU64::new(0),
-                probing: AtomicBool::new(false),
-                epoch: Instant::now(),
-            }),
+            })),
         }
     }
 
@@ -104,27 +111,25 @@ impl<B> Breaker<B> {
         &self.inner
     }
 
-    fn settings(&mut self) -> &mut Shared {
+    fn settings(&mut self) -> &mut Settings {
         // Settings are set while building, before the breaker is cloned; a
         // breaker configured after cloning gets a state of its own.
-        if Arc::get_mut(&mut self.shared).is_none() {
-            let s = &self.shared;
-            self.shared = Arc::new(Shared {
-                failures_to_open: s.failures_to_open,
-                open_for: s.open_for,
-                max_open_for: s.max_open_for,
-                failures: AtomicU32::new(0),
-                open_until: AtomicU64::new(0),
-                opened_for: AtomicU64::new(0),
-                probing: AtomicBool::new(false),
-                epoch: s.epoch,
-            });
-        }
-        Arc::get_mut(&mut self.shared).expect("just made unique")
+        &mut Arc::make_mut(&mut self.shared).settings
     }
 }
 
 impl Shared {
+    fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            opened_for: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+
     fn now(&self) -> u64 {
         // Never 0, which means "closed".
         Micros::from(self.epoch.elapsed()).as_u64().max(1)
@@ -141,12 +146,17 @@ impl Shared {
             .failures
             .fetch_add(1, Ordering::AcqRel)
             .saturating_add(1);
-        if probe || failures >= self.failures_to_open {
+        let Settings {
+            failures_to_open,
+            open_for,
+            max_open_for,
+        } = self.settings;
+        if probe || failures >= failures_to_open {
             let last = self.opened_for.load(Ordering::Acquire);
             let open_for = if probe && last > 0 {
-                last.saturating_mul(2).min(self.max_open_for.as_u64())
+                last.saturating_mul(2).min(max_open_for.as_u64())
             } else {
-                self.open_for.as_u64().min(self.max_open_for.as_u64())
+                open_for.as_u64().min(max_open_for.as_u64())
             };
             self.opened_for.store(open_for, Ordering::Release);
             self.open_until

@@ -104,20 +104,22 @@ fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> Option<&'a Limit> {
 
 /// A request was allowed.
 pub(super) fn allowed(policy: &Policy, decision: &Decision) {
-    let outcome = match decision.origin() {
-        Origin::Fallback | Origin::BreakerOpen => "fallback_allowed",
-        _ => "allowed",
-    };
+    let outcome = by_origin(decision, "allowed", "fallback_allowed");
     count(outcome, deciding(policy, decision));
+}
+
+/// `store`, or `fallback` when a fallback decided.
+fn by_origin(decision: &Decision, store: &'static str, fallback: &'static str) -> &'static str {
+    match decision.origin() {
+        Origin::Fallback | Origin::BreakerOpen => fallback,
+        _ => store,
+    }
 }
 
 /// A request was limited.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
-    let outcome = match decision.origin() {
-        Origin::Fallback | Origin::BreakerOpen => "fallback_limited",
-        _ => "limited",
-    };
+    let outcome = by_origin(decision, "limited", "fallback_limited");
     count(outcome, deciding(policy, decision));
     #[cfg(feature = "tracing")]
     tracing::debug!(

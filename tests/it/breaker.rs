@@ -21,6 +21,15 @@ struct Flaky {
     memory: MemoryBackend,
 }
 
+impl Flaky {
+    /// Failing from the start.
+    fn down() -> Self {
+        let flaky = Self::default();
+        flaky.failing.store(true, Ordering::SeqCst);
+        flaky
+    }
+}
+
 impl Backend for Flaky {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
 
@@ -52,8 +61,7 @@ fn key() -> Key {
 
 #[tokio::test]
 async fn it_opens_after_failures_in_a_row_and_then_answers_without_asking() {
-    let flaky = Flaky::default();
-    flaky.failing.store(true, Ordering::SeqCst);
+    let flaky = Flaky::down();
     let breaker = flaky
         .clone()
         .with_breaker()
@@ -92,9 +100,8 @@ async fn a_success_resets_the_count() {
 async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
     let flaky = Flaky {
         delay: Duration::from_millis(50),
-        ..Flaky::default()
+        ..Flaky::down()
     };
-    flaky.failing.store(true, Ordering::SeqCst);
     let breaker = flaky
         .clone()
         .with_breaker()
@@ -130,8 +137,7 @@ async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
 
 #[tokio::test]
 async fn a_failed_probe_opens_it_twice_as_long() {
-    let flaky = Flaky::default();
-    flaky.failing.store(true, Ordering::SeqCst);
+    let flaky = Flaky::down();
     let breaker = flaky
         .clone()
         .with_breaker()
@@ -163,8 +169,7 @@ async fn a_failed_probe_opens_it_twice_as_long() {
 
 #[tokio::test]
 async fn a_dropped_probe_lets_the_next_decision_probe() {
-    let flaky = Flaky::default();
-    flaky.failing.store(true, Ordering::SeqCst);
+    let flaky = Flaky::down();
     let breaker = flaky
         .clone()
         .with_breaker()

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::algorithm::{FixedRule, Form};
 use crate::backend::BackendError;
 use crate::key::Key;
-use crate::{Decision, Limit, Micros, Outcome, Policy};
+use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 
 /// The script: each algorithm's file, then the driver.
 pub(super) const SCRIPT: &str = concat!(
@@ -101,24 +101,24 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
             "unexpected value from the script: {other:?}"
         ))),
     };
-    let mut outcomes = Vec::with_capacity(policy.limits().len());
-    for (limit, item) in policy.limits().iter().zip(items.chunks(3)) {
-        let [retry, remaining, reset] = item else {
-            return Err(BackendError::new("the script answered in pieces"));
-        };
-        let (retry, remaining, reset) = (number(retry)?, number(remaining)?, number(reset)?);
-        let (remaining, reset) = (remaining.max(0) as u64, Micros::new(reset.max(0) as u64));
-        let capacity = limit.capacity();
-        outcomes.push(match retry {
-            0 => Outcome::allowed(capacity, remaining, reset),
-            r if r < 0 => Outcome::never(capacity, remaining, reset),
-            r => Outcome::denied(capacity, remaining, reset, Micros::new(r as u64)),
-        });
-    }
-    if items.len() != 3 * policy.limits().len() {
+    let limits = policy.limits();
+    if items.len() != 3 * limits.len() {
         return Err(BackendError::new(
             "the script answered for a different number of limits",
         ));
     }
+    // Inline, like the decision itself: no allocation per reply.
+    let mut outcomes = [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS];
+    for ((slot, limit), item) in outcomes.iter_mut().zip(limits).zip(items.chunks_exact(3)) {
+        let (retry, remaining, reset) = (number(&item[0])?, number(&item[1])?, number(&item[2])?);
+        let (remaining, reset) = (remaining.max(0) as u64, Micros::new(reset.max(0) as u64));
+        let capacity = limit.capacity();
+        *slot = match retry {
+            0 => Outcome::allowed(capacity, remaining, reset),
+            r if r < 0 => Outcome::never(capacity, remaining, reset),
+            r => Outcome::denied(capacity, remaining, reset, Micros::new(r as u64)),
+        };
+    }
+    let outcomes = outcomes.into_iter().take(limits.len());
     Decision::from_outcomes(policy, outcomes).map_err(BackendError::new)
 }
