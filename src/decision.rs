@@ -206,8 +206,9 @@ pub struct Decision {
     len: u8,
     decided_by: u8,
     capacity_exhausted: bool,
+    banned: bool,
     origin: Origin,
-    /// Overrides the deciding outcome's verdict (a capacity denial).
+    /// Overrides the deciding outcome's verdict (a capacity denial, a ban).
     verdict: Option<Verdict>,
 }
 
@@ -260,9 +261,40 @@ impl Decision {
             len: 0,
             decided_by: 0,
             capacity_exhausted: false,
+            banned: false,
             origin: Origin::Primary,
             verdict: None,
         }
+    }
+
+    /// A request refused because its key is banned by the policy's
+    /// [penalty box](crate::penalty) for `remaining` more: each limit
+    /// reports nothing left until then. How a
+    /// [`Backend`](crate::backend::Backend) of your own answers during a ban.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_ratelimit::{Decision, Micros, Policy};
+    ///
+    /// let policy: Policy = "10/min".parse().unwrap();
+    /// let banned = Decision::banned(&policy, Micros::from_secs(300));
+    /// assert!(banned.is_banned() && !banned.is_allowed());
+    /// assert_eq!(banned.retry_after(), Some(Duration::from_secs(300)));
+    /// assert_eq!(banned.deciding().remaining(), 0);
+    /// ```
+    pub fn banned(policy: &Policy, remaining: Micros) -> Self {
+        let mut decision = Self::empty();
+        for limit in policy.limits() {
+            decision.push(Outcome::denied(limit.capacity(), 0, remaining, remaining));
+        }
+        decision.ban(remaining);
+        decision
+    }
+
+    /// This denial also started (or met) a ban of `remaining` more.
+    pub(crate) fn ban(&mut self, remaining: Micros) {
+        self.verdict = Some(Verdict::RetryAfter(remaining.max(Micros::new(1))));
+        self.banned = true;
     }
 
     #[inline]
@@ -316,6 +348,9 @@ impl Decision {
     /// has refilled.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn aged(mut self, elapsed: Micros) -> Self {
+        if let Some(Verdict::RetryAfter(after)) = &mut self.verdict {
+            *after = after.saturating_sub(elapsed).max(Micros::new(1));
+        }
         for outcome in &mut self.outcomes[..usize::from(self.len)] {
             outcome.reset_after = outcome.reset_after.saturating_sub(elapsed);
             if !matches!(outcome.retry_us, 0 | NEVER) {
@@ -374,6 +409,12 @@ impl Decision {
     /// keys, not by a limit.
     pub fn is_capacity_exhausted(&self) -> bool {
         self.capacity_exhausted
+    }
+
+    /// Whether the key is banned by the policy's [penalty box](crate::penalty):
+    /// the retry-after is the ban's remaining time.
+    pub fn is_banned(&self) -> bool {
+        self.banned
     }
 
     /// Which backend decided: the primary, or a fallback because the

@@ -58,6 +58,7 @@ pub mod clock;
 mod decision;
 mod head;
 pub mod key;
+pub mod penalty;
 mod policy;
 mod quota;
 mod time;
@@ -76,6 +77,7 @@ pub use middleware::{
     OnBackendError, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer, ResponseBody,
     ResponseFuture, RoutePolicies,
 };
+pub use penalty::{PenaltyBox, PenaltyError};
 pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};
 pub use quota::{Quota, QuotaError, MAX_WINDOW};
 pub use time::Micros;

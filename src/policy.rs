@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
 use crate::algorithm::{Algorithm, Rule};
+use crate::penalty::PenaltyBox;
 use crate::quota::{Quota, QuotaError};
 
 /// The most limits one policy may hold. Decisions keep one outcome per
@@ -258,16 +259,27 @@ pub struct Policy {
 
 struct PolicyInner {
     limits: Box<[Limit]>,
-    count_denied: bool,
+    settings: Settings,
+    /// The penalty box's state identity (`penalty:<box>:` then each limit's
+    /// identity): a ban belongs to exactly this set of limits.
+    penalty_identity: Option<(Box<str>, u64)>,
     /// What a front end derives from this policy once and keeps with it (the
     /// HTTP layer: its header and body text). Opaque here, so the core knows
     /// nothing of HTTP.
     derived: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
+/// What a policy says besides its limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Settings {
+    count_denied: bool,
+    shadow: bool,
+    penalty: Option<PenaltyBox>,
+}
+
 impl PartialEq for Policy {
     fn eq(&self, other: &Self) -> bool {
-        self.limits() == other.limits() && self.counts_denied() == other.counts_denied()
+        self.limits() == other.limits() && self.inner.settings == other.inner.settings
     }
 }
 
@@ -286,7 +298,7 @@ impl Policy {
     /// burst elsewhere (a mistake in code). [`Policy::parse_with`] reports it.
     pub fn single(algorithm: Algorithm, quota: Quota) -> Self {
         Limit::anonymous(algorithm, quota)
-            .and_then(|limit| Self::build_from(vec![limit], false))
+            .and_then(|limit| Self::build_from(vec![limit], Settings::default()))
             .expect("a limit with a burst needs token-bucket, leaky-bucket or gcra")
     }
 
@@ -324,7 +336,7 @@ impl Policy {
     /// ```
     pub fn scoped(&self, scope: &str) -> Policy {
         let limits = self.limits().iter().map(|l| l.in_scope(scope)).collect();
-        Self::build_from(limits, self.counts_denied()).unwrap_or_else(|_| self.clone())
+        self.with_limits(limits)
     }
 
     /// The limits, in the order they were added.
@@ -334,13 +346,61 @@ impl Policy {
 
     /// Whether denied requests count against the limits.
     pub fn counts_denied(&self) -> bool {
-        self.inner.count_denied
+        self.inner.settings.count_denied
+    }
+
+    /// Whether the policy is in shadow mode: decided and reported, never
+    /// enforced (see [`PolicyBuilder::shadow`]).
+    pub fn is_shadow(&self) -> bool {
+        self.inner.settings.shadow
+    }
+
+    /// The penalty box, if the policy bans clients denied too often.
+    pub fn penalty(&self) -> Option<&PenaltyBox> {
+        self.inner.settings.penalty.as_ref()
+    }
+
+    /// This policy in shadow mode, or enforced again (see
+    /// [`PolicyBuilder::shadow`]). Its limits keep their state.
+    pub fn in_shadow(&self, shadow: bool) -> Policy {
+        self.with_settings(Settings {
+            shadow,
+            ..self.inner.settings
+        })
+    }
+
+    /// This policy with a penalty box (see [`crate::penalty`]).
+    pub fn with_penalty(&self, penalty: PenaltyBox) -> Policy {
+        self.with_settings(Settings {
+            penalty: Some(penalty),
+            ..self.inner.settings
+        })
+    }
+
+    /// `penalty:<box>:<each limit's identity>`, stable across processes:
+    /// what keeps a penalty box's state apart in a shared backend.
+    pub(crate) fn penalty_identity(&self) -> Option<&str> {
+        self.inner.penalty_identity.as_ref().map(|(s, _)| &**s)
+    }
+
+    /// A hash of [`penalty_identity`](Self::penalty_identity), within this
+    /// process.
+    pub(crate) fn penalty_id(&self) -> Option<u64> {
+        self.inner.penalty_identity.as_ref().map(|(_, id)| *id)
     }
 
     /// Each limit's share among `servers` (see [`Limit::share`]).
     pub(crate) fn share(&self, servers: u32) -> Policy {
         let limits = self.limits().iter().map(|l| l.share(servers)).collect();
-        Self::build_from(limits, self.counts_denied()).unwrap_or_else(|_| self.clone())
+        self.with_limits(limits)
+    }
+
+    fn with_limits(&self, limits: Vec<Limit>) -> Policy {
+        Self::build_from(limits, self.inner.settings).unwrap_or_else(|_| self.clone())
+    }
+
+    fn with_settings(&self, settings: Settings) -> Policy {
+        Self::build_from(self.limits().to_vec(), settings).unwrap_or_else(|_| self.clone())
     }
 
     /// A number that tells this policy apart from every other one alive.
@@ -360,7 +420,7 @@ impl Policy {
             .downcast_ref()
     }
 
-    fn build_from(limits: Vec<Limit>, count_denied: bool) -> Result<Policy, PolicyError> {
+    fn build_from(limits: Vec<Limit>, settings: Settings) -> Result<Policy, PolicyError> {
         if limits.is_empty() {
             return Err(PolicyError::Empty);
         }
@@ -372,10 +432,20 @@ impl Policy {
                 return Err(PolicyError::DuplicateName(limit.name.to_string()));
             }
         }
+        let penalty_identity = settings.penalty.map(|penalty| {
+            let mut identity = format!("penalty:{}", penalty.describe());
+            for limit in &limits {
+                identity.push(':');
+                identity.push_str(limit.identity());
+            }
+            let id = hash(&identity);
+            (identity.into_boxed_str(), id)
+        });
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 limits: limits.into(),
-                count_denied,
+                settings,
+                penalty_identity,
                 derived: OnceLock::new(),
             }),
         })
@@ -387,6 +457,8 @@ impl fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("limits", &self.limits())
             .field("count_denied", &self.counts_denied())
+            .field("shadow", &self.is_shadow())
+            .field("penalty", &self.penalty())
             .finish()
     }
 }
@@ -406,7 +478,7 @@ impl FromStr for Policy {
 #[must_use]
 pub struct PolicyBuilder {
     limits: Vec<Result<Limit, PolicyError>>,
-    count_denied: bool,
+    settings: Settings,
 }
 
 impl PolicyBuilder {
@@ -423,7 +495,24 @@ impl PolicyBuilder {
     /// capacity, so a client that stops is free again after at most one
     /// window (or one full refill).
     pub fn count_denied(mut self, count: bool) -> Self {
-        self.count_denied = count;
+        self.settings.count_denied = count;
+        self
+    }
+
+    /// Shadow mode (a dry run): requests are decided, counted and reported
+    /// (metrics, logs, optionally headers) as usual, but a request the
+    /// policy denies is let through, never delayed. Its limits consume only
+    /// what an enforced policy would have admitted, so the reports show what
+    /// enforcing would do. Roll a new limit out this way, then turn shadow
+    /// off ([`Policy::in_shadow`]) without losing its state.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.settings.shadow = shadow;
+        self
+    }
+
+    /// Ban clients this policy denies too often (see [`crate::penalty`]).
+    pub fn penalty(mut self, penalty: PenaltyBox) -> Self {
+        self.settings.penalty = Some(penalty);
         self
     }
 
@@ -431,7 +520,7 @@ impl PolicyBuilder {
     /// a repeated name, or an invalid limit.
     pub fn build(self) -> Result<Policy, PolicyError> {
         let limits = self.limits.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Policy::build_from(limits, self.count_denied)
+        Policy::build_from(limits, self.settings)
     }
 }
 

@@ -61,8 +61,8 @@ impl Denials {
     fn slot(&self, key: &Key, policy: &Policy) -> (u64, &Mutex<Shard>) {
         let mut hasher = self.hasher.build_hasher();
         hasher.write(key.as_bytes());
-        for limit in policy.limits() {
-            hasher.write_u64(limit.id());
+        for id in ids(policy) {
+            hasher.write_u64(id);
         }
         let hash = hasher.finish();
         (hash, &self.shards[(hash >> 59) as usize % SHARDS])
@@ -77,13 +77,8 @@ impl Denials {
         let now = Instant::now();
         let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = shard.entries.get(&hash)?;
-        let same = entry.key == *key
-            && cost >= entry.cost
-            && policy
-                .limits()
-                .iter()
-                .map(|l| l.id())
-                .eq(entry.limits.iter().copied());
+        let same =
+            entry.key == *key && cost >= entry.cost && ids(policy).eq(entry.limits.iter().copied());
         (same && now < entry.until).then(|| {
             entry
                 .decision
@@ -98,6 +93,11 @@ impl Denials {
             return; // allowed, or can never fit
         };
         if cost == 0 || policy.counts_denied() || decision.is_capacity_exhausted() {
+            return;
+        }
+        // Under a penalty box every denial must reach the store as a strike;
+        // only a ban, which counts nothing, is remembered.
+        if policy.penalty().is_some() && !decision.is_banned() {
             return;
         }
         let (hash, shard) = self.slot(key, policy);
@@ -117,7 +117,7 @@ impl Denials {
             hash,
             Entry {
                 key: key.clone(),
-                limits: policy.limits().iter().map(|l| l.id()).collect(),
+                limits: ids(policy).collect(),
                 cost,
                 decision: *decision,
                 at: now,
@@ -138,4 +138,11 @@ impl Denials {
             })
             .sum()
     }
+}
+
+/// What a remembered denial was decided under: each limit, and the penalty
+/// box.
+fn ids(policy: &Policy) -> impl Iterator<Item = u64> + '_ {
+    let limits = policy.limits().iter().map(|l| l.id());
+    limits.chain(policy.penalty_id())
 }

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Policy, Quota};
+use tower_ratelimit::{Algorithm, Micros, PenaltyBox, Policy, Quota};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -40,15 +40,31 @@ fn limit_strategy() -> impl Strategy<Value = (usize, u32, u64, Option<u32>)> {
     )
 }
 
+/// A penalty box from (strikes, window seconds, ban seconds, doublings).
+fn penalty((strikes, within, ban, doublings): (u32, u64, u64, u32)) -> PenaltyBox {
+    let s = Duration::from_secs;
+    PenaltyBox::new(strikes, s(within), s(ban))
+        .and_then(|p| p.max_ban(s(ban << doublings)))
+        .unwrap()
+}
+
+fn penalty_strategy() -> impl Strategy<Value = Option<(u32, u64, u64, u32)>> {
+    prop::option::of((1u32..=4, 1u64..=30, 1u64..=20, 0u32..=3))
+}
+
 /// What a user can observe of a decision, limit by limit.
-fn observed(
-    d: &tower_ratelimit::Decision,
-) -> (bool, usize, Vec<(tower_ratelimit::Verdict, u32, u64)>) {
-    let outcomes = d
+fn observed(d: &tower_ratelimit::Decision) -> impl PartialEq + std::fmt::Debug {
+    let outcomes: Vec<_> = d
         .outcomes()
         .map(|o| (o.verdict(), o.remaining(), o.reset_after_micros().as_u64()))
         .collect();
-    (d.is_allowed(), d.decided_by(), outcomes)
+    (
+        d.is_allowed(),
+        d.verdict(),
+        d.is_banned(),
+        d.decided_by(),
+        outcomes,
+    )
 }
 
 proptest! {
@@ -61,6 +77,7 @@ proptest! {
     fn redis_decides_exactly_as_memory_does(
         limits in prop::collection::vec(limit_strategy(), 1..=3),
         count_denied in any::<bool>(),
+        penalized in penalty_strategy(),
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
@@ -68,7 +85,10 @@ proptest! {
         let rt = runtime();
         let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
         let memory = MemoryBackend::new();
-        let policy = policy(&limits, count_denied);
+        let mut policy = policy(&limits, count_denied);
+        if let Some(p) = penalized {
+            policy = policy.with_penalty(penalty(p));
+        }
         let key = Key::new("user", "conformance");
         let mut now = start;
         for (i, &(gap, cost)) in trace.iter().enumerate() {

@@ -60,6 +60,7 @@ use super::{Backend, BackendError};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
+use crate::penalty::PenaltyState;
 use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 
 /// What a full backend does with a key it does not know.
@@ -252,6 +253,12 @@ impl Store {
         let found = &mut found[..limits.len()];
 
         let mut shard = self.shard(base);
+        let penalty = policy.penalty().zip(policy.penalty_id());
+        if let Some((penalty, id)) = penalty {
+            if let Some(until) = shard.penalty(base, id).banned_until(penalty, now) {
+                return Decision::banned(policy, until.saturating_sub(now));
+            }
+        }
         let mut decision = Decision::empty();
         for (f, limit) in found.iter_mut().zip(limits) {
             let (outcome, slot) = shard.check(limit, f.0, now, cost);
@@ -296,6 +303,15 @@ impl Store {
                     decision.report_state(i, shard.check(limit, fp, now, 0).0);
                 }
             }
+            // A strike is the client's own denial: not a peek, not a full table.
+            let struck = cost > 0 && !decision.is_capacity_exhausted();
+            if let Some((penalty, id)) = penalty.filter(|_| struck) {
+                let mut state = shard.penalty(base, id);
+                if let Some(ban) = state.strike(penalty, now) {
+                    decision.ban(ban);
+                }
+                shard.set_penalty(base, id, state, now);
+            }
         }
         decision
     }
@@ -339,6 +355,17 @@ fn fingerprint(base: u64, limit_id: u64) -> u64 {
     x.max(1)
 }
 
+/// Where a penalty box keeps a key's strikes and bans: two more
+/// fingerprints in the states table, apart from the limits' as theirs are
+/// from each other.
+#[inline]
+fn penalty_fingerprints(base: u64, penalty_id: u64) -> [u64; 2] {
+    [
+        fingerprint(base, penalty_id),
+        fingerprint(base, penalty_id ^ 0x9e37_79b9_7f4a_7c15),
+    ]
+}
+
 impl Shard {
     /// What `limit` says about `cost` for fingerprint `fp`, and the slot
     /// holding its state if there is one.
@@ -363,6 +390,31 @@ impl Shard {
                     None => log.check(&mut SlidingLogState::default(), now, cost),
                 };
                 (outcome, slot)
+            }
+        }
+    }
+
+    /// A key's state under a penalty box (fresh if there is none).
+    fn penalty(&self, base: u64, id: u64) -> PenaltyState {
+        let [strikes, bans] = penalty_fingerprints(base, id);
+        let state = |fp| {
+            self.states
+                .find(fp)
+                .map_or_else(State::default, |i| *self.states.at(i))
+        };
+        PenaltyState {
+            strikes: state(strikes),
+            bans: state(bans),
+        }
+    }
+
+    fn set_penalty(&mut self, base: u64, id: u64, state: PenaltyState, now: Micros) {
+        let [strikes, bans] = penalty_fingerprints(base, id);
+        for (fp, value) in [(strikes, state.strikes), (bans, state.bans)] {
+            match self.states.find(fp) {
+                Some(i) => *self.states.at_mut(i) = value,
+                None if !value.is_expired(now) => *self.states.insert(fp, value, now) = value,
+                None => {}
             }
         }
     }

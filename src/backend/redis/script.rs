@@ -16,6 +16,7 @@ pub(super) const SCRIPT: &str = concat!(
     include_str!("lua/gcra.lua"),
     include_str!("lua/sliding_window.lua"),
     include_str!("lua/sliding_log.lua"),
+    include_str!("lua/penalty.lua"),
     include_str!("lua/check.lua"),
 );
 
@@ -64,12 +65,24 @@ pub(super) fn invocation(
     cost: u32,
     now: Option<Micros>,
 ) -> (Vec<String>, Vec<String>) {
-    let mut keys = Vec::with_capacity(policy.limits().len() + 1);
+    let mut keys = Vec::with_capacity(policy.limits().len() + 2);
     let mut args = vec![
         now.map_or_else(String::new, |n| n.as_u64().to_string()),
         cost.to_string(),
         u8::from(policy.counts_denied()).to_string(),
     ];
+    match policy.penalty() {
+        Some(penalty) => args.extend(
+            [
+                u64::from(penalty.strikes()),
+                penalty.within_micros().as_u64(),
+                penalty.ban_micros().as_u64(),
+                penalty.max_ban_micros().as_u64(),
+            ]
+            .map(|n| n.to_string()),
+        ),
+        None => args.extend(["0", "0", "0", "0"].map(String::from)),
+    }
     let identity = identity(key);
     for limit in policy.limits() {
         // The algorithm codes of check.lua.
@@ -85,10 +98,16 @@ pub(super) fn invocation(
         args.push(limit.quota().window_micros().as_u64().to_string());
         args.push(interval.as_u64().to_string());
     }
+    if let Some(penalty) = policy.penalty_identity() {
+        let base = [prefix, "{", &identity, "}:", penalty].concat();
+        keys.push(format!("{base}:strikes"));
+        keys.push(format!("{base}:bans"));
+    }
     (keys, args)
 }
 
-/// The decision from the script's reply: per limit, retry, remaining, reset.
+/// The decision from the script's reply: per limit, retry, remaining,
+/// reset; then the ban in force.
 pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, BackendError> {
     let Value::Array(items) = reply else {
         return Err(BackendError::new(format!(
@@ -102,11 +121,15 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
         ))),
     };
     let limits = policy.limits();
-    if items.len() != 3 * limits.len() {
+    let Some((ban, items)) = items
+        .split_last()
+        .filter(|(_, i)| i.len() == 3 * limits.len())
+    else {
         return Err(BackendError::new(
             "the script answered for a different number of limits",
         ));
-    }
+    };
+    let ban = Micros::new(number(ban)?.max(0) as u64);
     // Inline, like the decision itself: no allocation per reply.
     let mut outcomes = [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS];
     for ((slot, limit), item) in outcomes.iter_mut().zip(limits).zip(items.chunks_exact(3)) {
@@ -120,5 +143,9 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
         };
     }
     let outcomes = outcomes.into_iter().take(limits.len());
-    Decision::from_outcomes(policy, outcomes).map_err(BackendError::new)
+    let mut decision = Decision::from_outcomes(policy, outcomes).map_err(BackendError::new)?;
+    if ban > Micros::ZERO {
+        decision.ban(ban);
+    }
+    Ok(decision)
 }

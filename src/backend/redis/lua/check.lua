@@ -1,10 +1,14 @@
 -- The decision for one request under a whole policy, in one call.
 --
 -- KEYS: per limit, its state key (two for a sliding log: entries, sum).
+-- KEYS, after the limits': with a penalty box, its strikes and bans keys.
 -- ARGV: now (microseconds, or "" for the server's TIME), cost,
---       count_denied (0/1), then per limit: algorithm, limit, window, interval.
+--       count_denied (0/1), the penalty box (strikes, or 0 for none; within,
+--       ban, max ban in microseconds), then per limit: algorithm, limit,
+--       window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
--- Reply: per limit, {retry, remaining, reset} (see common.lua). All limits
+-- Reply: per limit, {retry, remaining, reset} (see common.lua), then the
+-- ban in force in microseconds (0: none). All limits
 -- allow, and the request is counted in all; or it is counted in none
 -- (unless denied requests count). Mirrors backend/memory: Store::check.
 
@@ -17,10 +21,21 @@ else
 end
 local cost = tonumber(ARGV[2])
 local count_denied = ARGV[3] == '1'
+local penalty = nil
+if ARGV[4] ~= '0' then
+  penalty = {
+    strikes = tonumber(ARGV[4]),
+    within = tonumber(ARGV[5]),
+    ban = tonumber(ARGV[6]),
+    max_ban = tonumber(ARGV[7]),
+    strikes_key = KEYS[#KEYS - 1],
+    bans_key = KEYS[#KEYS],
+  }
+end
 
 local limits = {}
 local k = 1
-local a = 4
+local a = 8
 while ARGV[a] do
   local l = {
     alg = tonumber(ARGV[a]),
@@ -53,6 +68,21 @@ local function consume(l)
   return gcra_consume(l.key, now, cost, l.limit, l.t)
 end
 
+-- A ban in force answers for every limit, which are not looked at.
+if penalty then
+  local until_ = banned_until(penalty.bans_key, now, penalty.max_ban)
+  if until_ then
+    local reply = {}
+    for i = 1, #limits do
+      reply[3 * i - 2] = until_ - now
+      reply[3 * i - 1] = 0
+      reply[3 * i] = until_ - now
+    end
+    reply[3 * #limits + 1] = until_ - now
+    return reply
+  end
+end
+
 local outcomes = {}
 local all_allowed = true
 for i, l in ipairs(limits) do
@@ -75,7 +105,15 @@ if not all_allowed then
   end
 end
 
+-- A strike is a denial of a real request (the memory backend's full table
+-- has no counterpart here).
+local ban = 0
+if penalty and cost > 0 and not all_allowed then
+  ban = strike(penalty.strikes_key, penalty.bans_key, now, penalty)
+end
+
 local reply = {}
+reply[3 * #limits + 1] = ban
 for i, o in ipairs(outcomes) do
   reply[3 * i - 2] = o[1]
   reply[3 * i - 1] = o[2]
