@@ -58,6 +58,7 @@ pub mod clock;
 mod decision;
 mod head;
 pub mod key;
+pub mod live;
 pub mod penalty;
 mod policy;
 mod quota;
@@ -72,10 +73,11 @@ mod middleware;
 pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
 pub use decision::{Decision, Origin, Outcome, OutcomeCountMismatch, Verdict};
 pub use head::RequestHead;
+pub use live::Live;
 pub use middleware::{
-    cost_fn, policy_fn, Cost, CostFn, Decided, HeaderStyle, LimitedFn, LimitedResponse,
-    OnBackendError, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer, ResponseBody,
-    ResponseFuture, RoutePolicies,
+    cost_fn, policy_fn, AccessLists, Cost, CostFn, Decided, HeaderStyle, KeyPolicies, LimitedFn,
+    LimitedResponse, Offender, OnBackendError, OnKeyError, PolicyFn, PolicyResolver, RateLimit,
+    RateLimitLayer, ResponseBody, ResponseFuture, RoutePolicies, TopOffenders,
 };
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};

@@ -101,14 +101,17 @@ impl PenaltyBox {
         self.max_ban.into()
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn within_micros(&self) -> Micros {
         self.within
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn ban_micros(&self) -> Micros {
         self.ban
     }
 
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn max_ban_micros(&self) -> Micros {
         self.max_ban
     }

@@ -379,6 +379,7 @@ impl Policy {
 
     /// `penalty:<box>:<each limit's identity>`, stable across processes:
     /// what keeps a penalty box's state apart in a shared backend.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn penalty_identity(&self) -> Option<&str> {
         self.inner.penalty_identity.as_ref().map(|(s, _)| &**s)
     }

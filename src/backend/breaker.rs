@@ -168,6 +168,10 @@ impl Shared {
 impl<B: Backend> Backend for Breaker<B> {
     type Future = BreakerFuture<B>;
 
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         let shared = &self.shared;
         let open_until = shared.open_until.load(Ordering::Acquire);

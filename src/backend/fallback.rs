@@ -59,6 +59,10 @@ impl<P, F> Fallback<P, F> {
 impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
     type Future = FallbackFuture<P, F>;
 
+    fn name(&self) -> &'static str {
+        self.primary.name()
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         FallbackFuture {
             state: State::Primary {

@@ -65,6 +65,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// A cost of 0 only reports the state.
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future;
 
+    /// A short name for the `backend` label of decision-latency metrics:
+    /// `memory`, `redis`; a wrapper ([`Fallback`], [`Breaker`]) gives the
+    /// name of the backend it wraps first.
+    fn name(&self) -> &'static str {
+        "custom"
+    }
+
     /// Decide with `fallback` whenever this backend fails: typically Redis
     /// first and, while it is down, each server's own memory — every server
     /// then enforces the whole limit on its own, so the service stays both

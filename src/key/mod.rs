@@ -126,6 +126,45 @@ impl Key {
     }
 }
 
+impl Key {
+    /// The key as an operator may see it in logs and lists: the namespace,
+    /// at most 4 leading printable characters of the value, and a hash of
+    /// the whole key — `ip:203.…#9f86d081` — enough to tell keys apart and
+    /// recognise one, never a whole IP address, user name or secret. (The
+    /// hash is not a secret: someone who guesses a key can confirm it.)
+    ///
+    /// ```
+    /// use tower_ratelimit::key::Key;
+    /// let redacted = Key::new("header:x-user-id", "alice@example.com").redacted();
+    /// assert!(redacted.starts_with("header:x-user-id:alic…#"));
+    /// assert_eq!(redacted.len(), "header:x-user-id:alic…#".len() + 8);
+    /// assert_ne!(redacted, Key::new("header:x-user-id", "alice@example.org").redacted());
+    /// ```
+    pub fn redacted(&self) -> String {
+        let shown = self
+            .value()
+            .iter()
+            .take(4)
+            .take_while(|b| b.is_ascii_graphic())
+            .map(|&b| char::from(b));
+        let mut out = String::with_capacity(self.namespace().len() + 20);
+        out.push_str(self.namespace());
+        out.push(':');
+        out.extend(shown);
+        out.push_str(&format!("…#{:08x}", self.digest() >> 32));
+        out
+    }
+
+    /// A hash of the key, the same in every process of one build: for
+    /// redacted forms that must match across servers' logs.
+    pub(crate) fn digest(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.as_bytes().hash(&mut hasher);
+        hasher.finish()
+    }
+}
+
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -4,10 +4,14 @@
 use http::StatusCode;
 
 use super::headers::HeaderStyle;
+use super::lists::AccessLists;
+use super::observe::RouteLabels;
+use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
+use super::select::KeyPolicies;
 use super::shaping::Shaping;
 use crate::backend::FailureLog;
-use crate::Micros;
+use crate::{Live, Micros};
 
 /// What to do with a request no key can be derived for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +61,14 @@ pub(crate) struct Config {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter: Micros,
     pub(crate) shaping: Option<Shaping>,
+    /// Every policy in shadow mode, whatever it says.
+    pub(crate) shadow: bool,
+    /// Quota headers on requests a shadow policy would have denied.
+    pub(crate) shadow_headers: bool,
+    pub(crate) lists: Option<Live<AccessLists>>,
+    pub(crate) key_policies: Option<Live<KeyPolicies>>,
+    pub(crate) offenders: Option<TopOffenders>,
+    pub(crate) route_labels: RouteLabels,
     pub(crate) failures: FailureLog,
     /// A misconfiguration (no peer address) is logged once per layer.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]

@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::{Config, OnBackendError};
-use super::observe::Decided;
+use super::observe::{Decided, Fate, Report};
 use super::shaping::Waiting;
 use super::{headers, observe, response};
 use crate::backend::Backend;
@@ -63,19 +63,26 @@ pin_project! {
     }
 }
 
+/// What the backend is asked about a request.
+pub(crate) struct Checked {
+    pub(crate) key: Key,
+    pub(crate) policy: Policy,
+    pub(crate) cost: u32,
+    pub(crate) report: Report,
+}
+
 /// What a request holds while its decision is not yet known.
 struct Pending<S, ReqB, B> {
     inner: S,
     req: Request<ReqB>,
-    key: Key,
-    policy: Policy,
+    checked: Checked,
+    backend: &'static str,
     /// Present when the layer shapes: what it takes to ask again.
     retry: Option<Box<Retry<B>>>,
 }
 
 struct Retry<B> {
     backend: B,
-    cost: u32,
     deadline: Instant,
     waiting: Option<Waiting>,
 }
@@ -88,18 +95,15 @@ where
     /// Decide with `backend`, then call `inner` if allowed.
     pub(crate) fn check(
         backend: &B,
-        key: Key,
-        cost: u32,
+        checked: Checked,
         inner: S,
         req: Request<ReqB>,
-        policy: Policy,
         config: Arc<Config>,
     ) -> Self {
-        let check = backend.check(&key, &policy, cost);
+        let check = backend.check(&checked.key, &checked.policy, checked.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 backend: backend.clone(),
-                cost,
                 deadline: Instant::now() + shaping.max_wait,
                 waiting: None,
             })
@@ -107,8 +111,8 @@ where
         let pending = Pending {
             inner,
             req,
-            key,
-            policy,
+            checked,
+            backend: backend.name(),
             retry,
         };
         Self {
@@ -159,7 +163,7 @@ where
                     let decision = match result {
                         Ok(decision) => decision,
                         Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
-                            observe::backend_failed(this.config, "deny", &error);
+                            observe::backend_failed(this.config, &p.checked.report, "deny", &error);
                             let mut response = response::unavailable();
                             response.extensions_mut().insert(Decided::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
@@ -167,7 +171,12 @@ where
                             return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                         }
                         Err(error) => {
-                            observe::backend_failed(this.config, "allow", &error);
+                            observe::backend_failed(
+                                this.config,
+                                &p.checked.report,
+                                "allow",
+                                &error,
+                            );
                             p.req.extensions_mut().insert(Decided::FailedOpen {
                                 breaker_open: error.is_breaker_open(),
                             });
@@ -179,13 +188,34 @@ where
                             continue;
                         }
                     };
+                    let Checked {
+                        key,
+                        policy,
+                        report,
+                        ..
+                    } = &p.checked;
                     if decision.is_allowed() {
-                        observe::allowed(&p.policy, &decision);
+                        observe::decided(report, p.backend, key, policy, &decision, Fate::Allowed);
                         p.req
                             .extensions_mut()
                             .insert(Decided::from(decision.origin()));
                         let call = p.inner.call(p.req);
-                        let limited = Some((decision, p.policy));
+                        let limited = Some((decision, p.checked.policy));
+                        this.state.set(State::Call { call, limited });
+                        continue;
+                    }
+                    if this.config.shadow || policy.is_shadow() {
+                        // A dry run: reported as a denial, never enforced.
+                        observe::decided(report, p.backend, key, policy, &decision, Fate::Shadowed);
+                        if let Some(top) = &this.config.offenders {
+                            top.record(key);
+                        }
+                        p.req.extensions_mut().insert(Decided::Shadow);
+                        let call = p.inner.call(p.req);
+                        let limited = this
+                            .config
+                            .shadow_headers
+                            .then_some((decision, p.checked.policy));
                         this.state.set(State::Call { call, limited });
                         continue;
                     }
@@ -196,11 +226,20 @@ where
                         });
                         continue;
                     }
-                    observe::limited(&p.key, &p.policy, &decision);
+                    let Checked {
+                        key,
+                        policy,
+                        report,
+                        ..
+                    } = &p.checked;
+                    observe::decided(report, p.backend, key, policy, &decision, Fate::Limited);
                     let config = &this.config;
+                    if let Some(top) = &config.offenders {
+                        top.record(key);
+                    }
                     let mut response = config.limited.respond(
                         &decision,
-                        &p.policy,
+                        policy,
                         config.headers,
                         config.retry_jitter,
                     );
@@ -215,7 +254,10 @@ where
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let retry = p.retry.as_ref().expect("only shaped requests wait");
-                    let check = retry.backend.check(&p.key, &p.policy, retry.cost);
+                    let Checked {
+                        key, policy, cost, ..
+                    } = &p.checked;
+                    let check = retry.backend.check(key, policy, *cost);
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),

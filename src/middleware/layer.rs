@@ -8,13 +8,15 @@ use tower_layer::Layer;
 use super::config::{Config, OnBackendError, OnKeyError};
 use super::cost::Cost;
 use super::headers::HeaderStyle;
+use super::lists::AccessLists;
+use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
-use super::select::PolicyResolver;
+use super::select::{KeyPolicies, PolicyResolver};
 use super::service::RateLimit;
 use super::shaping::Shaping;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
-use crate::{Micros, Policy};
+use crate::{Live, Micros, Policy};
 
 /// Rate-limits requests to the services it wraps.
 ///
@@ -172,6 +174,48 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// ```
     pub fn shape(mut self, max_wait: Duration, max_waiting: usize) -> Self {
         self.config_mut().shaping = Some(Shaping::new(max_wait, max_waiting));
+        self
+    }
+
+    /// Shadow mode for every policy of this layer (a dry run): requests are
+    /// decided, counted (`shadow_limited`), logged and offered to
+    /// [`top_offenders`](Self::top_offenders) as usual, but none is refused
+    /// or delayed. Per policy: [`PolicyBuilder::shadow`](crate::PolicyBuilder::shadow).
+    ///
+    /// Requests that would have been denied get no quota headers unless
+    /// [`shadow_headers`](Self::shadow_headers) says so; admitted ones get
+    /// them as usual.
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.config_mut().shadow = shadow;
+        self
+    }
+
+    /// Send quota headers (and `Retry-After`) on requests a shadow policy
+    /// would have denied, as an enforced one would (default: no; clients
+    /// that obey them would slow down for a limit that is not enforced).
+    pub fn shadow_headers(mut self, send: bool) -> Self {
+        self.config_mut().shadow_headers = send;
+        self
+    }
+
+    /// Allow and deny lists, checked before anything else (see
+    /// [`AccessLists`]). Give a [`Live`] handle to replace them at runtime.
+    pub fn lists(mut self, lists: impl Into<Live<AccessLists>>) -> Self {
+        self.config_mut().lists = Some(lists.into());
+        self
+    }
+
+    /// Keys with a policy of their own (see [`KeyPolicies`]), looked up
+    /// after the key is found; usually a [`Live`] handle.
+    pub fn key_policies(mut self, policies: impl Into<Live<KeyPolicies>>) -> Self {
+        self.config_mut().key_policies = Some(policies.into());
+        self
+    }
+
+    /// Count each denied request's key in `top` (see [`TopOffenders`]);
+    /// share one between layers to rank keys across them.
+    pub fn top_offenders(mut self, top: TopOffenders) -> Self {
+        self.config_mut().offenders = Some(top);
         self
     }
 

@@ -5,12 +5,15 @@
 //! * `config.rs` — what every request of a layer shares;
 //! * `service.rs` — [`RateLimit`]: key, policy and cost for a request;
 //! * `future.rs` — [`ResponseFuture`]: the state machine (decide, wait, call);
-//! * `select.rs`, `cost.rs` — the policy and the cost of a request;
+//! * `lists.rs` — [`AccessLists`]: allowed and denied clients, first of all;
+//! * `select.rs`, `cost.rs` — the policy (by route, by key: [`KeyPolicies`])
+//!   and the cost of a request;
 //! * `shaping.rs` — delaying instead of refusing;
 //! * `response.rs` — refusals (429, 400, the backend-failure answer);
 //! * `headers.rs`, `rendered.rs` — quota headers, and the text rendered once
 //!   per policy;
-//! * `body.rs` — [`ResponseBody`]; `observe.rs` — metrics and logs.
+//! * `body.rs` — [`ResponseBody`];
+//! * `observe.rs` — metrics and logs; `offenders.rs` — [`TopOffenders`].
 
 mod body;
 mod config;
@@ -18,7 +21,9 @@ mod cost;
 mod future;
 mod headers;
 mod layer;
+mod lists;
 mod observe;
+mod offenders;
 mod rendered;
 mod response;
 mod select;
@@ -31,7 +36,9 @@ pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use layer::RateLimitLayer;
+pub use lists::AccessLists;
 pub use observe::Decided;
+pub use offenders::{Offender, TopOffenders};
 pub use response::{LimitedFn, LimitedResponse};
-pub use select::{policy_fn, PolicyFn, PolicyResolver, RoutePolicies};
+pub use select::{policy_fn, KeyPolicies, PolicyFn, PolicyResolver, RoutePolicies};
 pub use service::RateLimit;

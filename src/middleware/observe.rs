@@ -1,31 +1,52 @@
-//! What the layer tells the logs (feature `tracing`) and the metrics
-//! (feature `metrics`).
+//! What the layer tells the metrics (feature `metrics`) and the logs
+//! (feature `tracing`).
 //!
-//! Metrics: one counter, `ratelimit_requests_total`, labelled `outcome` —
-//! `allowed`, `limited`, `fallback_allowed`, `fallback_limited` (decided by
-//! a [`Fallback`](crate::backend::Fallback)'s second backend), `key_rejected`,
-//! `key_skipped`, `backend_error_allowed`, `backend_error_denied` — and, for
-//! the decided ones, `limit`: the deciding limit's name. Label values come
-//! from configuration, never from clients.
+//! Metrics, through the `metrics` facade (any exporter):
+//! * `ratelimit_requests_total{outcome, route, limit}`, a counter. Outcomes:
+//!   `allowed`, `limited`; `fallback_allowed`, `fallback_limited` (decided by
+//!   a [`Fallback`](crate::backend::Fallback)'s second backend);
+//!   `shadow_limited` (would have been refused; let through by shadow mode);
+//!   `banned` (refused by a [penalty box](crate::penalty); `limit` is
+//!   `penalty-box`); `allow_listed`, `deny_listed`
+//!   ([`AccessLists`](crate::AccessLists)); `key_rejected`, `key_skipped`;
+//!   `backend_error_allowed`, `backend_error_denied`. `limit` is the deciding
+//!   limit's name, on decided requests only;
+//! * `ratelimit_near_limit_total{route, limit}`: admitted requests that left
+//!   a limit less than 20% of its capacity, per such limit;
+//! * `ratelimit_decision_seconds{backend}`, a histogram: how long the
+//!   backend took to decide (`memory`, `redis`, or a backend's own
+//!   [name](crate::backend::Backend::name)).
+//!
+//! `route` is axum's route template (`/users/{id}`, feature `axum`), or
+//! empty. Label values come from configuration, never from clients: their
+//! number is bounded whatever the traffic.
 //!
 //! Logs:
+//! * every decision: one event, `trace` when admitted and `debug`
+//!   otherwise, with the route, the policy's limits, the deciding limit, the
+//!   outcome, the backend, the latency, and the key redacted
+//!   ([`Key::redacted`]);
 //! * a backend failure: `warn`, with the action taken (`allow`, `deny`, or
 //!   `fallback` from a `Fallback`) — at most once a second per layer, with
 //!   how many were not logged since;
 //! * a server set up so that no request can have a key (no peer address):
 //!   `error`, once per layer, saying how to fix it;
-//! * a limited request: `debug`, with the key's namespace and the deciding
-//!   limit (never the key itself);
 //! * a request with no key: `debug`, with what was missing.
 //!
 //! Without the features these are no-ops. [`Decided`] is always there: in
 //! the extensions of each request the inner service gets, and of each
 //! response the limiter makes.
 
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
 use super::config::Config;
 use crate::backend::BackendError;
 use crate::key::{Key, KeyError};
-use crate::{Decision, Limit, Origin, Policy};
+use crate::{Decision, Origin, Policy, RequestHead};
 
 /// How the limiter decided a request: put in the extensions of the request
 /// the inner service gets (allowed, or let through because no decision could
@@ -69,6 +90,13 @@ pub enum Decided {
         /// The backend was not asked: its breaker is open.
         breaker_open: bool,
     },
+    /// A policy in shadow mode would have refused the request; it was let
+    /// through.
+    Shadow,
+    /// On an allow list: not limited, the backend not asked.
+    AllowListed,
+    /// On a deny list: refused with 403, the backend not asked.
+    DenyListed,
 }
 
 impl From<Origin> for Decided {
@@ -82,84 +110,291 @@ impl From<Origin> for Decided {
     }
 }
 
+/// What one request reports besides its outcome: where it went, and when
+/// its decision began.
+pub(crate) struct Report {
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    route: Option<Arc<str>>,
+    started: Option<quanta::Instant>,
+}
+
+impl Report {
+    /// Start reporting on `req` (nothing is read without the features).
+    pub(crate) fn start(config: &Config, req: &RequestHead<'_>) -> Self {
+        let observed = cfg!(any(feature = "metrics", feature = "tracing"));
+        Self {
+            route: if observed {
+                config.route_labels.of(req)
+            } else {
+                None
+            },
+            started: observed.then(quanta::Instant::now),
+        }
+    }
+
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    fn route(&self) -> &str {
+        self.route.as_deref().unwrap_or("")
+    }
+}
+
+/// Route label values, interned: a request costs a lock-free lookup, no
+/// allocation. At most [`MAX_ROUTES`](Self::MAX_ROUTES); later ones are
+/// `other`.
+#[derive(Debug, Default)]
+pub(crate) struct RouteLabels(ArcSwap<HashMap<Box<str>, Arc<str>>>);
+
+impl Clone for RouteLabels {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl RouteLabels {
+    const MAX_ROUTES: usize = 1_000;
+
+    fn of(&self, req: &RequestHead<'_>) -> Option<Arc<str>> {
+        let route = route_template(req)?;
+        if let Some(label) = self.0.load().get(route) {
+            return Some(label.clone());
+        }
+        let mut label = None;
+        self.0.rcu(|labels| {
+            let mut labels = HashMap::clone(labels);
+            let value: Arc<str> = if labels.len() < Self::MAX_ROUTES {
+                Arc::from(route)
+            } else {
+                Arc::from("other")
+            };
+            labels.insert(route.into(), value.clone());
+            label = Some(value);
+            labels
+        });
+        label
+    }
+}
+
+/// axum's route template for the request, if it matched one.
+fn route_template<'a>(req: &RequestHead<'a>) -> Option<&'a str> {
+    #[cfg(feature = "axum")]
+    return Some(req.extensions.get::<axum::extract::MatchedPath>()?.as_str());
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = req;
+        None
+    }
+}
+
+/// The limits of a policy, for a log line: `a; b`.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+struct Limits<'a>(&'a Policy);
+
+impl fmt::Display for Limits<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, limit) in self.0.limits().iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{} = {}", limit.name(), limit.quota())?;
+        }
+        Ok(())
+    }
+}
+
+/// The `limit` label of a request.
+#[derive(Clone, Copy)]
+enum LimitLabel<'a> {
+    /// Not decided by a limit (a list, a key error, a failure).
+    None,
+    Name(&'a Arc<str>),
+    /// Refused by a penalty box's ban.
+    PenaltyBox,
+}
+
+impl LimitLabel<'_> {
+    /// The deciding limit of `decision`.
+    fn of<'a>(policy: &'a Policy, decision: &Decision) -> LimitLabel<'a> {
+        if decision.is_banned() {
+            return LimitLabel::PenaltyBox;
+        }
+        policy
+            .limits()
+            .get(decision.decided_by())
+            .map_or(LimitLabel::None, |l| LimitLabel::Name(l.shared_name()))
+    }
+
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    fn as_str(&self) -> &str {
+        match self {
+            LimitLabel::None => "",
+            LimitLabel::Name(name) => name,
+            LimitLabel::PenaltyBox => "penalty-box",
+        }
+    }
+}
+
+#[cfg(feature = "metrics")]
+mod labels {
+    use super::*;
+    use metrics::SharedString;
+
+    // Shared strings: reference counts, not copies, per request.
+    pub(super) fn route(report: &Report) -> SharedString {
+        report
+            .route
+            .clone()
+            .map_or(SharedString::const_str(""), SharedString::from)
+    }
+
+    pub(super) fn limit(label: LimitLabel<'_>) -> Option<SharedString> {
+        match label {
+            LimitLabel::None => None,
+            LimitLabel::Name(name) => Some(SharedString::from(name.clone())),
+            LimitLabel::PenaltyBox => Some(SharedString::const_str("penalty-box")),
+        }
+    }
+}
+
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn count(outcome: &'static str, limit: Option<&Limit>) {
+fn count(outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
     #[cfg(feature = "metrics")]
-    match limit {
-        // The shared name: a reference count, not a copy, per request.
+    match labels::limit(limit) {
         Some(limit) => metrics::counter!(
             "ratelimit_requests_total",
             "outcome" => outcome,
-            "limit" => limit.shared_name().clone()
+            "route" => labels::route(report),
+            "limit" => limit
         )
         .increment(1),
-        None => metrics::counter!("ratelimit_requests_total", "outcome" => outcome).increment(1),
+        None => metrics::counter!(
+            "ratelimit_requests_total",
+            "outcome" => outcome,
+            "route" => labels::route(report)
+        )
+        .increment(1),
     }
 }
 
-fn deciding<'a>(policy: &'a Policy, decision: &Decision) -> Option<&'a Limit> {
-    policy.limits().get(decision.decided_by())
+/// What became of a decided request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    Allowed,
+    Limited,
+    /// Denied, and let through by shadow mode.
+    Shadowed,
 }
 
-/// A request was allowed.
-pub(super) fn allowed(policy: &Policy, decision: &Decision) {
-    let outcome = by_origin(decision, "allowed", "fallback_allowed");
-    count(outcome, deciding(policy, decision));
-}
-
-/// `store`, or `fallback` when a fallback decided.
-fn by_origin(decision: &Decision, store: &'static str, fallback: &'static str) -> &'static str {
-    match decision.origin() {
-        Origin::Fallback | Origin::BreakerOpen => fallback,
-        _ => store,
-    }
-}
-
-/// A request was limited.
+/// A decided request: its outcome, near-limit counts, the decision's
+/// latency on `backend`, and one log event.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(super) fn limited(key: &Key, policy: &Policy, decision: &Decision) {
-    let outcome = by_origin(decision, "limited", "fallback_limited");
-    count(outcome, deciding(policy, decision));
+pub(super) fn decided(
+    report: &Report,
+    backend: &'static str,
+    key: &Key,
+    policy: &Policy,
+    decision: &Decision,
+    fate: Fate,
+) {
+    let fallback = matches!(decision.origin(), Origin::Fallback | Origin::BreakerOpen);
+    let outcome = match fate {
+        Fate::Allowed if fallback => "fallback_allowed",
+        Fate::Allowed => "allowed",
+        Fate::Shadowed => "shadow_limited",
+        Fate::Limited if decision.is_banned() => "banned",
+        Fate::Limited if fallback => "fallback_limited",
+        Fate::Limited => "limited",
+    };
+    let limit = LimitLabel::of(policy, decision);
+    count(outcome, report, limit);
+    let latency = report.started.map(|t| t.elapsed());
+    #[cfg(feature = "metrics")]
+    {
+        if let Some(latency) = latency.filter(|_| decision.origin() != Origin::Cached) {
+            metrics::histogram!("ratelimit_decision_seconds", "backend" => backend)
+                .record(latency.as_secs_f64());
+        }
+        if fate == Fate::Allowed {
+            let near = policy.limits().iter().zip(decision.outcomes());
+            let near = near.filter(|(_, o)| u64::from(o.remaining()) * 5 < u64::from(o.limit()));
+            for (limit, _) in near {
+                metrics::counter!(
+                    "ratelimit_near_limit_total",
+                    "route" => labels::route(report),
+                    "limit" => metrics::SharedString::from(limit.shared_name().clone())
+                )
+                .increment(1);
+            }
+        }
+    }
     #[cfg(feature = "tracing")]
-    tracing::debug!(
-        key_kind = key.namespace(),
-        limit = deciding(policy, decision).map_or("", |l| l.name()),
-        retry_after_ms = decision.retry_after().map(|d| d.as_millis() as u64),
-        capacity_exhausted = decision.is_capacity_exhausted(),
-        origin = ?decision.origin(),
-        "request limited"
-    );
+    {
+        macro_rules! event {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    route = report.route(),
+                    policy = %Limits(policy),
+                    limit = limit.as_str(),
+                    outcome,
+                    backend,
+                    origin = ?decision.origin(),
+                    latency_us = latency.map_or(0, |l| l.as_micros() as u64),
+                    retry_after_ms = decision.retry_after().map(|d| d.as_millis() as u64),
+                    key = %key.redacted(),
+                    "rate limit decision"
+                )
+            };
+        }
+        if fate == Fate::Allowed {
+            event!(tracing::Level::TRACE);
+        } else {
+            event!(tracing::Level::DEBUG);
+        }
+    }
+}
+
+/// A request on an access list: `allow_listed` or `deny_listed`.
+pub(super) fn listed(report: &Report, denied: bool) {
+    let outcome = if denied {
+        "deny_listed"
+    } else {
+        "allow_listed"
+    };
+    count(outcome, report, LimitLabel::None);
+    #[cfg(feature = "tracing")]
+    tracing::debug!(route = report.route(), outcome, "access list");
 }
 
 /// The backend failed and the layer did `action` (`allow` or `deny`).
-pub(super) fn backend_failed(config: &Config, action: &'static str, error: &BackendError) {
-    count(
-        if action == "deny" {
-            "backend_error_denied"
-        } else {
-            "backend_error_allowed"
-        },
-        None,
-    );
+pub(super) fn backend_failed(
+    config: &Config,
+    report: &Report,
+    action: &'static str,
+    error: &BackendError,
+) {
+    let outcome = if action == "deny" {
+        "backend_error_denied"
+    } else {
+        "backend_error_allowed"
+    };
+    count(outcome, report, LimitLabel::None);
     config.failures.warn(action, error);
 }
 
 /// A request had no key.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(super) fn key_missing(config: &Config, error: &KeyError, rejected: bool) {
-    count(
-        if rejected {
-            "key_rejected"
-        } else {
-            "key_skipped"
-        },
-        None,
-    );
+pub(super) fn key_missing(config: &Config, report: &Report, error: &KeyError, rejected: bool) {
+    let outcome = if rejected {
+        "key_rejected"
+    } else {
+        "key_skipped"
+    };
+    count(outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
     if error.is_misconfiguration() && config.misconfiguration_logged.first() {
         tracing::error!(%error, rejected, "no request can have a rate limit key");
     } else {
-        tracing::debug!(%error, rejected, "no rate limit key");
+        tracing::debug!(%error, rejected, route = report.route(), "no rate limit key");
     }
 }

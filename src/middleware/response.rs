@@ -152,6 +152,19 @@ pub(super) fn unavailable() -> Response<Bytes> {
     response
 }
 
+/// The answer to a client on a deny list ([`AccessLists`](crate::AccessLists)).
+pub(super) fn forbidden() -> Response<Bytes> {
+    let body = concat!(
+        r#"{"title":"Forbidden","status":403,"#,
+        r#""detail":"This client may not use the service.","error":"client_denied"}"#
+    );
+    json(
+        StatusCode::FORBIDDEN,
+        true,
+        Bytes::from_static(body.as_bytes()),
+    )
+}
+
 fn json(status: StatusCode, problem: bool, body: Bytes) -> Response<Bytes> {
     let content_type = if problem {
         "application/problem+json"

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use http::Method;
 
-use crate::{Policy, RequestHead};
+use crate::key::Key;
+use crate::{Live, Policy, RequestHead};
 
 /// Chooses the policy for a request; `None` means the request is not limited.
 ///
@@ -171,5 +172,74 @@ impl PolicyResolver for RoutePolicies {
             .or_else(|| entry?.any_method.as_ref())
             .or(self.fallback.as_ref())
             .cloned()
+    }
+}
+
+/// The current resolver: change a layer's policies at runtime (see
+/// [`Live`] for what a change does to clients' state).
+impl<P: PolicyResolver> PolicyResolver for Live<P> {
+    fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
+        self.with(|resolver| resolver.resolve(req))
+    }
+}
+
+/// Policies of particular keys — a tenant's own contract, a partner's
+/// raised quota — which replace whatever policy the layer chose for the
+/// request, wherever it limits ([`RateLimitLayer::key_policies`]). Usually
+/// held in a [`Live`] handle and replaced as contracts change.
+///
+/// A key's policy is one budget on every route of the layer (unless it is
+/// [scoped](Policy::scoped)).
+///
+/// ```
+/// use tower_ratelimit::key::{Key, UserHeader};
+/// use tower_ratelimit::{KeyPolicies, Live, Policy, RateLimitLayer};
+///
+/// let tenants = Live::new(KeyPolicies::new());
+/// let layer = RateLimitLayer::new("100/min".parse::<Policy>().unwrap())
+///     .key(UserHeader::new("x-tenant"))
+///     .key_policies(tenants.clone());
+/// // Acme signs for more, at runtime:
+/// tenants.update(|t| t.clone().set(Key::new("header:x-tenant", "acme"), "5000/min".parse().unwrap()));
+/// assert_eq!(tenants.current().len(), 1);
+/// ```
+///
+/// [`RateLimitLayer::key_policies`]: crate::RateLimitLayer::key_policies
+#[derive(Clone, Debug, Default)]
+pub struct KeyPolicies {
+    policies: HashMap<Key, Policy>,
+}
+
+impl KeyPolicies {
+    /// No key has a policy of its own.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Give `key` its own `policy`.
+    pub fn set(mut self, key: Key, policy: Policy) -> Self {
+        self.policies.insert(key, policy);
+        self
+    }
+
+    /// `key` goes back to the layer's policy.
+    pub fn remove(mut self, key: &Key) -> Self {
+        self.policies.remove(key);
+        self
+    }
+
+    /// `key`'s own policy, if it has one.
+    pub fn get(&self, key: &Key) -> Option<&Policy> {
+        self.policies.get(key)
+    }
+
+    /// How many keys have a policy of their own.
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    /// Whether no key has a policy of its own.
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
     }
 }

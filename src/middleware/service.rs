@@ -10,13 +10,15 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::config::OnKeyError;
 use super::cost::Cost;
-use super::future::ResponseFuture;
+use super::future::{Checked, ResponseFuture};
 use super::layer::RateLimitLayer;
+use super::lists::Listed;
+use super::observe::{Decided, Report};
 use super::select::PolicyResolver;
 use super::{observe, response};
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
-use crate::RequestHead;
+use crate::{Live, RequestHead};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
 ///
@@ -103,17 +105,41 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
         let head = RequestHead::from(&req);
-        let Some(policy) = self.layer.policy.resolve(&head) else {
+        let report = Report::start(&config, &head);
+        let policy = self.layer.policy.resolve(&head);
+        let lists = config.lists.as_ref().map(Live::current);
+        let wants_key = policy.is_some() || lists.as_ref().is_some_and(|l| l.has_keys());
+        let key = wants_key.then(|| self.layer.key.extract(&head));
+
+        // Listed clients first: they never reach the backend.
+        if let Some(lists) = &lists {
+            let ip = lists.ip_of(&head);
+            match lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
+                Some(Listed::Denied) => {
+                    observe::listed(&report, true);
+                    let mut response = response::forbidden();
+                    response.extensions_mut().insert(Decided::DenyListed);
+                    return ResponseFuture::respond(response, config);
+                }
+                Some(Listed::Allowed) => {
+                    observe::listed(&report, false);
+                    req.extensions_mut().insert(Decided::AllowListed);
+                    return ResponseFuture::unlimited(self.take_inner().call(req), config);
+                }
+                None => {}
+            }
+        }
+        let (Some(policy), Some(key)) = (policy, key) else {
             return ResponseFuture::unlimited(self.take_inner().call(req), config);
         };
-        let key = match self.layer.key.extract(&head) {
+        let key = match key {
             Ok(key) => key,
             Err(error) => {
                 let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
-                observe::key_missing(&config, &error, rejected);
+                observe::key_missing(&config, &report, &error, rejected);
                 return match config.on_key_error {
                     OnKeyError::Skip => {
                         ResponseFuture::unlimited(self.take_inner().call(req), config)
@@ -124,8 +150,18 @@ where
                 };
             }
         };
-        let cost = self.layer.cost.cost(&head);
+        let policy = match &config.key_policies {
+            Some(own) => own.with(|own| own.get(&key).cloned()).unwrap_or(policy),
+            None => policy,
+        };
+        let cost = self.layer.cost.cost(&RequestHead::from(&req));
         let inner = self.take_inner();
-        ResponseFuture::check(&self.layer.backend, key, cost, inner, req, policy, config)
+        let request = Checked {
+            key,
+            policy,
+            cost,
+            report,
+        };
+        ResponseFuture::check(&self.layer.backend, request, inner, req, config)
     }
 }

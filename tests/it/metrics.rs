@@ -115,31 +115,157 @@ fn every_outcome_is_counted_by_limit() {
             }
         })
     });
-    let counts: BTreeMap<String, u64> = recorder
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
-        .collect();
-    let expected: BTreeMap<String, u64> = [
-        ("ratelimit_requests_total{limit=minute,outcome=allowed}", 2),
-        ("ratelimit_requests_total{limit=minute,outcome=limited}", 3),
-        ("ratelimit_requests_total{outcome=key_rejected}", 1),
-        ("ratelimit_requests_total{outcome=key_skipped}", 1),
-        ("ratelimit_requests_total{outcome=backend_error_allowed}", 1),
-        ("ratelimit_requests_total{outcome=backend_error_denied}", 1),
+    // Outside axum a request has no route template: the label is empty.
+    let expected = [
         (
-            "ratelimit_requests_total{limit=minute,outcome=fallback_allowed}",
+            "ratelimit_requests_total{limit=minute,outcome=allowed,route=}",
             2,
         ),
         (
-            "ratelimit_requests_total{limit=minute,outcome=fallback_limited}",
+            "ratelimit_requests_total{limit=minute,outcome=limited,route=}",
+            3,
+        ),
+        ("ratelimit_requests_total{outcome=key_rejected,route=}", 1),
+        ("ratelimit_requests_total{outcome=key_skipped,route=}", 1),
+        (
+            "ratelimit_requests_total{outcome=backend_error_allowed,route=}",
             1,
         ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    assert_eq!(counts, expected);
+        (
+            "ratelimit_requests_total{outcome=backend_error_denied,route=}",
+            1,
+        ),
+        (
+            "ratelimit_requests_total{limit=minute,outcome=fallback_allowed,route=}",
+            2,
+        ),
+        (
+            "ratelimit_requests_total{limit=minute,outcome=fallback_limited,route=}",
+            1,
+        ),
+        // The second admission of each budget leaves 0 of 2 (< 20%).
+        ("ratelimit_near_limit_total{limit=minute,route=}", 2),
+    ];
+    assert_eq!(counts(&recorder), owned(&expected));
+}
+
+fn counts(recorder: &Captured) -> BTreeMap<String, u64> {
+    let counters = recorder.0.lock().unwrap();
+    counters
+        .iter()
+        .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
+        .collect()
+}
+
+fn owned(expected: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    expected.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Shadow mode, lists and bans, counted by route template and limit.
+#[test]
+fn shadow_lists_and_bans_are_counted_by_route() {
+    use axum::routing::get;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use tower_ratelimit::{AccessLists, PenaltyBox};
+
+    let recorder = Captured::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        rt.block_on(async {
+            let banning =
+                PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+            let lists = AccessLists::new()
+                .deny_network("203.0.113.0/24".parse().unwrap())
+                .allow_network("10.0.0.0/8".parse().unwrap());
+            let app = axum::Router::new()
+                .route(
+                    "/shadow/{id}",
+                    get(|| async { "ok" }).layer(
+                        RateLimitLayer::new("s = 1/min".parse::<Policy>().unwrap())
+                            .key(Global)
+                            .shadow(true),
+                    ),
+                )
+                .route(
+                    "/banned",
+                    get(|| async { "ok" }).layer(
+                        RateLimitLayer::new(
+                            "b = 1/min".parse::<Policy>().unwrap().with_penalty(banning),
+                        )
+                        .key(Global)
+                        .lists(lists),
+                    ),
+                );
+            let from = |path: &str, ip: [u8; 4]| {
+                let mut req = Request::get(path).body(axum::body::Body::empty()).unwrap();
+                let peer = SocketAddr::from((ip, 4000));
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                req
+            };
+            let status = |app: axum::Router, req: Request<axum::body::Body>| async move {
+                app.oneshot(req).await.unwrap().status().as_u16()
+            };
+            // Three to two different ids of one route: one template label.
+            for (i, path) in ["/shadow/1", "/shadow/2", "/shadow/2"].iter().enumerate() {
+                assert_eq!(
+                    status(app.clone(), from(path, [192, 0, 2, i as u8])).await,
+                    200
+                );
+            }
+            // 1 allowed, 2 limited (the strikes), then banned: 2 more.
+            let got: Vec<u16> = {
+                let mut got = Vec::new();
+                for _ in 0..5 {
+                    got.push(status(app.clone(), from("/banned", [192, 0, 2, 1])).await);
+                }
+                got
+            };
+            assert_eq!(got, [200, 429, 429, 429, 429]);
+            assert_eq!(
+                status(app.clone(), from("/banned", [203, 0, 113, 9])).await,
+                403
+            );
+            assert_eq!(
+                status(app.clone(), from("/banned", [10, 1, 2, 3])).await,
+                200
+            );
+        })
+    });
+    let expected = [
+        (
+            "ratelimit_requests_total{limit=s,outcome=allowed,route=/shadow/{id}}",
+            1,
+        ),
+        (
+            "ratelimit_requests_total{limit=s,outcome=shadow_limited,route=/shadow/{id}}",
+            2,
+        ),
+        ("ratelimit_near_limit_total{limit=s,route=/shadow/{id}}", 1),
+        (
+            "ratelimit_requests_total{limit=b,outcome=allowed,route=/banned}",
+            1,
+        ),
+        ("ratelimit_near_limit_total{limit=b,route=/banned}", 1),
+        (
+            "ratelimit_requests_total{limit=b,outcome=limited,route=/banned}",
+            1,
+        ),
+        (
+            "ratelimit_requests_total{limit=penalty-box,outcome=banned,route=/banned}",
+            3,
+        ),
+        (
+            "ratelimit_requests_total{outcome=deny_listed,route=/banned}",
+            1,
+        ),
+        (
+            "ratelimit_requests_total{outcome=allow_listed,route=/banned}",
+            1,
+        ),
+    ];
+    assert_eq!(counts(&recorder), owned(&expected));
 }

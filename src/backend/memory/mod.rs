@@ -506,6 +506,10 @@ impl<C> fmt::Debug for MemoryBackend<C> {
 impl<C: Clock> Backend for MemoryBackend<C> {
     type Future = Ready<Result<Decision, BackendError>>;
 
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         ready(Ok(self.check_now(key, policy, cost)))
     }

@@ -172,6 +172,10 @@ impl RedisBackend {
 impl Backend for RedisBackend {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;
 
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         if let Some(denied) = self.denials.as_ref().and_then(|d| d.get(key, policy, cost)) {
             return Box::pin(std::future::ready(Ok(denied)));
