@@ -34,7 +34,7 @@ fn user(id: &str) -> Request<()> {
 
 /// With the `tracing` feature, a failing backend is logged, once a second at
 /// most, saying what the layer did; a limited request is logged at debug,
-/// naming the limit and the kind of key but never the key itself.
+/// naming the limit, with the key redacted.
 #[test]
 fn failures_and_limits_are_logged_without_flooding() {
     use std::io::Write;
@@ -105,16 +105,25 @@ fn failures_and_limits_are_logged_without_flooding() {
         "{text}"
     );
     assert!(warnings[0].contains("connection refused"), "{text}");
+    // One event per decision: admissions at trace (not captured here),
+    // the rest at debug, with the key redacted.
     let limited: Vec<&str> = text
         .lines()
-        .filter(|l| l.contains("request limited"))
+        .filter(|l| l.contains("rate limit decision"))
         .collect();
     assert_eq!(limited.len(), 1, "{text}");
-    assert!(
-        limited[0].contains("limit=\"1/min\"")
-            && limited[0].contains("key_kind=\"header:x-user-id\""),
-        "{text}"
-    );
+    for field in [
+        "DEBUG",
+        "outcome=\"limited\"",
+        "limit=\"1/min\"",
+        "policy=1/min = 1/min",
+        "backend=\"memory\"",
+        "latency_us=",
+        "retry_after_ms=",
+        "key=header:x-user-id:secr…#",
+    ] {
+        assert!(limited[0].contains(field), "{field} in {text}");
+    }
     assert!(
         !text.contains("secret-user-42"),
         "keys never reach the logs: {text}"

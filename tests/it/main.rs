@@ -19,6 +19,7 @@ mod keys;
 mod layer;
 mod memory_backend;
 mod metrics;
+mod operations;
 mod policy;
 mod properties;
 mod quota;
