@@ -33,17 +33,39 @@
 //! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401 |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
 //! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
+//!
+//! `/api/ip` also has a penalty box: a client denied 10 times within a
+//! minute is banned for 5 minutes, doubling on repeat up to an hour.
+//!
+//! Operating it:
+//!
+//! | route or variable | what |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency |
+//! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20) |
+//! | `GET /admin/limits` | each route's limits now |
+//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`); 401 without the token; 404 when `ADMIN_TOKEN` is unset |
+//! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
+//! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
+//!
+//! ```sh
+//! SHADOW=1 DENY_CIDRS=203.0.113.0/24 ADMIN_TOKEN=s3cret cargo run --example server
+//! curl -X PUT -H 'authorization: Bearer s3cret' --data '20/min' localhost:3000/admin/limits/api/ip
+//! curl localhost:3000/metrics | grep ratelimit_
+//! ```
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, put};
 use axum::{Json, Router};
 use ipnet::IpNet;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
 use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::key::Key;
@@ -51,7 +73,8 @@ use tower_ratelimit::key::{
     key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
 };
 use tower_ratelimit::{
-    policy_fn, Algorithm, OnBackendError, Policy, Quota, RateLimitLayer, RequestHead,
+    policy_fn, AccessLists, Algorithm, Live, OnBackendError, PenaltyBox, Policy, Quota,
+    RateLimitLayer, RequestHead, TopOffenders,
 };
 
 /// What the environment configures.
@@ -68,6 +91,14 @@ pub struct Config {
     /// `SERVERS`: how many servers share the limits; while Redis is down,
     /// each enforces its share (default 1).
     pub servers: u32,
+    /// `SHADOW=1`: every limit in shadow mode.
+    pub shadow: bool,
+    /// `DENY_CIDRS`: clients refused with 403.
+    pub deny_cidrs: Vec<IpNet>,
+    /// `ALLOW_CIDRS`: clients never limited.
+    pub allow_cidrs: Vec<IpNet>,
+    /// `ADMIN_TOKEN`: when set, limits can be replaced over HTTP with it.
+    pub admin_token: Option<String>,
 }
 
 /// What decides while the store is down.
@@ -89,8 +120,23 @@ impl Default for Config {
             on_store_failure: StoreFailure::Local,
             store_timeout: std::time::Duration::from_millis(50),
             servers: 1,
+            shadow: false,
+            deny_cidrs: Vec::new(),
+            allow_cidrs: Vec::new(),
+            admin_token: None,
         }
     }
+}
+
+/// `name`'s comma-separated networks.
+fn networks(name: &str) -> Result<Vec<IpNet>, String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|e| format!("{name}: {s:?}: {e}")))
+        .collect()
 }
 
 /// `name`'s value parsed, or `default` when it is unset.
@@ -108,16 +154,7 @@ impl Config {
             Ok(name) => name.parse().map_err(|e| format!("ALGORITHM: {e}"))?,
             Err(_) => Algorithm::SlidingWindow,
         };
-        let trusted_proxies = std::env::var("TRUSTED_PROXIES")
-            .unwrap_or_default()
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse()
-                    .map_err(|e| format!("TRUSTED_PROXIES: {s:?}: {e}"))
-            })
-            .collect::<Result<_, _>>()?;
+        let trusted_proxies = networks("TRUSTED_PROXIES")?;
         let on_store_failure = env_or("ON_STORE_FAILURE", StoreFailure::Local, |v| match v {
             "local" => Some(StoreFailure::Local),
             "open" => Some(StoreFailure::Open),
@@ -127,12 +164,22 @@ impl Config {
         .map_err(|e| format!("{e} (expected local, open or closed)"))?;
         let store_timeout = env_or("STORE_TIMEOUT_MS", 50, |v| v.parse().ok())?;
         let servers = env_or("SERVERS", 1, |v| v.parse().ok().filter(|n| *n > 0))?;
+        let shadow = env_or("SHADOW", false, |v| match v {
+            "1" | "true" => Some(true),
+            "0" | "false" | "" => Some(false),
+            _ => None,
+        })?;
+        let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
         Ok(Self {
             algorithm,
             trusted_proxies,
             on_store_failure,
             store_timeout: std::time::Duration::from_millis(store_timeout),
             servers,
+            shadow,
+            deny_cidrs: networks("DENY_CIDRS")?,
+            allow_cidrs: networks("ALLOW_CIDRS")?,
+            admin_token,
         })
     }
 }
@@ -160,33 +207,56 @@ struct Route {
     /// The same key computed from a request to another route (`/api/quota`).
     peek_key: KeyOf,
     policy: PolicyOf,
+    /// The policy, replaceable at runtime (`PUT /admin/limits/...`); none
+    /// for `/api/key`, whose policy is its caller's tier.
+    live: Option<Live<Policy>>,
 }
 
 #[derive(Clone)]
 struct AppState<B> {
     backend: B,
     routes: Arc<[Route]>,
+    top: TopOffenders,
+    admin_token: Option<Arc<str>>,
+    algorithm: Algorithm,
 }
 
 fn limits(config: &Config, text: &str) -> Policy {
     Policy::parse_with(text, config.algorithm).expect("the demo's own policies are valid")
 }
 
+/// The penalty box of `/api/ip`: 10 denials within a minute ban for 5
+/// minutes, doubling on repeat up to an hour.
+fn ip_penalty() -> PenaltyBox {
+    PenaltyBox::new(10, Duration::from_secs(60), Duration::from_secs(300))
+        .and_then(|p| p.max_ban(Duration::from_secs(3600)))
+        .expect("the demo's penalty box is valid")
+}
+
+/// The client IP as this server finds it (behind `TRUSTED_PROXIES`).
+fn client_ip(config: &Config) -> ClientIp {
+    ClientIp::new().trust_networks(config.trusted_proxies.clone())
+}
+
 fn routes(config: &Config) -> Vec<Route> {
-    let ip = ClientIp::new().trust_networks(config.trusted_proxies.clone());
+    let ip = client_ip(config);
     let user = UserHeader::new("x-user-id").or(ip.clone());
-    let fixed = |policy: Policy| -> PolicyOf { Arc::new(move |_| Some(policy.clone())) };
     // A key function used both by the route's layer and by /api/quota.
     fn same(key: impl KeyExtractor) -> (KeyOf, KeyOf) {
         let key: KeyOf = Arc::new(move |r| key.extract(r));
         (key.clone(), key)
     }
-    let route = |path, about, (key, peek_key): (KeyOf, KeyOf), policy| Route {
-        path,
-        about,
-        key,
-        peek_key,
-        policy,
+    let route = |path, about, (key, peek_key): (KeyOf, KeyOf), policy: Policy| {
+        let live = Live::new(policy);
+        let current = live.clone();
+        Route {
+            path,
+            about,
+            key,
+            peek_key,
+            policy: Arc::new(move |_| Some(Policy::clone(&current.current()))),
+            live: Some(live),
+        }
     };
     let tiers: Vec<Policy> = TIERS
         .iter()
@@ -205,13 +275,13 @@ fn routes(config: &Config) -> Vec<Route> {
             "/api/user",
             "100/min per user (x-user-id, else client IP)",
             same(user.clone()),
-            fixed(limits(config, "user = 100/min")),
+            limits(config, "user = 100/min"),
         ),
         route(
             "/api/ip",
-            "30/min per client IP",
+            "30/min per client IP; 10 denials in a minute: banned 5 min, doubling to 1 h",
             same(ip),
-            fixed(limits(config, "ip = 30/min")),
+            limits(config, "ip = 30/min").with_penalty(ip_penalty()),
         ),
         route(
             "/api/search",
@@ -224,25 +294,30 @@ fn routes(config: &Config) -> Vec<Route> {
                     Ok(Key::composite(&[search_peek.extract(r)?, endpoint]))
                 }),
             ),
-            fixed(limits(config, "search = 10/min")),
+            limits(config, "search = 10/min"),
         ),
-        route(
-            "/api/key",
-            "per API key (x-api-key): free-demo 100/h, pro-demo 1000/h, enterprise-demo 10000/h",
-            same(ApiKey::header("x-api-key", "tower-ratelimit demo secret")),
-            Arc::new(move |r| {
-                let tier = r.extensions.get::<Tier>().copied().or_else(|| tier_of(r))?;
-                tiers.get(tier.0).cloned()
-            }),
-        ),
+        {
+            let (key, peek_key) = same(ApiKey::header("x-api-key", "tower-ratelimit demo secret"));
+            Route {
+                path: "/api/key",
+                about: "per API key (x-api-key): free-demo 100/h, pro-demo 1000/h, enterprise-demo 10000/h",
+                key,
+                peek_key,
+                policy: Arc::new(move |r| {
+                    let tier = r.extensions.get::<Tier>().copied().or_else(|| tier_of(r))?;
+                    tiers.get(tier.0).cloned()
+                }),
+                live: None,
+            }
+        },
         route(
             "/api/burst",
             "10/s and 100/min and 1000/h per user",
             same(user),
-            fixed(limits(
+            limits(
                 config,
                 "burst-second = 10/s; burst-minute = 100/min; burst-hour = 1000/h",
-            )),
+            ),
         ),
     ]
 }
@@ -275,20 +350,56 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
 /// The demo app, every route's limits kept in `backend`.
 pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     let routes: Arc<[Route]> = routes(config).into();
+    let top = TopOffenders::new(100);
+    let lists = (!config.deny_cidrs.is_empty() || !config.allow_cidrs.is_empty()).then(|| {
+        let lists = AccessLists::new().client_ip(client_ip(config));
+        let lists = config
+            .deny_cidrs
+            .iter()
+            .fold(lists, |l, net| l.deny_network(*net));
+        config
+            .allow_cidrs
+            .iter()
+            .fold(lists, |l, net| l.allow_network(*net))
+    });
+    let metrics = prometheus();
     let mut app = Router::new()
         .route("/", get(index::<B>))
         .route("/health", get(|| async { "ok" }))
-        .route("/api/quota", get(quota::<B>));
+        .route("/api/quota", get(quota::<B>))
+        .route(
+            "/metrics",
+            get(move || async move {
+                match metrics {
+                    Some(handle) => handle.render().into_response(),
+                    None => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "another metrics recorder is installed\n",
+                    )
+                        .into_response(),
+                }
+            }),
+        )
+        .route("/admin/top", get(top_offenders::<B>))
+        .route("/admin/limits", get(list_limits::<B>));
+    if config.admin_token.is_some() {
+        app = app.route("/admin/limits/{*route}", put(replace_limits::<B>));
+    }
     for route in routes.iter() {
         let (key, policy) = (route.key.clone(), route.policy.clone());
         let on_error = match config.on_store_failure {
             StoreFailure::Closed => OnBackendError::Deny,
             StoreFailure::Local | StoreFailure::Open => OnBackendError::Allow,
         };
-        let limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
+        let mut limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
             .key(key_fn(move |r| key(r)))
             .backend(backend.clone())
-            .on_backend_error(on_error);
+            .on_backend_error(on_error)
+            .shadow(config.shadow)
+            .top_offenders(top.clone());
+        if let Some(lists) = &lists {
+            limiter = limiter.lists(lists.clone());
+        }
         let path = route.path;
         let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
         let handler = if path == "/api/key" {
@@ -298,11 +409,146 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         };
         app = app.route(path, handler);
     }
-    app.with_state(AppState { backend, routes })
+    app.with_state(AppState {
+        backend,
+        routes,
+        top,
+        admin_token: config.admin_token.as_deref().map(Arc::from),
+        algorithm: config.algorithm,
+    })
+}
+
+/// The process's Prometheus recorder, installed by the first app built
+/// (`None` if another recorder was installed first).
+fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let latency = [1e-6, 1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("ratelimit_decision_seconds".into()),
+                    &latency,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()?;
+            // Histograms are drained periodically; the exporter leaves that to us.
+            let upkeep = handle.clone();
+            std::thread::spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
+            Some(handle)
+        })
+        .as_ref()
+}
+
+/// The most denied keys, redacted (`?n=`: how many, default 20).
+async fn top_offenders<B>(
+    State(state): State<AppState<B>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
+    let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(20);
+    let top = state.top.top(usize::min(n, 100));
+    Json(Value::Array(
+        top.into_iter()
+            .map(|o| json!({ "key": o.key, "denied": o.count, "error": o.error }))
+            .collect(),
+    ))
+}
+
+/// What `policy` enforces, as JSON.
+fn describe(policy: &Policy) -> Value {
+    let limits: Vec<Value> = policy
+        .limits()
+        .iter()
+        .map(|l| json!({ "name": l.name(), "algorithm": l.algorithm().to_string(), "quota": l.quota().to_string() }))
+        .collect();
+    json!({
+        "limits": limits,
+        "shadow": policy.is_shadow(),
+        "penalty_box": policy.penalty().map(|p| json!({
+            "strikes": p.strikes(),
+            "within_seconds": p.within().as_secs(),
+            "ban_seconds": p.ban().as_secs(),
+            "max_ban_seconds": p.longest_ban().as_secs(),
+        })),
+    })
+}
+
+/// Every route's limits now.
+async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
+    let routes = state.routes.iter().map(|route| match &route.live {
+        Some(live) => {
+            json!({ "route": route.path, "replaceable": true, "policy": describe(&live.current()) })
+        }
+        None => json!({ "route": route.path, "replaceable": false, "about": route.about }),
+    });
+    Json(Value::Array(routes.collect()))
+}
+
+/// `PUT /admin/limits/{route}`: replace a route's limits, live.
+async fn replace_limits<B>(
+    State(state): State<AppState<B>>,
+    Path(route): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let error =
+        |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match (&state.admin_token, presented) {
+        (Some(token), Some(presented)) => same_secret(token.as_bytes(), presented.as_bytes()),
+        _ => false,
+    };
+    if !authorized {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "a valid bearer token is required".into(),
+        );
+    }
+    let path = format!("/{}", route.trim_start_matches('/'));
+    let Some(route) = state.routes.iter().find(|r| r.path == path) else {
+        return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}"));
+    };
+    let Some(live) = &route.live else {
+        return error(
+            StatusCode::CONFLICT,
+            format!("{path}'s limits follow the caller's tier"),
+        );
+    };
+    let old = live.current();
+    // One unnamed quota for a route of one limit keeps the limit's name
+    // (and so its metrics label); unnamed limits are kept to this route.
+    let text = match &old.limits() {
+        [limit] if !body.contains('=') => format!("{} = {}", limit.name(), body.trim()),
+        _ => body.trim().to_owned(),
+    };
+    let policy = match Policy::parse_with(&text, state.algorithm) {
+        Ok(policy) => policy.scoped(&path),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    // The route keeps its own settings (shadow mode, penalty box).
+    let mut policy = policy.in_shadow(old.is_shadow());
+    if let Some(penalty) = old.penalty() {
+        policy = policy.with_penalty(*penalty);
+    }
+    let described = describe(&policy);
+    live.replace(policy);
+    Json(json!({ "route": path, "policy": described })).into_response()
+}
+
+/// Equal secrets, compared in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn index<B>(State(state): State<AppState<B>>) -> String {
-    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\n");
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\n");
     for route in state.routes.iter() {
         text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
     }

@@ -128,8 +128,9 @@ impl Key {
 
 impl Key {
     /// The key as an operator may see it in logs and lists: the namespace,
-    /// at most 4 leading printable characters of the value, and a hash of
-    /// the whole key — `ip:203.…#9f86d081` — enough to tell keys apart and
+    /// at most 4 leading printable characters of the value (of a client IP,
+    /// the first half of the address), and a hash of the whole key —
+    /// `ip:203.0.…#9f86d081` — enough to tell keys apart and
     /// recognise one, never a whole IP address, user name or secret. (The
     /// hash is not a secret: someone who guesses a key can confirm it.)
     ///
@@ -139,18 +140,30 @@ impl Key {
     /// assert!(redacted.starts_with("header:x-user-id:alic…#"));
     /// assert_eq!(redacted.len(), "header:x-user-id:alic…#".len() + 8);
     /// assert_ne!(redacted, Key::new("header:x-user-id", "alice@example.org").redacted());
+    /// assert!(Key::new("ip", [203, 0, 113, 7]).redacted().starts_with("ip:203.0.…#"));
     /// ```
     pub fn redacted(&self) -> String {
-        let shown = self
-            .value()
-            .iter()
-            .take(4)
-            .take_while(|b| b.is_ascii_graphic())
-            .map(|&b| char::from(b));
-        let mut out = String::with_capacity(self.namespace().len() + 20);
+        let mut out = String::with_capacity(self.namespace().len() + 24);
         out.push_str(self.namespace());
         out.push(':');
-        out.extend(shown);
+        match (self.namespace(), self.value()) {
+            // A client IP ([`ClientIp`]): its first half, as an address.
+            ("ip", &[a, b, _, _]) => out.push_str(&format!("{a}.{b}.")),
+            ("ip", v) if v.len() == 16 => {
+                out.push_str(&format!(
+                    "{:x}:{:x}:",
+                    u16::from_be_bytes([v[0], v[1]]),
+                    u16::from_be_bytes([v[2], v[3]])
+                ));
+            }
+            (_, value) => out.extend(
+                value
+                    .iter()
+                    .take(4)
+                    .take_while(|b| b.is_ascii_graphic())
+                    .map(|&b| char::from(b)),
+            ),
+        }
         out.push_str(&format!("…#{:08x}", self.digest() >> 32));
         out
     }

@@ -3,19 +3,24 @@
 
 use std::net::SocketAddr;
 
-use http::{HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
-use tokio::net::{TcpListener, TcpStream};
+use http::{HeaderMap, Method, StatusCode};
+use tokio::net::TcpListener;
 use tower_ratelimit::Algorithm;
+
+use crate::server::Config;
+use crate::support::send;
 
 /// Serve the demo app on a free port; the server stops with the test's runtime.
 async fn start(algorithm: Algorithm, trusted: &[&str]) -> SocketAddr {
-    let config = crate::server::Config {
+    start_with(Config {
         algorithm,
         trusted_proxies: trusted.iter().map(|c| c.parse().unwrap()).collect(),
         ..Default::default()
-    };
+    })
+    .await
+}
+
+async fn start_with(config: Config) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new())
@@ -30,26 +35,7 @@ async fn get(
     path: &str,
     headers: &[(&str, &str)],
 ) -> (StatusCode, HeaderMap, String) {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut req = Request::get(path).header("host", addr.to_string());
-    for (name, value) in headers {
-        req = req.header(*name, *value);
-    }
-    let res = sender
-        .send_request(req.body(Empty::<bytes::Bytes>::new()).unwrap())
-        .await
-        .unwrap();
-    let (parts, body) = res.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    (
-        parts.status,
-        parts.headers,
-        String::from_utf8(body.to_vec()).unwrap(),
-    )
+    send(addr, Method::GET, path, headers, "").await
 }
 
 async fn statuses(addr: SocketAddr, path: &str, headers: &[(&str, &str)], n: usize) -> Vec<u16> {
@@ -252,4 +238,162 @@ async fn with_redis_frozen_the_server_answers_by_on_store_failure() {
     let waited = seen.iter().filter(|(_, _, took)| *took >= timeout).count();
     assert_eq!(waited, 15, "5 per server");
     redis.resume();
+}
+
+/// `/api/ip`'s penalty box: 30 admitted, then 10 denials within the minute
+/// ban the client for 5 minutes, whatever the limit would say.
+#[tokio::test]
+async fn a_client_denied_ten_times_on_api_ip_is_banned_for_five_minutes() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let got = statuses(addr, "/api/ip", &[], 40).await;
+    assert_eq!(got, [[200; 30].as_slice(), &[429; 10]].concat());
+    let (status, headers, _) = get(addr, "/api/ip", &[]).await;
+    assert_eq!(status, 429);
+    assert_eq!(headers["retry-after"], "300");
+
+    // The most denied key, redacted, with its count.
+    let (status, _, top) = get(addr, "/admin/top", &[]).await;
+    assert_eq!(status, 200);
+    let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+    assert_eq!(top[0]["denied"], 11, "{top}");
+    let key = top[0]["key"].as_str().unwrap();
+    assert!(
+        key.starts_with("ip:127.0.…#") && !key.contains("127.0.0.1"),
+        "{key}"
+    );
+}
+
+#[tokio::test]
+async fn admin_top_lists_the_most_denied_first() {
+    let addr = start(Algorithm::Gcra, &[]).await;
+    for (user, n) in [("alice", 14), ("bob", 12), ("carol", 11)] {
+        statuses(addr, "/api/search", &[("x-user-id", user)], n).await;
+    }
+    let (_, _, top) = get(addr, "/admin/top?n=2", &[]).await;
+    let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+    let ranked: Vec<(String, u64)> = top
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["key"].as_str().unwrap().to_owned(),
+                o["denied"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ranked.len(), 2);
+    // /api/search keys are (user, endpoint): composite, shown by hash only.
+    assert_eq!((ranked[0].1, ranked[1].1), (4, 2), "{ranked:?}");
+    assert_ne!(ranked[0].0, ranked[1].0);
+}
+
+#[tokio::test]
+async fn shadow_mode_limits_nothing_and_says_so() {
+    let addr = start_with(Config {
+        shadow: true,
+        ..Default::default()
+    })
+    .await;
+    let alice = [("x-user-id", "alice")];
+    assert_eq!(statuses(addr, "/api/search", &alice, 15).await, [200; 15]);
+    let (_, _, metrics) = get(addr, "/metrics", &[]).await;
+    assert!(metrics.contains("outcome=\"shadow_limited\""), "{metrics}");
+}
+
+#[tokio::test]
+async fn deny_and_allow_cidrs_refuse_or_exempt_client_ips() {
+    let denied = start_with(Config {
+        deny_cidrs: vec!["127.0.0.0/8".parse().unwrap()],
+        ..Default::default()
+    })
+    .await;
+    let (status, headers, body) = get(denied, "/api/user", &[]).await;
+    assert_eq!(status, 403);
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert!(body.contains("\"status\":403"), "{body}");
+    assert_eq!(
+        get(denied, "/health", &[]).await.0,
+        200,
+        "only limited routes"
+    );
+
+    let allowed = start_with(Config {
+        allow_cidrs: vec!["127.0.0.1/32".parse().unwrap()],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(statuses(allowed, "/api/ip", &[], 45).await, [200; 45]);
+}
+
+#[tokio::test]
+async fn with_an_admin_token_limits_are_replaced_live() {
+    let token = "s3cret";
+    let addr = start_with(Config {
+        admin_token: Some(token.into()),
+        ..Default::default()
+    })
+    .await;
+    let put = |auth: Option<String>, route: &'static str, body: &'static str| async move {
+        let headers: Vec<(&str, &str)> = match &auth {
+            Some(a) => vec![("authorization", a.as_str())],
+            None => vec![],
+        };
+        send(addr, Method::PUT, route, &headers, body).await
+    };
+    let bearer = |t: &str| Some(format!("Bearer {t}"));
+    assert_eq!(put(None, "/admin/limits/api/search", "2/min").await.0, 401);
+    assert_eq!(
+        put(bearer("guess"), "/admin/limits/api/search", "2/min")
+            .await
+            .0,
+        401
+    );
+    let (status, _, body) = put(bearer(token), "/admin/limits/api/search", "2/min").await;
+    assert_eq!(status, 200, "{body}");
+    let erin = [("x-user-id", "erin")];
+    assert_eq!(
+        statuses(addr, "/api/search", &erin, 3).await,
+        [200, 200, 429]
+    );
+    let (_, headers, _) = get(addr, "/api/search", &erin).await;
+    assert_eq!(
+        headers["ratelimit-policy"], r#""search";q=2;w=60"#,
+        "the name is kept"
+    );
+
+    let (status, _, body) = put(bearer(token), "/admin/limits/api/search", "2/fortnight").await;
+    assert_eq!(status, 400);
+    assert!(body.contains("fortnight"), "{body}");
+    assert_eq!(
+        put(bearer(token), "/admin/limits/api/nope", "2/min")
+            .await
+            .0,
+        404
+    );
+    let (_, _, listed) = get(addr, "/admin/limits", &[]).await;
+    assert!(
+        listed.contains(r#""name":"search","quota":"2/min""#),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn without_an_admin_token_the_admin_write_routes_do_not_exist() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let auth = [("authorization", "Bearer anything")];
+    let (status, _, _) = send(
+        addr,
+        Method::PUT,
+        "/admin/limits/api/search",
+        &auth,
+        "1/min",
+    )
+    .await;
+    assert_eq!(status, 404);
+    assert_eq!(get(addr, "/admin/limits", &[]).await.0, 200);
+    assert_eq!(
+        statuses(addr, "/api/search", &[("x-user-id", "x")], 11).await[10],
+        429
+    );
 }
