@@ -25,3 +25,7 @@ mod properties;
 mod quota;
 mod redis_backend;
 mod shaping;
+#[allow(dead_code)]
+#[path = "../../examples/simulate.rs"]
+mod simulate;
+mod simulation;
