@@ -69,6 +69,8 @@ pub(crate) struct Config {
     pub(crate) key_policies: Option<Live<KeyPolicies>>,
     pub(crate) offenders: Option<TopOffenders>,
     pub(crate) route_labels: RouteLabels,
+    #[cfg(feature = "metrics")]
+    pub(crate) meters: super::meters::Meters,
     pub(crate) failures: FailureLog,
     /// A misconfiguration (no peer address) is logged once per layer.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]

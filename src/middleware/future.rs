@@ -195,7 +195,15 @@ where
                         ..
                     } = &p.checked;
                     if decision.is_allowed() {
-                        observe::decided(report, p.backend, key, policy, &decision, Fate::Allowed);
+                        observe::decided(
+                            this.config,
+                            report,
+                            p.backend,
+                            key,
+                            policy,
+                            &decision,
+                            Fate::Allowed,
+                        );
                         p.req
                             .extensions_mut()
                             .insert(Decided::from(decision.origin()));
@@ -206,7 +214,15 @@ where
                     }
                     if this.config.shadow || policy.is_shadow() {
                         // A dry run: reported as a denial, never enforced.
-                        observe::decided(report, p.backend, key, policy, &decision, Fate::Shadowed);
+                        observe::decided(
+                            this.config,
+                            report,
+                            p.backend,
+                            key,
+                            policy,
+                            &decision,
+                            Fate::Shadowed,
+                        );
                         if let Some(top) = &this.config.offenders {
                             top.record(key);
                         }
@@ -232,7 +248,15 @@ where
                         report,
                         ..
                     } = &p.checked;
-                    observe::decided(report, p.backend, key, policy, &decision, Fate::Limited);
+                    observe::decided(
+                        this.config,
+                        report,
+                        p.backend,
+                        key,
+                        policy,
+                        &decision,
+                        Fate::Limited,
+                    );
                     let config = &this.config;
                     if let Some(top) = &config.offenders {
                         top.record(key);

@@ -22,6 +22,8 @@ mod future;
 mod headers;
 mod layer;
 mod lists;
+#[cfg(feature = "metrics")]
+mod meters;
 mod observe;
 mod offenders;
 mod rendered;

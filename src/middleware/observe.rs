@@ -158,19 +158,16 @@ impl RouteLabels {
         if let Some(label) = self.0.load().get(route) {
             return Some(label.clone());
         }
-        let mut label = None;
+        if self.0.load().len() >= Self::MAX_ROUTES {
+            return Some(Arc::from("other"));
+        }
+        let label: Arc<str> = Arc::from(route);
         self.0.rcu(|labels| {
             let mut labels = HashMap::clone(labels);
-            let value: Arc<str> = if labels.len() < Self::MAX_ROUTES {
-                Arc::from(route)
-            } else {
-                Arc::from("other")
-            };
-            labels.insert(route.into(), value.clone());
-            label = Some(value);
+            labels.insert(route.into(), label.clone());
             labels
         });
-        label
+        Some(label)
     }
 }
 
@@ -203,7 +200,7 @@ impl fmt::Display for Limits<'_> {
 
 /// The `limit` label of a request.
 #[derive(Clone, Copy)]
-enum LimitLabel<'a> {
+pub(super) enum LimitLabel<'a> {
     /// Not decided by a limit (a list, a key error, a failure).
     None,
     Name(&'a Arc<str>),
@@ -211,69 +208,31 @@ enum LimitLabel<'a> {
     PenaltyBox,
 }
 
-impl LimitLabel<'_> {
-    /// The deciding limit of `decision`.
-    fn of<'a>(policy: &'a Policy, decision: &Decision) -> LimitLabel<'a> {
-        if decision.is_banned() {
-            return LimitLabel::PenaltyBox;
-        }
-        policy
-            .limits()
-            .get(decision.decided_by())
-            .map_or(LimitLabel::None, |l| LimitLabel::Name(l.shared_name()))
+/// The deciding limit's label: its name, or the penalty box for a ban.
+fn limit_label<'a>(policy: &'a Policy, decision: &Decision) -> LimitLabel<'a> {
+    if decision.is_banned() {
+        return LimitLabel::PenaltyBox;
     }
-
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    fn as_str(&self) -> &str {
-        match self {
-            LimitLabel::None => "",
-            LimitLabel::Name(name) => name,
-            LimitLabel::PenaltyBox => "penalty-box",
-        }
-    }
+    policy
+        .limits()
+        .get(decision.decided_by())
+        .map_or(LimitLabel::None, |l| LimitLabel::Name(l.shared_name()))
 }
 
-#[cfg(feature = "metrics")]
-mod labels {
-    use super::*;
-    use metrics::SharedString;
-
-    // Shared strings: reference counts, not copies, per request.
-    pub(super) fn route(report: &Report) -> SharedString {
-        report
-            .route
-            .clone()
-            .map_or(SharedString::const_str(""), SharedString::from)
-    }
-
-    pub(super) fn limit(label: LimitLabel<'_>) -> Option<SharedString> {
-        match label {
-            LimitLabel::None => None,
-            LimitLabel::Name(name) => Some(SharedString::from(name.clone())),
-            LimitLabel::PenaltyBox => Some(SharedString::const_str("penalty-box")),
-        }
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+fn limit_text<'a>(label: LimitLabel<'a>) -> &'a str {
+    match label {
+        LimitLabel::None => "",
+        LimitLabel::Name(name) => name,
+        LimitLabel::PenaltyBox => "penalty-box",
     }
 }
 
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn count(outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
+fn count(config: &Config, outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
     #[cfg(feature = "metrics")]
-    match labels::limit(limit) {
-        Some(limit) => metrics::counter!(
-            "ratelimit_requests_total",
-            "outcome" => outcome,
-            "route" => labels::route(report),
-            "limit" => limit
-        )
-        .increment(1),
-        None => metrics::counter!(
-            "ratelimit_requests_total",
-            "outcome" => outcome,
-            "route" => labels::route(report)
-        )
-        .increment(1),
-    }
+    config.meters.request(outcome, report.route.as_ref(), limit);
 }
 
 /// What became of a decided request.
@@ -289,6 +248,7 @@ pub(super) enum Fate {
 /// latency on `backend`, and one log event.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn decided(
+    config: &Config,
     report: &Report,
     backend: &'static str,
     key: &Key,
@@ -305,25 +265,21 @@ pub(super) fn decided(
         Fate::Limited if fallback => "fallback_limited",
         Fate::Limited => "limited",
     };
-    let limit = LimitLabel::of(policy, decision);
-    count(outcome, report, limit);
+    let limit = limit_label(policy, decision);
+    count(config, outcome, report, limit);
     let latency = report.started.map(|t| t.elapsed());
     #[cfg(feature = "metrics")]
     {
         if let Some(latency) = latency.filter(|_| decision.origin() != Origin::Cached) {
-            metrics::histogram!("ratelimit_decision_seconds", "backend" => backend)
-                .record(latency.as_secs_f64());
+            config.meters.latency(backend, latency.as_secs_f64());
         }
         if fate == Fate::Allowed {
             let near = policy.limits().iter().zip(decision.outcomes());
             let near = near.filter(|(_, o)| u64::from(o.remaining()) * 5 < u64::from(o.limit()));
             for (limit, _) in near {
-                metrics::counter!(
-                    "ratelimit_near_limit_total",
-                    "route" => labels::route(report),
-                    "limit" => metrics::SharedString::from(limit.shared_name().clone())
-                )
-                .increment(1);
+                config
+                    .meters
+                    .near_limit(report.route.as_ref(), limit.shared_name());
             }
         }
     }
@@ -335,7 +291,7 @@ pub(super) fn decided(
                     $level,
                     route = report.route(),
                     policy = %Limits(policy),
-                    limit = limit.as_str(),
+                    limit = limit_text(limit),
                     outcome,
                     backend,
                     origin = ?decision.origin(),
@@ -355,13 +311,13 @@ pub(super) fn decided(
 }
 
 /// A request on an access list: `allow_listed` or `deny_listed`.
-pub(super) fn listed(report: &Report, denied: bool) {
+pub(super) fn listed(config: &Config, report: &Report, denied: bool) {
     let outcome = if denied {
         "deny_listed"
     } else {
         "allow_listed"
     };
-    count(outcome, report, LimitLabel::None);
+    count(config, outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
     tracing::debug!(route = report.route(), outcome, "access list");
 }
@@ -378,7 +334,7 @@ pub(super) fn backend_failed(
     } else {
         "backend_error_allowed"
     };
-    count(outcome, report, LimitLabel::None);
+    count(config, outcome, report, LimitLabel::None);
     config.failures.warn(action, error);
 }
 
@@ -390,7 +346,7 @@ pub(super) fn key_missing(config: &Config, report: &Report, error: &KeyError, re
     } else {
         "key_skipped"
     };
-    count(outcome, report, LimitLabel::None);
+    count(config, outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
     if error.is_misconfiguration() && config.misconfiguration_logged.first() {
         tracing::error!(%error, rejected, "no request can have a rate limit key");

@@ -119,13 +119,13 @@ where
             let ip = lists.ip_of(&head);
             match lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
                 Some(Listed::Denied) => {
-                    observe::listed(&report, true);
+                    observe::listed(&config, &report, true);
                     let mut response = response::forbidden();
                     response.extensions_mut().insert(Decided::DenyListed);
                     return ResponseFuture::respond(response, config);
                 }
                 Some(Listed::Allowed) => {
-                    observe::listed(&report, false);
+                    observe::listed(&config, &report, false);
                     req.extensions_mut().insert(Decided::AllowListed);
                     return ResponseFuture::unlimited(self.take_inner().call(req), config);
                 }

@@ -1,0 +1,79 @@
+//! `layer-instructions <bare|allowed|rejected> <n>`: n requests of 1,000
+//! users through `RateLimitLayer` (GCRA, user-header keys, default headers),
+//! each polled to completion at once. With `PROMETHEUS=1` (feature
+//! `metrics`) a Prometheus recorder is installed first.
+//!
+//! Under `valgrind --tool=callgrind`, the inclusive count of
+//! `Oneshot::poll` divided by the requests is the layer's cost per request
+//! in instructions (`scripts/instructions` does it).
+
+use std::convert::Infallible;
+use std::future::{ready, Future};
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
+
+fn now<F: Future>(fut: F) -> F::Output {
+    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(out) => out,
+        Poll::Pending => panic!("everything here is ready at once"),
+    }
+}
+
+fn request(user: &str) -> Request<()> {
+    Request::get("/api")
+        .header("x-user-id", user)
+        .body(())
+        .unwrap()
+}
+
+fn hello() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
+{
+    service_fn(|_: Request<()>| {
+        ready(Ok::<_, Infallible>(Response::new(Full::new(
+            Bytes::from_static(b"ok"),
+        ))))
+    })
+}
+
+fn main() {
+    #[cfg(feature = "metrics")]
+    if std::env::var_os("PROMETHEUS").is_some() {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other recorder");
+    }
+    let mut args = std::env::args().skip(1);
+    let which = args.next().expect("bare, allowed or rejected");
+    let n: usize = args.next().expect("a number of requests").parse().unwrap();
+    let users: Vec<String> = (0..1000).map(|i| format!("user-{i}")).collect();
+    let quota = match which.as_str() {
+        "rejected" => Quota::per_hour(1).unwrap(),
+        _ => Quota::per_second(1_000_000).unwrap(),
+    };
+    let limited = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota))
+                .key(UserHeader::new("x-user-id")),
+        )
+        .service(hello());
+    // Every user known first: the rejected ones are all over their limit.
+    for user in &users {
+        now(limited.clone().oneshot(request(user))).unwrap();
+    }
+    for i in 0..n {
+        let user = &users[i % users.len()];
+        if which == "bare" {
+            black_box(now(hello().oneshot(request(user))).unwrap());
+        } else {
+            black_box(now(limited.clone().oneshot(request(user))).unwrap());
+        }
+    }
+}
