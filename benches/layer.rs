@@ -8,46 +8,20 @@
 //!
 //! Run: `cargo bench --bench layer`
 
-use std::convert::Infallible;
-use std::future::{ready, Future};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use http::{Request, Response};
-use http_body_util::Full;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::key::UserHeader;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
+#[path = "support/requests.rs"]
+mod requests;
+use requests::{hello, now, request};
+
 const USERS: usize = 1_000;
-
-fn now<F: Future>(fut: F) -> F::Output {
-    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => out,
-        Poll::Pending => unreachable!("everything here is ready at once"),
-    }
-}
-
-fn request(user: &str) -> Request<()> {
-    Request::get("/api")
-        .header("x-user-id", user)
-        .body(())
-        .unwrap()
-}
-
-fn hello() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
-{
-    service_fn(|_req: Request<()>| {
-        ready(Ok::<_, Infallible>(Response::new(Full::new(
-            Bytes::from_static(b"ok"),
-        ))))
-    })
-}
 
 fn layer_cost(c: &mut Criterion) {
     let users: Vec<String> = (0..USERS).map(|i| format!("user-{i}")).collect();

@@ -188,89 +188,42 @@ where
                             continue;
                         }
                     };
-                    let Checked {
-                        key,
-                        policy,
-                        report,
-                        ..
-                    } = &p.checked;
-                    if decision.is_allowed() {
-                        observe::decided(
-                            this.config,
-                            report,
-                            p.backend,
-                            key,
-                            policy,
-                            &decision,
-                            Fate::Allowed,
-                        );
-                        p.req
-                            .extensions_mut()
-                            .insert(Decided::from(decision.origin()));
-                        let call = p.inner.call(p.req);
-                        let limited = Some((decision, p.checked.policy));
-                        this.state.set(State::Call { call, limited });
-                        continue;
-                    }
-                    if this.config.shadow || policy.is_shadow() {
-                        // A dry run: reported as a denial, never enforced.
-                        observe::decided(
-                            this.config,
-                            report,
-                            p.backend,
-                            key,
-                            policy,
-                            &decision,
-                            Fate::Shadowed,
-                        );
-                        if let Some(top) = &this.config.offenders {
-                            top.record(key);
-                        }
-                        p.req.extensions_mut().insert(Decided::Shadow);
-                        let call = p.inner.call(p.req);
-                        let limited = this
-                            .config
-                            .shadow_headers
-                            .then_some((decision, p.checked.policy));
-                        this.state.set(State::Call { call, limited });
-                        continue;
-                    }
-                    if let Some(sleep) = wait_for(this.config, &mut p, &decision) {
+                    let fate = if decision.is_allowed() {
+                        Fate::Allowed
+                    } else if this.config.shadow || p.checked.policy.is_shadow() {
+                        Fate::Shadowed
+                    } else if let Some(sleep) = wait_for(this.config, &mut p, &decision) {
                         this.state.set(State::Wait {
                             sleep,
                             pending: Some(p),
                         });
                         continue;
-                    }
-                    let Checked {
-                        key,
-                        policy,
-                        report,
-                        ..
-                    } = &p.checked;
-                    observe::decided(
-                        this.config,
-                        report,
-                        p.backend,
-                        key,
-                        policy,
-                        &decision,
-                        Fate::Limited,
-                    );
-                    let config = &this.config;
-                    if let Some(top) = &config.offenders {
-                        top.record(key);
-                    }
-                    let mut response = config.limited.respond(
-                        &decision,
-                        policy,
-                        config.headers,
-                        config.retry_jitter,
-                    );
-                    response
-                        .extensions_mut()
-                        .insert(Decided::from(decision.origin()));
-                    return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                    } else {
+                        Fate::Limited
+                    };
+                    observe::decided(this.config, &p.checked, p.backend, &decision, fate);
+                    let (decided, limited) = match fate {
+                        Fate::Allowed => (Decided::from(decision.origin()), true),
+                        // A dry run: reported as a denial, never enforced.
+                        Fate::Shadowed => (Decided::Shadow, this.config.shadow_headers),
+                        Fate::Limited => {
+                            let config = &this.config;
+                            let mut response = config.limited.respond(
+                                &decision,
+                                &p.checked.policy,
+                                config.headers,
+                                config.retry_jitter,
+                            );
+                            response
+                                .extensions_mut()
+                                .insert(Decided::from(decision.origin()));
+                            return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                        }
+                    };
+                    p.req.extensions_mut().insert(decided);
+                    let call = p.inner.call(p.req);
+                    let limited = limited.then_some((decision, p.checked.policy));
+                    this.state.set(State::Call { call, limited });
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));

@@ -44,8 +44,9 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::config::Config;
+use super::future::Checked;
 use crate::backend::BackendError;
-use crate::key::{Key, KeyError};
+use crate::key::KeyError;
 use crate::{Decision, Origin, Policy, RequestHead};
 
 /// How the limiter decided a request: put in the extensions of the request
@@ -245,17 +246,27 @@ pub(super) enum Fate {
 }
 
 /// A decided request: its outcome, near-limit counts, the decision's
-/// latency on `backend`, and one log event.
+/// latency on `backend`, one log event, and a denied key offered to the top
+/// offenders.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn decided(
     config: &Config,
-    report: &Report,
+    checked: &Checked,
     backend: &'static str,
-    key: &Key,
-    policy: &Policy,
     decision: &Decision,
     fate: Fate,
 ) {
+    let Checked {
+        key,
+        policy,
+        report,
+        ..
+    } = checked;
+    if fate != Fate::Allowed {
+        if let Some(top) = &config.offenders {
+            top.record(key);
+        }
+    }
     let fallback = matches!(decision.origin(), Origin::Fallback | Origin::BreakerOpen);
     let outcome = match fate {
         Fate::Allowed if fallback => "fallback_allowed",

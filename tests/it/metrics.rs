@@ -68,52 +68,46 @@ fn ok(
 
 #[test]
 fn every_outcome_is_counted_by_limit() {
-    let recorder = Captured::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    metrics::with_local_recorder(&recorder, || {
-        rt.block_on(async {
-            let policy: Policy = "minute = 2/min".parse().unwrap();
-            let svc = ServiceBuilder::new()
-                .layer(RateLimitLayer::new(policy.clone()).key(UserHeader::new("x-user-id")))
-                .service(ok());
-            for _ in 0..5 {
-                let req = Request::get("/").header("x-user-id", "u").body(()).unwrap();
-                svc.clone().oneshot(req).await.unwrap();
-            }
-            svc.clone().oneshot(Request::new(())).await.unwrap(); // no key: rejected
-            let skipping = ServiceBuilder::new()
-                .layer(
-                    RateLimitLayer::new(policy.clone())
-                        .key(UserHeader::new("x-user-id"))
-                        .on_key_error(OnKeyError::Skip),
-                )
-                .service(ok());
-            skipping.oneshot(Request::new(())).await.unwrap();
-            for action in [OnBackendError::Allow, OnBackendError::Deny] {
-                let broken = ServiceBuilder::new()
-                    .layer(
-                        RateLimitLayer::new(policy.clone())
-                            .key(Global)
-                            .backend(Broken)
-                            .on_backend_error(action),
-                    )
-                    .service(ok());
-                broken.oneshot(Request::new(())).await.unwrap();
-            }
-            // Redis down, each server's memory deciding: counted apart.
-            let local = ServiceBuilder::new()
+    let counts = counts_of(|| async {
+        let policy: Policy = "minute = 2/min".parse().unwrap();
+        let svc = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(policy.clone()).key(UserHeader::new("x-user-id")))
+            .service(ok());
+        for _ in 0..5 {
+            let req = Request::get("/").header("x-user-id", "u").body(()).unwrap();
+            svc.clone().oneshot(req).await.unwrap();
+        }
+        svc.clone().oneshot(Request::new(())).await.unwrap(); // no key: rejected
+        let skipping = ServiceBuilder::new()
+            .layer(
+                RateLimitLayer::new(policy.clone())
+                    .key(UserHeader::new("x-user-id"))
+                    .on_key_error(OnKeyError::Skip),
+            )
+            .service(ok());
+        skipping.oneshot(Request::new(())).await.unwrap();
+        for action in [OnBackendError::Allow, OnBackendError::Deny] {
+            let broken = ServiceBuilder::new()
                 .layer(
                     RateLimitLayer::new(policy.clone())
                         .key(Global)
-                        .backend(Broken.or_fallback(MemoryBackend::new())),
+                        .backend(Broken)
+                        .on_backend_error(action),
                 )
                 .service(ok());
-            for _ in 0..3 {
-                local.clone().oneshot(Request::new(())).await.unwrap();
-            }
-        })
+            broken.oneshot(Request::new(())).await.unwrap();
+        }
+        // Redis down, each server's memory deciding: counted apart.
+        let local = ServiceBuilder::new()
+            .layer(
+                RateLimitLayer::new(policy.clone())
+                    .key(Global)
+                    .backend(Broken.or_fallback(MemoryBackend::new())),
+            )
+            .service(ok());
+        for _ in 0..3 {
+            local.clone().oneshot(Request::new(())).await.unwrap();
+        }
     });
     // Outside axum a request has no route template: the label is empty.
     let expected = [
@@ -146,10 +140,18 @@ fn every_outcome_is_counted_by_limit() {
         // The second admission of each budget leaves 0 of 2 (< 20%).
         ("ratelimit_near_limit_total{limit=minute,route=}", 2),
     ];
-    assert_eq!(counts(&recorder), owned(&expected));
+    assert_eq!(counts, owned(&expected));
 }
 
-fn counts(recorder: &Captured) -> BTreeMap<String, u64> {
+/// What `scenario` counts, run on a recorder of its own.
+fn counts_of<F: std::future::Future<Output = ()>>(
+    scenario: impl FnOnce() -> F,
+) -> BTreeMap<String, u64> {
+    let recorder = Captured::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(&recorder, || rt.block_on(scenario()));
     let counters = recorder.0.lock().unwrap();
     counters
         .iter()
@@ -169,71 +171,64 @@ fn shadow_lists_and_bans_are_counted_by_route() {
     use std::time::Duration;
     use tower_ratelimit::{AccessLists, PenaltyBox};
 
-    let recorder = Captured::default();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    metrics::with_local_recorder(&recorder, || {
-        rt.block_on(async {
-            let banning =
-                PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
-            let lists = AccessLists::new()
-                .deny_network("203.0.113.0/24".parse().unwrap())
-                .allow_network("10.0.0.0/8".parse().unwrap());
-            let app = axum::Router::new()
-                .route(
-                    "/shadow/{id}",
-                    get(|| async { "ok" }).layer(
-                        RateLimitLayer::new("s = 1/min".parse::<Policy>().unwrap())
-                            .key(Global)
-                            .shadow(true),
-                    ),
-                )
-                .route(
-                    "/banned",
-                    get(|| async { "ok" }).layer(
-                        RateLimitLayer::new(
-                            "b = 1/min".parse::<Policy>().unwrap().with_penalty(banning),
-                        )
+    let counts = counts_of(|| async {
+        let banning = PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
+        let lists = AccessLists::new()
+            .deny_network("203.0.113.0/24".parse().unwrap())
+            .allow_network("10.0.0.0/8".parse().unwrap());
+        let app = axum::Router::new()
+            .route(
+                "/shadow/{id}",
+                get(|| async { "ok" }).layer(
+                    RateLimitLayer::new("s = 1/min".parse::<Policy>().unwrap())
                         .key(Global)
-                        .lists(lists),
-                    ),
-                );
-            let from = |path: &str, ip: [u8; 4]| {
-                let mut req = Request::get(path).body(axum::body::Body::empty()).unwrap();
-                let peer = SocketAddr::from((ip, 4000));
-                req.extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                req
-            };
-            let status = |app: axum::Router, req: Request<axum::body::Body>| async move {
-                app.oneshot(req).await.unwrap().status().as_u16()
-            };
-            // Three to two different ids of one route: one template label.
-            for (i, path) in ["/shadow/1", "/shadow/2", "/shadow/2"].iter().enumerate() {
-                assert_eq!(
-                    status(app.clone(), from(path, [192, 0, 2, i as u8])).await,
-                    200
-                );
-            }
-            // 1 allowed, 2 limited (the strikes), then banned: 2 more.
-            let got: Vec<u16> = {
-                let mut got = Vec::new();
-                for _ in 0..5 {
-                    got.push(status(app.clone(), from("/banned", [192, 0, 2, 1])).await);
-                }
-                got
-            };
-            assert_eq!(got, [200, 429, 429, 429, 429]);
-            assert_eq!(
-                status(app.clone(), from("/banned", [203, 0, 113, 9])).await,
-                403
+                        .shadow(true),
+                ),
+            )
+            .route(
+                "/banned",
+                get(|| async { "ok" }).layer(
+                    RateLimitLayer::new(
+                        "b = 1/min".parse::<Policy>().unwrap().with_penalty(banning),
+                    )
+                    .key(Global)
+                    .lists(lists),
+                ),
             );
+        let from = |path: &str, ip: [u8; 4]| {
+            let mut req = Request::get(path).body(axum::body::Body::empty()).unwrap();
+            let peer = SocketAddr::from((ip, 4000));
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            req
+        };
+        let status = |app: axum::Router, req: Request<axum::body::Body>| async move {
+            app.oneshot(req).await.unwrap().status().as_u16()
+        };
+        // Three to two different ids of one route: one template label.
+        for (i, path) in ["/shadow/1", "/shadow/2", "/shadow/2"].iter().enumerate() {
             assert_eq!(
-                status(app.clone(), from("/banned", [10, 1, 2, 3])).await,
+                status(app.clone(), from(path, [192, 0, 2, i as u8])).await,
                 200
             );
-        })
+        }
+        // 1 allowed, 2 limited (the strikes), then banned: 2 more.
+        let got: Vec<u16> = {
+            let mut got = Vec::new();
+            for _ in 0..5 {
+                got.push(status(app.clone(), from("/banned", [192, 0, 2, 1])).await);
+            }
+            got
+        };
+        assert_eq!(got, [200, 429, 429, 429, 429]);
+        assert_eq!(
+            status(app.clone(), from("/banned", [203, 0, 113, 9])).await,
+            403
+        );
+        assert_eq!(
+            status(app.clone(), from("/banned", [10, 1, 2, 3])).await,
+            200
+        );
     });
     let expected = [
         (
@@ -267,5 +262,5 @@ fn shadow_lists_and_bans_are_counted_by_route() {
             1,
         ),
     ];
-    assert_eq!(counts(&recorder), owned(&expected));
+    assert_eq!(counts, owned(&expected));
 }

@@ -7,41 +7,15 @@
 //! `Oneshot::poll` divided by the requests is the layer's cost per request
 //! in instructions (`scripts/instructions` does it).
 
-use std::convert::Infallible;
-use std::future::{ready, Future};
 use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::UserHeader;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
-fn now<F: Future>(fut: F) -> F::Output {
-    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(out) => out,
-        Poll::Pending => panic!("everything here is ready at once"),
-    }
-}
-
-fn request(user: &str) -> Request<()> {
-    Request::get("/api")
-        .header("x-user-id", user)
-        .body(())
-        .unwrap()
-}
-
-fn hello() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone
-{
-    service_fn(|_: Request<()>| {
-        ready(Ok::<_, Infallible>(Response::new(Full::new(
-            Bytes::from_static(b"ok"),
-        ))))
-    })
-}
+#[path = "../../support/requests.rs"]
+mod requests;
+use requests::{hello, now, request};
 
 fn main() {
     #[cfg(feature = "metrics")]
