@@ -67,17 +67,20 @@ mod time;
 // Where state lives.
 pub mod backend;
 
-// The tower middleware.
+// The tower middleware, and the same limits for code that is not HTTP.
+mod limiter;
 mod middleware;
 
 pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
+pub use backend::OnBackendError;
 pub use decision::{Decision, Origin, Outcome, OutcomeCountMismatch, Verdict};
 pub use head::RequestHead;
+pub use limiter::{Admission, Limiter};
 pub use live::Live;
 pub use middleware::{
     cost_fn, policy_fn, AccessLists, Cost, CostFn, Decided, HeaderStyle, KeyPolicies, LimitedFn,
-    LimitedResponse, Offender, OnBackendError, OnKeyError, PolicyFn, PolicyResolver, RateLimit,
-    RateLimitLayer, ResponseBody, ResponseFuture, RoutePolicies, TopOffenders,
+    LimitedResponse, Offender, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer,
+    ResponseBody, ResponseFuture, RoutePolicies, TopOffenders,
 };
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};

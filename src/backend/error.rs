@@ -90,3 +90,25 @@ impl FailureLog {
         }
     }
 }
+
+/// What to do when the backend cannot decide (unreachable, timed out, its
+/// breaker open) and no [`Fallback`](super::Fallback) decided
+/// instead.
+///
+/// To keep limiting while the backend is down, put a fallback in front of
+/// the layer's backend: `redis.with_breaker().or_fallback(local)`, with
+/// `local` a [`MemoryBackend`](super::MemoryBackend) enforcing each
+/// server's [share](super::MemoryBackendBuilder::servers) of every
+/// limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnBackendError {
+    /// Fail open: let the request through, without quota headers (the
+    /// default): the limiter never takes the service down with it.
+    #[default]
+    Allow,
+    /// Fail closed: answer `503 Service Unavailable` with `Retry-After: 1`
+    /// and an `application/problem+json` body of type
+    /// `…/http-problem-types#temporary-reduced-capacity` — not a 429, which
+    /// would tell the client it exceeded its quota.
+    Deny,
+}

@@ -49,8 +49,8 @@ use crate::key::Key;
 use crate::{Decision, Policy};
 
 pub use breaker::{Breaker, BreakerFuture};
-pub use error::BackendError;
 pub(crate) use error::FailureLog;
+pub use error::{BackendError, OnBackendError};
 pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]

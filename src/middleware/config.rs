@@ -10,7 +10,7 @@ use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
 use super::select::KeyPolicies;
 use super::shaping::Shaping;
-use crate::backend::FailureLog;
+use crate::backend::{FailureLog, OnBackendError};
 use crate::{Live, Micros};
 
 /// What to do with a request no key can be derived for.
@@ -28,28 +28,6 @@ impl Default for OnKeyError {
     fn default() -> Self {
         Self::Reject(StatusCode::BAD_REQUEST)
     }
-}
-
-/// What to do when the backend cannot decide (unreachable, timed out, its
-/// breaker open) and no [`Fallback`](crate::backend::Fallback) decided
-/// instead.
-///
-/// To keep limiting while the backend is down, put a fallback in front of
-/// the layer's backend: `redis.with_breaker().or_fallback(local)`, with
-/// `local` a [`MemoryBackend`](crate::backend::MemoryBackend) enforcing each
-/// server's [share](crate::backend::MemoryBackendBuilder::servers) of every
-/// limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum OnBackendError {
-    /// Fail open: let the request through, without quota headers (the
-    /// default): the limiter never takes the service down with it.
-    #[default]
-    Allow,
-    /// Fail closed: answer `503 Service Unavailable` with `Retry-After: 1`
-    /// and an `application/problem+json` body of type
-    /// `…/http-problem-types#temporary-reduced-capacity` — not a 429, which
-    /// would tell the client it exceeded its quota.
-    Deny,
 }
 
 /// Settings every request of a layer shares.

@@ -12,11 +12,12 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::body::ResponseBody;
-use super::config::{Config, OnBackendError};
+use super::config::Config;
 use super::observe::{Decided, Fate, Report};
 use super::shaping::Waiting;
 use super::{headers, observe, response};
 use crate::backend::Backend;
+use crate::backend::OnBackendError;
 use crate::key::Key;
 use crate::{Decision, Policy};
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::config::{Config, OnBackendError, OnKeyError};
+use super::config::{Config, OnKeyError};
 use super::cost::Cost;
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
@@ -14,6 +14,7 @@ use super::response::LimitedResponse;
 use super::select::{KeyPolicies, PolicyResolver};
 use super::service::RateLimit;
 use super::shaping::Shaping;
+use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
 use crate::{Live, Micros, Policy};

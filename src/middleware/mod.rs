@@ -33,7 +33,7 @@ mod service;
 mod shaping;
 
 pub use body::ResponseBody;
-pub use config::{OnBackendError, OnKeyError};
+pub use config::OnKeyError;
 pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;

@@ -17,6 +17,7 @@ mod hostile;
 mod http;
 mod keys;
 mod layer;
+mod limiter;
 mod memory_backend;
 mod metrics;
 mod operations;
