@@ -30,3 +30,7 @@ mod shaping;
 #[path = "../../examples/simulate.rs"]
 mod simulate;
 mod simulation;
+mod websocket;
+#[allow(dead_code)]
+#[path = "../../examples/websocket.rs"]
+mod websocket_example;
