@@ -15,7 +15,7 @@ use super::body::ResponseBody;
 use super::config::Config;
 use super::observe::{Decided, Fate, Report};
 use super::shaping::Waiting;
-use super::{headers, observe, response};
+use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
 use crate::backend::OnBackendError;
 use crate::key::Key;
@@ -33,6 +33,8 @@ pin_project! {
         #[pin]
         state: State<S, ReqB, B>,
         config: Arc<Config>,
+        // The limiter's own answers become gRPC statuses.
+        grpc: bool,
     }
 }
 
@@ -101,6 +103,7 @@ where
         req: Request<ReqB>,
         config: Arc<Config>,
     ) -> Self {
+        let grpc = grpc::is_grpc(req.headers());
         let check = backend.check(&checked.key, &checked.policy, checked.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
@@ -122,6 +125,7 @@ where
                 pending: Some(pending),
             },
             config,
+            grpc,
         }
     }
 
@@ -132,15 +136,19 @@ where
                 limited: None,
             },
             config,
+            grpc: false,
         }
     }
 
-    pub(crate) fn respond(response: Response<Bytes>, config: Arc<Config>) -> Self {
+    /// Answer with the limiter's own `response` (as a gRPC status for a
+    /// gRPC request).
+    pub(crate) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
         Self {
             state: State::Respond {
                 response: Some(response),
             },
             config,
+            grpc,
         }
     }
 }
@@ -169,7 +177,7 @@ where
                             response.extensions_mut().insert(Decided::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
                             });
-                            return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                            return Poll::Ready(Ok(answer(response, *this.grpc)));
                         }
                         Err(error) => {
                             observe::backend_failed(
@@ -218,7 +226,7 @@ where
                             response
                                 .extensions_mut()
                                 .insert(Decided::from(decision.origin()));
-                            return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                            return Poll::Ready(Ok(answer(response, *this.grpc)));
                         }
                     };
                     p.req.extensions_mut().insert(decided);
@@ -257,11 +265,21 @@ where
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                    return Poll::Ready(Ok(answer(response, *this.grpc)));
                 }
             }
         }
     }
+}
+
+/// The limiter's own answer, as a gRPC status for a gRPC request.
+fn answer<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
+    let response = if grpc {
+        grpc::refusal(response)
+    } else {
+        response
+    };
+    response.map(ResponseBody::limiter)
 }
 
 /// For a shaped request the limit denied: how long to sleep before asking

@@ -9,7 +9,8 @@
 //! * `select.rs`, `cost.rs` — the policy (by route, by key: [`KeyPolicies`])
 //!   and the cost of a request;
 //! * `shaping.rs` — delaying instead of refusing;
-//! * `response.rs` — refusals (429, 400, the backend-failure answer);
+//! * `response.rs` — refusals (429, 400, 403, the backend-failure answer);
+//!   `grpc.rs` — the same as gRPC statuses for gRPC calls;
 //! * `headers.rs`, `rendered.rs` — quota headers, and the text rendered once
 //!   per policy;
 //! * `body.rs` — [`ResponseBody`];
@@ -19,6 +20,7 @@ mod body;
 mod config;
 mod cost;
 mod future;
+mod grpc;
 mod headers;
 mod layer;
 mod lists;

@@ -15,7 +15,7 @@ use super::layer::RateLimitLayer;
 use super::lists::Listed;
 use super::observe::{Decided, Report};
 use super::select::PolicyResolver;
-use super::{observe, response};
+use super::{grpc, observe, response};
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
 use crate::{Live, RequestHead};
@@ -122,7 +122,7 @@ where
                     observe::listed(&config, &report, true);
                     let mut response = response::forbidden();
                     response.extensions_mut().insert(Decided::DenyListed);
-                    return ResponseFuture::respond(response, config);
+                    return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
                 }
                 Some(Listed::Allowed) => {
                     observe::listed(&config, &report, false);
@@ -145,7 +145,8 @@ where
                         ResponseFuture::unlimited(self.take_inner().call(req), config)
                     }
                     OnKeyError::Reject(status) => {
-                        ResponseFuture::respond(response::key_error(status, &error), config)
+                        let response = response::key_error(status, &error);
+                        ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config)
                     }
                 };
             }

@@ -13,6 +13,7 @@ mod backend_of_our_own;
 mod breaker;
 mod distributed;
 mod faults;
+mod grpc;
 mod hostile;
 mod http;
 mod keys;
