@@ -19,7 +19,9 @@
 //!   [`Backend`](backend::Backend) of your own;
 //! * [`Decision`] and [`Outcome`] — what a policy and each of its limits say
 //!   about one request;
-//! * [`clock`] — where the in-memory backend reads the time.
+//! * [`clock`] — where the in-memory backend reads the time;
+//! * [`Limiter`] — a policy for code that is not an HTTP service; [`client`]
+//!   — a layer that makes an HTTP client wait for its turn.
 //!
 //! ```
 //! use tower_ratelimit::backend::MemoryBackend;
@@ -67,7 +69,9 @@ mod time;
 // Where state lives.
 pub mod backend;
 
-// The tower middleware, and the same limits for code that is not HTTP.
+// The tower middleware, the same limits for code that is not HTTP, and
+// throttling on the client's side.
+pub mod client;
 mod limiter;
 mod middleware;
 

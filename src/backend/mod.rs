@@ -32,7 +32,7 @@
 //! the cost only when every limit allows it (or, for a policy that
 //! [counts denied requests](crate::Policy::counts_denied), always), and do the
 //! check and the commit atomically. Fail with [`BackendError`]: the layer
-//! then does what it was told ([`OnBackendError`](crate::OnBackendError)).
+//! then does what it was told ([`OnBackendError`]).
 
 mod breaker;
 #[cfg(feature = "redis")]

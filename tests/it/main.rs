@@ -11,6 +11,10 @@ mod server;
 mod algorithms;
 mod backend_of_our_own;
 mod breaker;
+mod client;
+#[allow(dead_code)]
+#[path = "../../examples/client.rs"]
+mod client_example;
 mod distributed;
 mod faults;
 mod grpc;
