@@ -72,6 +72,19 @@ impl FixedWindow {
         }
     }
 
+    /// Give back `units` a request took: they leave the window's count, if
+    /// that window is still the current one.
+    #[inline]
+    pub fn refund(&self, state: State, now: Micros, units: u32) -> State {
+        if state.is_expired(now) {
+            return state;
+        }
+        State {
+            value: state.value.saturating_sub(u64::from(units)),
+            ..state
+        }
+    }
+
     /// The state after counting `cost` at `now`, never past the limit.
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

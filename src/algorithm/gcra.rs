@@ -90,6 +90,17 @@ impl Gcra {
         }
     }
 
+    /// Give back `units` a request took (its actual cost was lower): the
+    /// bucket holds that much more, never more than full.
+    #[inline]
+    pub fn refund(&self, state: State, now: Micros, units: u32) -> State {
+        let in_use = self.in_use(state, now).saturating_sub(self.time_of(units));
+        State {
+            expires_at: now + in_use,
+            value: 0,
+        }
+    }
+
     /// The state after counting `cost` at `now`, never past the capacity.
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

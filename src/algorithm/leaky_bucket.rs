@@ -46,6 +46,12 @@ impl LeakyBucket {
         self.0.check(state, now, cost)
     }
 
+    /// Give back `units` a request took (its actual cost was lower).
+    #[inline]
+    pub fn refund(&self, state: State, now: Micros, units: u32) -> State {
+        self.0.refund(state, now, units)
+    }
+
     /// The state after pouring in `cost` at `now` (the bucket never overflows).
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

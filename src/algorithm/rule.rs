@@ -72,6 +72,15 @@ impl FixedRule<'_> {
     }
 
     #[inline]
+    pub(crate) fn refund(self, state: State, now: Micros, units: u32) -> State {
+        match self {
+            FixedRule::FixedWindow(a) => a.refund(state, now, units),
+            FixedRule::SlidingWindow(a) => a.refund(state, now, units),
+            FixedRule::Gcra(a) => a.refund(state, now, units),
+        }
+    }
+
+    #[inline]
     pub(crate) fn consume(self, state: State, now: Micros, cost: u32) -> State {
         match self {
             FixedRule::FixedWindow(a) => a.consume(state, now, cost),

@@ -128,6 +128,25 @@ impl SlidingLog {
         )
     }
 
+    /// Give back `units` a request took: they leave the newest entries.
+    #[inline]
+    pub fn refund(&self, state: &mut SlidingLogState, now: Micros, units: u32) {
+        state.forget_outside(now.as_u64(), self.window_us);
+        let mut units = u64::from(units);
+        while units > 0 {
+            let Some(last) = state.entries.back_mut() else {
+                break;
+            };
+            let taken = units.min(last.cost);
+            last.cost -= taken;
+            state.used -= taken;
+            units -= taken;
+            if last.cost == 0 {
+                state.entries.pop_back();
+            }
+        }
+    }
+
     /// Counts `cost` at `now`. When a denied request is counted, the oldest
     /// entries make room for it, so the log never holds more than the limit.
     #[inline]

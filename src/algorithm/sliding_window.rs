@@ -177,6 +177,19 @@ impl SlidingWindow {
         }
     }
 
+    /// Give back `units` a request took: from the current window's count,
+    /// then (if the window turned since) from the previous one's.
+    #[inline]
+    pub fn refund(&self, state: State, now: Micros, units: u32) -> State {
+        let c = self.counts(state, now.as_u64());
+        let from_current = u64::from(units).min(c.current);
+        let from_previous = (u64::from(units) - from_current).min(c.previous);
+        State {
+            expires_at: Micros::new(c.start + 2 * self.window_us),
+            value: ((c.previous - from_previous) << 32) | (c.current - from_current),
+        }
+    }
+
     /// The state after counting `cost` at `now`, the current window never past the limit.
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

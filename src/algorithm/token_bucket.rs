@@ -45,6 +45,12 @@ impl TokenBucket {
         self.0.check(state, now, cost)
     }
 
+    /// Give back `units` a request took (its actual cost was lower).
+    #[inline]
+    pub fn refund(&self, state: State, now: Micros, units: u32) -> State {
+        self.0.refund(state, now, units)
+    }
+
     /// The state after taking `cost` tokens at `now` (the bucket never goes below empty).
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

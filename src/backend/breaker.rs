@@ -173,6 +173,17 @@ impl<B: Backend> Backend for Breaker<B> {
     }
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        self.ask(|inner| inner.check(key, policy, cost))
+    }
+
+    fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
+        self.ask(|inner| inner.settle(key, policy, reserved, actual))
+    }
+}
+
+impl<B: Backend> Breaker<B> {
+    /// Ask the backend with `ask`, unless the breaker is open.
+    fn ask(&self, ask: impl FnOnce(&B) -> B::Future) -> BreakerFuture<B> {
         let shared = &self.shared;
         let open_until = shared.open_until.load(Ordering::Acquire);
         let probe = if open_until == 0 {
@@ -195,7 +206,7 @@ impl<B: Backend> Backend for Breaker<B> {
         };
         BreakerFuture {
             state: State::Asking {
-                future: self.inner.check(key, policy, cost),
+                future: ask(&self.inner),
                 shared: Arc::clone(shared),
                 probe,
             },

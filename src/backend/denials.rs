@@ -126,6 +126,13 @@ impl Denials {
         );
     }
 
+    /// Forget the denial remembered for `key` under `policy`, if any.
+    pub(crate) fn forget(&self, key: &Key, policy: &Policy) {
+        let (hash, shard) = self.slot(key, policy);
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        shard.entries.remove(&hash);
+    }
+
     /// Denials held (expired ones included until swept).
     pub(crate) fn len(&self) -> usize {
         self.shards

@@ -64,9 +64,19 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
     }
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        self.ask(key, policy, Op::Check(cost))
+    }
+
+    fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
+        self.ask(key, policy, Op::Settle { reserved, actual })
+    }
+}
+
+impl<P: Backend, F: Backend> Fallback<P, F> {
+    fn ask(&self, key: &Key, policy: &Policy, op: Op) -> FallbackFuture<P, F> {
         FallbackFuture {
             state: State::Primary {
-                future: self.primary.check(key, policy, cost),
+                future: op.ask(&self.primary, key, policy),
                 // What asking the fallback takes, should the primary fail:
                 // the future borrows nothing, so it keeps its own key and
                 // policy (two reference counts and the key's bytes, inline
@@ -76,9 +86,25 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
                     second: Arc::clone(&self.second),
                     key: key.clone(),
                     policy: policy.clone(),
-                    cost,
+                    op,
                 }),
             },
+        }
+    }
+}
+
+/// What a backend is asked.
+#[derive(Clone, Copy)]
+enum Op {
+    Check(u32),
+    Settle { reserved: u32, actual: u32 },
+}
+
+impl Op {
+    fn ask<B: Backend>(self, backend: &B, key: &Key, policy: &Policy) -> B::Future {
+        match self {
+            Op::Check(cost) => backend.check(key, policy, cost),
+            Op::Settle { reserved, actual } => backend.settle(key, policy, reserved, actual),
         }
     }
 }
@@ -120,7 +146,7 @@ struct Retry<F> {
     second: Arc<Second<F>>,
     key: Key,
     policy: Policy,
-    cost: u32,
+    op: Op,
 }
 
 impl<P: Backend, F: Backend> Future for FallbackFuture<P, F> {
@@ -141,9 +167,8 @@ impl<P: Backend, F: Backend> Future for FallbackFuture<P, F> {
                     };
                     retry.second.failures.warn("fallback", &error);
                     let future = retry
-                        .second
-                        .backend
-                        .check(&retry.key, &retry.policy, retry.cost);
+                        .op
+                        .ask(&retry.second.backend, &retry.key, &retry.policy);
                     let origin = if error.is_breaker_open() {
                         Origin::BreakerOpen
                     } else {

@@ -65,6 +65,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// A cost of 0 only reports the state.
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future;
 
+    /// Correct a request [`check`](Self::check)ed and admitted at
+    /// `reserved` to its `actual` cost, known only after it was served: give
+    /// the difference back to every limit of `policy`, or charge it (past
+    /// what the limits allow, up to each one's capacity: the work is done).
+    /// Answers with each limit's state afterwards.
+    ///
+    /// The default charges an `actual` above `reserved` only where it fits
+    /// and never gives anything back: a backend of your own that cannot
+    /// refund still never admits more than its limits. The memory and
+    /// Redis backends settle exactly, in one atomic step.
+    fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
+        self.check(key, policy, actual.saturating_sub(reserved))
+    }
+
     /// A short name for the `backend` label of decision-latency metrics:
     /// `memory`, `redis`; a wrapper ([`Fallback`], [`Breaker`]) gives the
     /// name of the backend it wraps first.

@@ -101,6 +101,47 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Settling — giving back what an admitted request did not use, or
+    /// charging what it used beyond its reservation — means the same on both
+    /// backends, for every algorithm: refunds from the newest entries of a
+    /// log, the current window (then the previous one) of a counter, the
+    /// fill of a bucket; charges past the limit up to its capacity.
+    #[test]
+    fn settling_agrees_too(
+        limits in prop::collection::vec(limit_strategy(), 1..=3),
+        trace in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=6, prop::option::of(0u32..=8)),
+            1..50,
+        ),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let policy = policy(&limits, false);
+        let key = Key::new("user", "settling");
+        let mut now = start;
+        for (i, &(gap, cost, settle)) in trace.iter().enumerate() {
+            now += gap;
+            let at = Micros::new(now);
+            let expected = memory.check_at(&key, &policy, cost, at);
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, at)).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "check {} at {}", i, now);
+            if let (Some(used), true) = (settle, expected.is_allowed()) {
+                now += gap / 3;
+                let later = Micros::new(now);
+                let expected = memory.settle_at(&key, &policy, cost, used, later);
+                let actual = rt.block_on(redis.settle_at(&key, &policy, cost, used, later)).unwrap();
+                prop_assert_eq!(observed(&actual), observed(&expected), "settle {} of {} to {} under {:?}", i, cost, used, policy);
+            }
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Sliding windows with huge limits and long windows, where

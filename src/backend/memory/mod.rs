@@ -194,6 +194,19 @@ impl<C: Clock> MemoryBackend<C> {
         self.inner.store.check(key, policy, cost, now)
     }
 
+    /// Correct a request counted at `reserved` to its `actual` cost, at
+    /// `now`: see [`Backend::settle`].
+    pub fn settle_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        reserved: u32,
+        actual: u32,
+        now: Micros,
+    ) -> Decision {
+        self.inner.store.settle(key, policy, reserved, actual, now)
+    }
+
     /// States held (fixed-size states plus sliding logs).
     pub fn len(&self) -> usize {
         self.inner
@@ -316,6 +329,43 @@ impl Store {
         decision
     }
 
+    fn settle(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        reserved: u32,
+        actual: u32,
+        now: Micros,
+    ) -> Decision {
+        let shared;
+        let policy = match &self.share {
+            None => policy,
+            Some(share) => {
+                shared = share.of(policy);
+                &shared
+            }
+        };
+        let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
+        let mut shard = self.shard(base);
+        let mut decision = Decision::empty();
+        for limit in policy.limits() {
+            let fp = fingerprint(base, limit.id());
+            if actual < reserved {
+                shard.refund(limit, fp, now, reserved - actual);
+            } else if actual > reserved {
+                // Charged whatever the limit says, up to its capacity: the
+                // work is done.
+                match shard.check(limit, fp, now, 0).1 {
+                    Some(slot) => shard.consume_at(limit, slot, now, actual - reserved),
+                    None => shard.consume_new(limit, fp, now, actual - reserved),
+                }
+            }
+            decision.push(shard.check(limit, fp, now, 0).0);
+        }
+        decision.decide();
+        decision
+    }
+
     #[inline]
     fn shard(&self, base: u64) -> MutexGuard<'_, Shard> {
         // The high bits pick the shard; fingerprints mix all bits anew.
@@ -419,6 +469,25 @@ impl Shard {
         }
     }
 
+    /// Give back `units` of `limit`'s state at `fp`, if it has one.
+    fn refund(&mut self, limit: &Limit, fp: u64, now: Micros, units: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                if let Some(slot) = self.states.find(fp) {
+                    let state = self.states.at_mut(slot);
+                    *state = rule.refund(*state, now, units);
+                }
+            }
+            Form::Log(log) => {
+                if let Some(slot) = self.logs.find(fp) {
+                    let timed = self.logs.at_mut(slot);
+                    log.refund(&mut timed.log, now, units);
+                    timed.expires_at = timed.log.expires_at(log.window());
+                }
+            }
+        }
+    }
+
     /// Count `cost` in the state at `slot`.
     #[inline]
     fn consume_at(&mut self, limit: &Limit, slot: usize, now: Micros, cost: u32) {
@@ -512,6 +581,11 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         ready(Ok(self.check_now(key, policy, cost)))
+    }
+
+    fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
+        let now = self.inner.clock.now();
+        ready(Ok(self.settle_at(key, policy, reserved, actual, now)))
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{RedisError, Script, Value};
 
-use self::script::{decision_from, identity, invocation, push_keys, SCRIPT};
+use self::script::{decision_from, identity, invocation, push_keys, Ask, SCRIPT};
 use super::denials::Denials;
 use super::{Backend, BackendError};
 use crate::key::Key;
@@ -102,7 +102,21 @@ impl RedisBackend {
         cost: u32,
         now: Micros,
     ) -> Result<Decision, BackendError> {
-        self.decide(key, policy, cost, Some(now)).await
+        self.decide(key, policy, Ask::Check(cost), Some(now)).await
+    }
+
+    /// Settle as [`Backend::settle`] does, at `now` (see
+    /// [`check_at`](Self::check_at)).
+    pub async fn settle_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        reserved: u32,
+        actual: u32,
+        now: Micros,
+    ) -> Result<Decision, BackendError> {
+        let ask = Ask::Settle { reserved, actual };
+        self.decide(key, policy, ask, Some(now)).await
     }
 
     /// Denials remembered now (see
@@ -122,7 +136,7 @@ impl RedisBackend {
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
-        let (keys, args) = invocation(&self.prefix, key, policy, cost, None);
+        let (keys, args) = invocation(&self.prefix, key, policy, Ask::Check(cost), None);
         let mut command = vec![
             "EVALSHA".to_owned(),
             self.script.get_hash().to_owned(),
@@ -137,10 +151,10 @@ impl RedisBackend {
         &self,
         key: &Key,
         policy: &Policy,
-        cost: u32,
+        ask: Ask,
         now: Option<Micros>,
     ) -> Result<Decision, BackendError> {
-        let (keys, args) = invocation(&self.prefix, key, policy, cost, now);
+        let (keys, args) = invocation(&self.prefix, key, policy, ask, now);
         let mut invocation = self.script.prepare_invoke();
         for k in keys {
             invocation.key(k);
@@ -182,11 +196,26 @@ impl Backend for RedisBackend {
         }
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
-            let decision = this.decide(&key, &policy, cost, None).await?;
+            let decision = this.decide(&key, &policy, Ask::Check(cost), None).await?;
             if let Some(denials) = &this.denials {
                 denials.remember(&key, &policy, cost, &decision);
             }
             Ok(decision)
+        })
+    }
+
+    fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
+        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+        Box::pin(async move {
+            if actual < reserved {
+                // Room was given back: a denial remembered for this key may
+                // no longer hold.
+                if let Some(denials) = &this.denials {
+                    denials.forget(&key, &policy);
+                }
+            }
+            let ask = Ask::Settle { reserved, actual };
+            this.decide(&key, &policy, ask, None).await
         })
     }
 }

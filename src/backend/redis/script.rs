@@ -57,19 +57,35 @@ pub(super) fn push_keys(keys: &mut Vec<String>, prefix: &str, identity: &str, li
     }
 }
 
+/// What the script is asked.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Ask {
+    /// Decide a request of this cost.
+    Check(u32),
+    /// Correct a request admitted at `reserved` to `actual`.
+    Settle { reserved: u32, actual: u32 },
+}
+
 /// The script's keys and arguments for one decision.
 pub(super) fn invocation(
     prefix: &str,
     key: &Key,
     policy: &Policy,
-    cost: u32,
+    ask: Ask,
     now: Option<Micros>,
 ) -> (Vec<String>, Vec<String>) {
     let mut keys = Vec::with_capacity(policy.limits().len() + 2);
+    let (cost, mode) = match ask {
+        Ask::Check(cost) => (
+            i64::from(cost),
+            u8::from(policy.counts_denied()).to_string(),
+        ),
+        Ask::Settle { reserved, actual } => (i64::from(actual) - i64::from(reserved), "s".into()),
+    };
     let mut args = vec![
         now.map_or_else(String::new, |n| n.as_u64().to_string()),
         cost.to_string(),
-        u8::from(policy.counts_denied()).to_string(),
+        mode,
     ];
     match policy.penalty() {
         Some(penalty) => args.extend(

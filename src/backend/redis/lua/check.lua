@@ -3,7 +3,8 @@
 -- KEYS: per limit, its state key (two for a sliding log: entries, sum).
 -- KEYS, after the limits': with a penalty box, its strikes and bans keys.
 -- ARGV: now (microseconds, or "" for the server's TIME), cost,
---       count_denied (0/1), the penalty box (strikes, or 0 for none; within,
+--       count_denied (0/1; 's' to settle: cost is then actual - reserved),
+--       the penalty box (strikes, or 0 for none; within,
 --       ban, max ban in microseconds), then per limit: algorithm, limit,
 --       window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
@@ -66,6 +67,29 @@ local function consume(l)
   if l.alg == 2 then return log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
   if l.alg == 3 then return sw_consume(l.key, now, cost, l.limit, l.w) end
   return gcra_consume(l.key, now, cost, l.limit, l.t)
+end
+
+-- Settling (count_denied is 's'): cost is actual - reserved. Give back a
+-- negative one to every limit, charge a positive one whatever the limits
+-- say (up to each capacity), and report each limit's state.
+if ARGV[3] == 's' then
+  local reply = {}
+  for i, l in ipairs(limits) do
+    if cost < 0 then
+      if l.alg == 1 then fw_refund(l.key, now, -cost)
+      elseif l.alg == 2 then log_refund(l.key, l.sum, now, -cost, l.w)
+      elseif l.alg == 3 then sw_refund(l.key, now, -cost, l.w)
+      else gcra_refund(l.key, now, -cost, l.t) end
+    elseif cost > 0 then
+      consume(l)
+    end
+    local o = check(l, 0)
+    reply[3 * i - 2] = o[1]
+    reply[3 * i - 1] = o[2]
+    reply[3 * i] = o[3]
+  end
+  reply[3 * #limits + 1] = 0
+  return reply
 end
 
 -- A ban in force answers for every limit, which are not looked at.

@@ -20,3 +20,10 @@ local function fw_consume(key, now, cost, limit, w)
   local e, used = fw_current(key, now, w)
   write_state(key, now, e, math.min(used + cost, limit))
 end
+
+-- Give back units: they leave the count while its window lasts.
+local function fw_refund(key, now, units)
+  local e, used = read_state(key)
+  if e <= now then return end
+  write_state(key, now, e, math.max(used - units, 0))
+end

@@ -17,3 +17,9 @@ local function gcra_consume(key, now, cost, capacity, t)
   local in_use = math.max(tat - now, 0) + cost * t
   write_state(key, now, now + math.min(in_use, capacity * t), 0)
 end
+
+local function gcra_refund(key, now, units, t)
+  local tat = read_state(key)
+  local in_use = math.max(math.max(tat - now, 0) - units * t, 0)
+  write_state(key, now, now + in_use, 0)
+end

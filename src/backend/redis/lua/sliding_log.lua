@@ -88,3 +88,23 @@ local function log_consume(list, sum, now, cost, limit, w)
   end
   log_save(list, sum, now, w, used)
 end
+
+-- Give back units: they leave the newest entries.
+local function log_refund(list, sum, now, units, w)
+  local used = log_forget(list, sum, now, w)
+  while units > 0 do
+    local last = redis.call('LINDEX', list, -1)
+    if not last then break end
+    local at, c = log_entry(last)
+    local taken = math.min(units, c)
+    c = c - taken
+    used = used - taken
+    units = units - taken
+    if c == 0 then
+      redis.call('RPOP', list)
+    else
+      redis.call('LSET', list, -1, num(at) .. ' ' .. num(c))
+    end
+  end
+  log_save(list, sum, now, w, used)
+end
