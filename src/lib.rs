@@ -84,7 +84,7 @@ pub use live::Live;
 pub use middleware::{
     cost_fn, policy_fn, AccessLists, Cost, CostFn, Decided, HeaderStyle, KeyPolicies, LimitedFn,
     LimitedResponse, Offender, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer,
-    ResponseBody, ResponseFuture, RoutePolicies, TopOffenders,
+    ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, TopOffenders,
 };
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};

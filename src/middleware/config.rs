@@ -9,6 +9,7 @@ use super::observe::RouteLabels;
 use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
 use super::select::KeyPolicies;
+use super::settle::Settlement;
 use super::shaping::Shaping;
 use crate::backend::{FailureLog, OnBackendError};
 use crate::{Live, Micros};
@@ -39,6 +40,8 @@ pub(crate) struct Config {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter: Micros,
     pub(crate) shaping: Option<Shaping>,
+    /// Settles each counted request by its response.
+    pub(crate) settlement: Option<Settlement>,
     /// Every policy in shadow mode, whatever it says.
     pub(crate) shadow: bool,
     /// Quota headers on requests a shadow policy would have denied.

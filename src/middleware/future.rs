@@ -14,6 +14,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::config::Config;
 use super::observe::{Decided, Fate, Report};
+use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
@@ -59,6 +60,15 @@ pin_project! {
             call: S::Future,
             // The decision and policy to render headers from; none when unlimited.
             limited: Option<(Decision, Policy)>,
+            // What settling the request by its response takes, when the
+            // layer settles and the request was counted.
+            settling: Option<Box<Settling<B>>>,
+        },
+        Settle {
+            #[pin]
+            settle: B::Future,
+            response: Option<S::Response>,
+            limited: Option<(Decision, Policy)>,
         },
         Respond {
             response: Option<Response<Bytes>>,
@@ -82,6 +92,15 @@ struct Pending<S, ReqB, B> {
     backend: &'static str,
     /// Present when the layer shapes: what it takes to ask again.
     retry: Option<Box<Retry<B>>>,
+    /// Present when the layer settles requests by their responses.
+    settle_with: Option<B>,
+}
+
+/// What settling an admitted request by its response takes.
+struct Settling<B> {
+    backend: B,
+    key: Key,
+    reserved: u32,
 }
 
 struct Retry<B> {
@@ -118,6 +137,7 @@ where
             checked,
             backend: backend.name(),
             retry,
+            settle_with: config.settlement.is_some().then(|| backend.clone()),
         };
         Self {
             state: State::Check {
@@ -134,6 +154,7 @@ where
             state: State::Call {
                 call,
                 limited: None,
+                settling: None,
             },
             config,
             grpc: false,
@@ -193,6 +214,7 @@ where
                             this.state.set(State::Call {
                                 call,
                                 limited: None,
+                                settling: None,
                             });
                             continue;
                         }
@@ -231,8 +253,21 @@ where
                     };
                     p.req.extensions_mut().insert(decided);
                     let call = p.inner.call(p.req);
+                    // Only a request that was counted is settled.
+                    let settling = match (fate, p.settle_with) {
+                        (Fate::Allowed, Some(backend)) => Some(Box::new(Settling {
+                            backend,
+                            key: p.checked.key,
+                            reserved: p.checked.cost,
+                        })),
+                        _ => None,
+                    };
                     let limited = limited.then_some((decision, p.checked.policy));
-                    this.state.set(State::Call { call, limited });
+                    this.state.set(State::Call {
+                        call,
+                        limited,
+                        settling,
+                    });
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));
@@ -249,14 +284,62 @@ where
                         pending: Some(p),
                     });
                 }
-                StateProj::Call { call, limited } => {
+                StateProj::Call {
+                    call,
+                    limited,
+                    settling,
+                } => {
                     let mut response = ready!(call.poll(cx))?;
+                    let settle = settling.take().and_then(|s| {
+                        let settlement = this.config.settlement.as_ref()?;
+                        let actual =
+                            settlement.actual(&ResponseHead::from(&response), s.reserved)?;
+                        let (_, policy) = limited.as_ref()?;
+                        Some(s.backend.settle(&s.key, policy, s.reserved, actual))
+                    });
+                    if let Some(settle) = settle {
+                        let limited = limited.take();
+                        this.state.set(State::Settle {
+                            settle,
+                            response: Some(response),
+                            limited,
+                        });
+                        continue;
+                    }
                     if let Some((decision, policy)) = limited {
                         headers::write(
                             response.headers_mut(),
                             this.config.headers,
                             policy,
                             decision,
+                        );
+                    }
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                StateProj::Settle {
+                    settle,
+                    response,
+                    limited,
+                } => {
+                    let settled = ready!(settle.poll(cx));
+                    let mut response = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    if let Some((decision, policy)) = limited {
+                        // The state after settling; if that failed, the
+                        // reservation stands and the first decision is shown.
+                        let decision = match settled {
+                            Ok(settled) => settled,
+                            Err(error) => {
+                                this.config.failures.warn("keep", &error);
+                                *decision
+                            }
+                        };
+                        headers::write(
+                            response.headers_mut(),
+                            this.config.headers,
+                            policy,
+                            &decision,
                         );
                     }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));

@@ -13,6 +13,7 @@ use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
 use super::select::{KeyPolicies, PolicyResolver};
 use super::service::RateLimit;
+use super::settle::{ResponseHead, Settlement};
 use super::shaping::Shaping;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
@@ -176,6 +177,59 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     pub fn shape(mut self, max_wait: Duration, max_waiting: usize) -> Self {
         self.config_mut().shaping = Some(Shaping::new(max_wait, max_waiting));
         self
+    }
+
+    /// Settle each counted request by its response: `actual` reads the
+    /// response and says what the request really cost (`None`: what it
+    /// reserved), and the difference is given back or charged before the
+    /// response leaves, its quota headers showing the state after. See
+    /// [`count_if`](Self::count_if) for counting only some responses.
+    ///
+    /// Requests are still checked (and counted) at their [`cost`](Self::cost)
+    /// before the handler runs, so a spent budget refuses them before they
+    /// run and concurrent requests never overdraw it by more than they
+    /// reserved. A request whose response never comes (the client went away)
+    /// stays counted at what it reserved.
+    ///
+    /// ```
+    /// use tower_ratelimit::key::UserHeader;
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// // 1000 tokens a minute per user; each request reserves 100 and is
+    /// // charged what its `x-tokens-used` header says.
+    /// let tokens = RateLimitLayer::new("1000/min".parse::<Policy>().unwrap())
+    ///     .key(UserHeader::new("x-user-id"))
+    ///     .cost(100)
+    ///     .settle(|res| res.headers.get("x-tokens-used")?.to_str().ok()?.parse().ok());
+    /// ```
+    pub fn settle(
+        mut self,
+        actual: impl Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync + 'static,
+    ) -> Self {
+        self.config_mut().settlement = Some(Settlement::new(actual));
+        self
+    }
+
+    /// Count only requests whose response matches `counts` (a failed login:
+    /// `|res| res.status == 401`); the others are given back. The budget is
+    /// still checked before each request, so once it is spent every request
+    /// is refused before the handler runs — a correct password after too
+    /// many wrong ones included — until the window allows.
+    ///
+    /// ```
+    /// use tower_ratelimit::key::{ClientIp, UserHeader};
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// // 5 failed logins per 15 minutes per client IP and user.
+    /// let logins = RateLimitLayer::new("5/15min".parse::<Policy>().unwrap())
+    ///     .key((ClientIp::new(), UserHeader::new("x-login")))
+    ///     .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED);
+    /// ```
+    pub fn count_if(
+        self,
+        counts: impl Fn(&ResponseHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.settle(move |res| if counts(res) { None } else { Some(0) })
     }
 
     /// Shadow mode for every policy of this layer (a dry run): requests are

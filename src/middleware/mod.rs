@@ -8,7 +8,8 @@
 //! * `lists.rs` — [`AccessLists`]: allowed and denied clients, first of all;
 //! * `select.rs`, `cost.rs` — the policy (by route, by key: [`KeyPolicies`])
 //!   and the cost of a request;
-//! * `shaping.rs` — delaying instead of refusing;
+//! * `shaping.rs` — delaying instead of refusing; `settle.rs` — settling a
+//!   request by its response (count only failures, charge the actual cost);
 //! * `response.rs` — refusals (429, 400, 403, the backend-failure answer);
 //!   `grpc.rs` — the same as gRPC statuses for gRPC calls;
 //! * `headers.rs`, `rendered.rs` — quota headers, and the text rendered once
@@ -32,6 +33,7 @@ mod rendered;
 mod response;
 mod select;
 mod service;
+mod settle;
 mod shaping;
 
 pub use body::ResponseBody;
@@ -46,3 +48,4 @@ pub use offenders::{Offender, TopOffenders};
 pub use response::{LimitedFn, LimitedResponse};
 pub use select::{policy_fn, KeyPolicies, PolicyFn, PolicyResolver, RoutePolicies};
 pub use service::RateLimit;
+pub use settle::ResponseHead;

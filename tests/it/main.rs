@@ -30,6 +30,7 @@ mod policy;
 mod properties;
 mod quota;
 mod redis_backend;
+mod settle;
 mod shaping;
 #[allow(dead_code)]
 #[path = "../../examples/simulate.rs"]

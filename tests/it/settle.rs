@@ -1,0 +1,212 @@
+//! Settling by the response, on the memory backend and on Redis: failed
+//! logins counted alone, costs known after the response.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use tower::ServiceExt;
+use tower_ratelimit::backend::{Backend, MemoryBackend};
+use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::{Policy, RateLimitLayer};
+
+/// 200 with the right password (`x-password: demo`), else 401.
+async fn login(headers: HeaderMap) -> StatusCode {
+    match headers.get("x-password") {
+        Some(p) if p == "demo" => StatusCode::OK,
+        _ => StatusCode::UNAUTHORIZED,
+    }
+}
+
+/// Reports `x-tokens-used: <x-tokens>` after using them.
+async fn tokens(req: Request) -> impl IntoResponse {
+    let used = req
+        .headers()
+        .get("x-tokens")
+        .cloned()
+        .unwrap_or_else(|| "0".parse().unwrap());
+    ([("x-tokens-used", used)], "done")
+}
+
+async fn send(app: &Router, headers: &[(&str, &str)]) -> (u16, Option<String>, Option<String>) {
+    let mut req = Request::get("/").header("x-user-id", "alice");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    (
+        res.status().as_u16(),
+        header("x-ratelimit-remaining"),
+        header("retry-after"),
+    )
+}
+
+fn logins<B: Backend>(backend: B) -> Router {
+    let layer = RateLimitLayer::new("logins = 5/15min".parse::<Policy>().unwrap())
+        .key(UserHeader::new("x-user-id"))
+        .backend(backend)
+        .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
+    Router::new().route("/", get(login).layer(layer))
+}
+
+fn token_budget<B: Backend>(backend: B) -> Router {
+    let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
+        .key(UserHeader::new("x-user-id"))
+        .backend(backend)
+        .cost(100)
+        .settle(|res| {
+            res.headers
+                .get("x-tokens-used")?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()
+        });
+    Router::new().route("/", get(tokens).layer(layer))
+}
+
+async fn failed_logins_alone_count<B: Backend>(backend: B) {
+    let app = logins(backend);
+    let right = [("x-password", "demo")];
+    // Successes never count.
+    for _ in 0..10 {
+        assert_eq!(send(&app, &right).await.0, 200);
+    }
+    for _ in 0..5 {
+        assert_eq!(send(&app, &[("x-password", "guess")]).await.0, 401);
+    }
+    // The sixth attempt is refused before the handler runs, right password or not.
+    let (status, remaining, retry) = send(&app, &right).await;
+    assert_eq!((status, remaining.as_deref()), (429, Some("0")));
+    let retry: u64 = retry.unwrap().parse().unwrap();
+    assert!(retry > 60 && retry <= 15 * 60, "{retry}");
+}
+
+async fn costs_are_settled_after_the_response<B: Backend>(backend: B) {
+    let app = token_budget(backend);
+    // Each reserves 100 and is charged 50: the headers show the state after.
+    let (status, remaining, _) = send(&app, &[("x-tokens", "50")]).await;
+    assert_eq!((status, remaining.as_deref()), (200, Some("950")));
+    let mut admitted = 1;
+    while send(&app, &[("x-tokens", "50")]).await.0 == 200 {
+        admitted += 1;
+    }
+    // 19 × 50 = 950 leaves 50: too little for the next reservation of 100.
+    assert_eq!(admitted, 19);
+    // A request that used more than it reserved is charged all of it, up to
+    // the capacity.
+    charged_beyond_the_reservation(&app).await;
+}
+
+/// A heavy request after a light one: charged beyond its reservation.
+async fn charged_beyond_the_reservation(app: &Router) {
+    let req = |tokens: &str| {
+        Request::get("/")
+            .header("x-user-id", "bob")
+            .header("x-tokens", tokens)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let res = app.clone().oneshot(req("700")).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "300");
+    let res = app.clone().oneshot(req("5000")).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    assert_eq!(app.clone().oneshot(req("1")).await.unwrap().status(), 429);
+}
+
+#[tokio::test]
+async fn on_memory_failed_logins_alone_count() {
+    failed_logins_alone_count(MemoryBackend::new()).await;
+}
+
+#[tokio::test]
+async fn on_memory_costs_are_settled_after_the_response() {
+    costs_are_settled_after_the_response(MemoryBackend::new()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_failed_logins_alone_count_and_costs_are_settled() {
+    let server = crate::support::RedisServer::start();
+    let redis = tower_ratelimit::backend::RedisBackend::connect(&server.url())
+        .await
+        .unwrap();
+    failed_logins_alone_count(redis.clone()).await;
+    costs_are_settled_after_the_response(redis).await;
+}
+
+/// Concurrent requests reserve before they run: however many arrive at
+/// once, they never overdraw the budget; and a request whose response
+/// never comes keeps its reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservation() {
+    let slow = |req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokens(req).await
+    };
+    let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
+        .key(UserHeader::new("x-user-id"))
+        .cost(100)
+        .settle(|res| {
+            res.headers
+                .get("x-tokens-used")?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()
+        });
+    let app = Router::new().route("/", get(slow).layer(layer));
+    let mut all = Vec::new();
+    for _ in 0..25 {
+        let app = app.clone();
+        all.push(tokio::spawn(async move {
+            send(&app, &[("x-tokens", "10")]).await.0
+        }));
+    }
+    let mut statuses = Vec::new();
+    for task in all {
+        statuses.push(task.await.unwrap());
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        10,
+        "{statuses:?}"
+    );
+    // Those 10 were settled to 10 each: 900 back.
+    let (_, remaining, _) = send(&app, &[("x-tokens", "0")]).await;
+    assert_eq!(
+        remaining.as_deref(),
+        Some("900"),
+        "100 used by ten, then 0 by this one"
+    );
+
+    // A request dropped while its handler runs keeps its 100.
+    let req = Request::get("/")
+        .header("x-user-id", "carol")
+        .header("x-tokens", "1")
+        .body(Body::empty())
+        .unwrap();
+    let dropped = tokio::time::timeout(Duration::from_millis(50), app.clone().oneshot(req)).await;
+    assert!(dropped.is_err(), "cut off before the response");
+    let req = Request::get("/")
+        .header("x-user-id", "carol")
+        .header("x-tokens", "0")
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.headers()["x-ratelimit-remaining"], "900");
+}
