@@ -196,9 +196,11 @@ impl Shared {
                 pace.not_before = pace.not_before.max(resume);
                 if hint.remaining.is_none() && pace.learned.is_none() {
                     // Admitted so many in the span that ends when it may
-                    // send again: keep to that rate.
-                    let span = resume.saturating_duration_since(pace.counting_from);
-                    pace.learned = Some((pace.admitted.max(1), span.max(pause)));
+                    // send again: keep to that rate, with an eighth more
+                    // time for the trip to the server (its window opens
+                    // when a request arrives, not when it leaves).
+                    let span = resume.saturating_duration_since(pace.counting_from).max(pause);
+                    pace.learned = Some((pace.admitted.max(1), span + span / 8));
                     pace.remaining = None;
                 }
                 pace.admitted = 0;
