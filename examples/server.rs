@@ -33,6 +33,8 @@
 //! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401 |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
 //! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
+//! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
+//! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
 //! minute is banned for 5 minutes, doubling on repeat up to an hour.
@@ -73,8 +75,8 @@ use tower_ratelimit::key::{
     key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
 };
 use tower_ratelimit::{
-    policy_fn, AccessLists, Algorithm, Live, OnBackendError, PenaltyBox, Policy, Quota,
-    RateLimitLayer, RequestHead, TopOffenders,
+    policy_fn, AccessLists, Algorithm, Live, OnBackendError, PenaltyBox, Policy, PolicyResolver,
+    Quota, RateLimitLayer, RequestHead, TopOffenders,
 };
 
 /// What the environment configures.
@@ -385,21 +387,19 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     if config.admin_token.is_some() {
         app = app.route("/admin/limits/{*route}", put(replace_limits::<B>));
     }
-    for route in routes.iter() {
-        let (key, policy) = (route.key.clone(), route.policy.clone());
-        let on_error = match config.on_store_failure {
+    let common = Common {
+        backend: backend.clone(),
+        on_error: match config.on_store_failure {
             StoreFailure::Closed => OnBackendError::Deny,
             StoreFailure::Local | StoreFailure::Open => OnBackendError::Allow,
-        };
-        let mut limiter = RateLimitLayer::new(policy_fn(move |r| policy(r)))
-            .key(key_fn(move |r| key(r)))
-            .backend(backend.clone())
-            .on_backend_error(on_error)
-            .shadow(config.shadow)
-            .top_offenders(top.clone());
-        if let Some(lists) = &lists {
-            limiter = limiter.lists(lists.clone());
-        }
+        },
+        shadow: config.shadow,
+        top: top.clone(),
+        lists,
+    };
+    for route in routes.iter() {
+        let (key, policy) = (route.key.clone(), route.policy.clone());
+        let limiter = common.layer(key_fn(move |r| key(r)), policy_fn(move |r| policy(r)));
         let path = route.path;
         let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
         let handler = if path == "/api/key" {
@@ -409,6 +409,9 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         };
         app = app.route(path, handler);
     }
+    let app = app
+        .route("/api/login", login::route(config, &common))
+        .route("/api/tokens", tokens::route(config, &common));
     app.with_state(AppState {
         backend,
         routes,
@@ -416,6 +419,198 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         admin_token: config.admin_token.as_deref().map(Arc::from),
         algorithm: config.algorithm,
     })
+}
+
+/// What every limited route's layer shares.
+struct Common<B> {
+    backend: B,
+    on_error: OnBackendError,
+    shadow: bool,
+    top: TopOffenders,
+    lists: Option<AccessLists>,
+}
+
+impl<B: Backend> Common<B> {
+    /// A layer keyed by `key` with `policy`, on the shared backend, with
+    /// the failure rule, shadow mode, top offenders and lists.
+    fn layer<K: KeyExtractor, P: PolicyResolver>(
+        &self,
+        key: K,
+        policy: P,
+    ) -> RateLimitLayer<K, P, B> {
+        let layer = RateLimitLayer::new(policy)
+            .key(key)
+            .backend(self.backend.clone())
+            .on_backend_error(self.on_error)
+            .shadow(self.shadow)
+            .top_offenders(self.top.clone());
+        match &self.lists {
+            Some(lists) => layer.lists(lists.clone()),
+            None => layer,
+        }
+    }
+}
+
+/// `POST /api/login`: 5 failed logins per 15 minutes per client IP and
+/// user; successes never count.
+mod login {
+    use std::collections::HashMap;
+
+    use axum::body::{to_bytes, Body};
+    use axum::extract::{Form, Request};
+    use axum::http::StatusCode;
+    use axum::middleware::{self, Next};
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{post, MethodRouter};
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::key::{key_fn, Key, KeyError, KeyExtractor};
+    use tower_ratelimit::Policy;
+
+    use super::{client_ip, Common, Config};
+
+    /// The user a login form names, for the key.
+    #[derive(Clone)]
+    struct LoginUser(String);
+
+    /// Login forms are small; a larger body is refused before anything else.
+    const MAX_FORM: usize = 4 * 1024;
+
+    pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
+        config: &Config,
+        common: &Common<B>,
+    ) -> MethodRouter<S> {
+        let ip = client_ip(config);
+        let key = key_fn(move |r| {
+            let user = r
+                .extensions
+                .get::<LoginUser>()
+                .ok_or(KeyError::Missing("the form's user field"))?;
+            Ok(Key::composite(&[
+                ip.extract(r)?,
+                Key::new("login-user", &user.0),
+            ]))
+        });
+        let policy =
+            Policy::parse_with("logins = 5/15min", config.algorithm).expect("a valid demo policy");
+        let limiter = common
+            .layer(key, policy)
+            .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
+        post(login)
+            .layer(limiter)
+            .layer(middleware::from_fn(read_user))
+    }
+
+    /// Read the form's user (the key needs it) and hand the body on.
+    async fn read_user(req: Request, next: Next) -> Response {
+        let (mut parts, body) = req.into_parts();
+        let Ok(bytes) = to_bytes(body, MAX_FORM).await else {
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a login form is at most 4 KiB\n",
+            )
+                .into_response();
+        };
+        let user = form_fields(&bytes).remove("user").filter(|u| !u.is_empty());
+        if let Some(user) = user {
+            parts.extensions.insert(LoginUser(user));
+        }
+        next.run(Request::from_parts(parts, Body::from(bytes)))
+            .await
+    }
+
+    /// `a=1&b=2`, percent-decoded (`+` is a space).
+    fn form_fields(bytes: &[u8]) -> HashMap<String, String> {
+        let decode = |s: &str| -> String {
+            let s = s.replace('+', " ");
+            let bytes = s.as_bytes();
+            let mut out = Vec::with_capacity(bytes.len());
+            let mut i = 0;
+            while i < bytes.len() {
+                let hex = bytes
+                    .get(i + 1..i + 3)
+                    .and_then(|h| std::str::from_utf8(h).ok());
+                match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+                    (b'%', Some(b)) => {
+                        out.push(b);
+                        i += 3;
+                    }
+                    (b, _) => {
+                        out.push(b);
+                        i += 1;
+                    }
+                }
+            }
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        String::from_utf8_lossy(bytes)
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (decode(k), decode(v)))
+            .collect()
+    }
+
+    /// The password `demo` is right for every user.
+    async fn login(Form(form): Form<HashMap<String, String>>) -> Response {
+        let user = form.get("user").map_or("", String::as_str);
+        if form.get("password").map(String::as_str) == Some("demo") {
+            format!("welcome, {user}\n").into_response()
+        } else {
+            (StatusCode::UNAUTHORIZED, "wrong user name or password\n").into_response()
+        }
+    }
+}
+
+/// `GET /api/tokens?n=<k>`: 1000 tokens per minute per user; each request
+/// reserves 100 and is charged the `x-tokens-used` it reports.
+mod tokens {
+    use std::collections::HashMap;
+
+    use axum::extract::Query;
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{get, MethodRouter};
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::key::{KeyExtractor, UserHeader};
+    use tower_ratelimit::Policy;
+
+    use super::{client_ip, Common, Config};
+
+    pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
+        config: &Config,
+        common: &Common<B>,
+    ) -> MethodRouter<S> {
+        let user = UserHeader::new("x-user-id").or(client_ip(config));
+        let policy =
+            Policy::parse_with("tokens = 1000/min", config.algorithm).expect("a valid demo policy");
+        let limiter = common.layer(user, policy).cost(100).settle(|res| {
+            res.headers
+                .get("x-tokens-used")?
+                .to_str()
+                .ok()?
+                .parse()
+                .ok()
+        });
+        get(tokens).layer(limiter)
+    }
+
+    async fn tokens(Query(query): Query<HashMap<String, String>>) -> Response {
+        match query
+            .get("n")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| *n <= 10_000)
+        {
+            Some(n) => (
+                [("x-tokens-used", n.to_string())],
+                format!("used {n} tokens\n"),
+            )
+                .into_response(),
+            None => (
+                StatusCode::BAD_REQUEST,
+                "n must be a number of tokens from 0 to 10000\n",
+            )
+                .into_response(),
+        }
+    }
 }
 
 /// The process's Prometheus recorder, installed by the first app built
@@ -548,7 +743,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn index<B>(State(state): State<AppState<B>>) -> String {
-    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\n");
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\nPOST /api/login  form user=<name>&password=<pw> (demo is right): 5 failures per 15 min per IP and user\nGET /api/tokens?n=<k>  reports x-tokens-used: k; 1000 tokens/min per user, reserved 100, settled after\n");
     for route in state.routes.iter() {
         text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
     }

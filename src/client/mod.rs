@@ -199,7 +199,9 @@ impl Shared {
                     // send again: keep to that rate, with an eighth more
                     // time for the trip to the server (its window opens
                     // when a request arrives, not when it leaves).
-                    let span = resume.saturating_duration_since(pace.counting_from).max(pause);
+                    let span = resume
+                        .saturating_duration_since(pace.counting_from)
+                        .max(pause);
                     pace.learned = Some((pace.admitted.max(1), span + span / 8));
                     pace.remaining = None;
                 }

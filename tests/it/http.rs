@@ -397,3 +397,75 @@ async fn without_an_admin_token_the_admin_write_routes_do_not_exist() {
         429
     );
 }
+
+/// `POST /api/login`: only failures count — 5 per 15 minutes per client IP
+/// and user — and the sixth attempt is refused even with the right password.
+#[tokio::test]
+async fn failed_logins_are_limited_per_ip_and_user() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let login = |user: &'static str, password: &'static str| async move {
+        let body = format!("user={user}&password={password}");
+        send(addr, Method::POST, "/api/login", &form, &body).await
+    };
+    // Successes never count.
+    for _ in 0..8 {
+        let (status, _, body) = login("alice", "demo").await;
+        assert_eq!((status.as_u16(), body.as_str()), (200, "welcome, alice\n"));
+    }
+    for _ in 0..5 {
+        assert_eq!(login("alice", "wrong").await.0, 401);
+    }
+    let (status, headers, _) = login("alice", "demo").await;
+    assert_eq!(status, 429, "the right password, after five failures");
+    // Within two windows: the sliding window counter weighs the previous one.
+    let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry > 0 && retry <= 2 * 15 * 60, "{retry}");
+    // Another user from the same address is untouched; a form without a
+    // user has no key.
+    assert_eq!(login("bob", "demo").await.0, 200);
+    let (status, _, _) = send(addr, Method::POST, "/api/login", &form, "password=demo").await;
+    assert_eq!(status, 400);
+}
+
+/// `GET /api/tokens?n=<k>`: 1000 tokens a minute per user, each request
+/// settled to the tokens it reports.
+#[tokio::test]
+async fn token_budgets_are_settled_after_each_response() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let dana = [("x-user-id", "dana")];
+    let (status, headers, _) = get(addr, "/api/tokens?n=300", &dana).await;
+    assert_eq!(
+        (status.as_u16(), headers["x-tokens-used"].to_str().unwrap()),
+        (200, "300")
+    );
+    assert_eq!(
+        headers["x-ratelimit-remaining"], "700",
+        "settled before the response left"
+    );
+    for _ in 0..2 {
+        assert_eq!(get(addr, "/api/tokens?n=300", &dana).await.0, 200);
+    }
+    // 100 left: the next reservation (100) fits, and it is charged 300 → 0.
+    let (status, headers, _) = get(addr, "/api/tokens?n=300", &dana).await;
+    assert_eq!(
+        (
+            status.as_u16(),
+            headers["x-ratelimit-remaining"].to_str().unwrap()
+        ),
+        (200, "0")
+    );
+    assert_eq!(get(addr, "/api/tokens?n=1", &dana).await.0, 429);
+    assert_eq!(
+        get(addr, "/api/tokens?n=1", &[("x-user-id", "erin")])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        get(addr, "/api/tokens?n=10001", &[("x-user-id", "erin")])
+            .await
+            .0,
+        400
+    );
+}
