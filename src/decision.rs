@@ -207,6 +207,9 @@ pub struct Decision {
     decided_by: u8,
     capacity_exhausted: bool,
     banned: bool,
+    /// For an admission under a limit of requests in flight: when its
+    /// permit was taken, which names the permit.
+    permit: Option<Micros>,
     origin: Origin,
     /// Overrides the deciding outcome's verdict (a capacity denial, a ban).
     verdict: Option<Verdict>,
@@ -262,6 +265,7 @@ impl Decision {
             decided_by: 0,
             capacity_exhausted: false,
             banned: false,
+            permit: None,
             origin: Origin::Primary,
             verdict: None,
         }
@@ -409,6 +413,22 @@ impl Decision {
     /// keys, not by a limit.
     pub fn is_capacity_exhausted(&self) -> bool {
         self.capacity_exhausted
+    }
+
+    /// The permit an admission holds under the policy's limits of requests
+    /// in flight ([`Limit::concurrent`](crate::Limit::concurrent)), named by
+    /// when it was taken: give it back with
+    /// [`Backend::release`](crate::backend::Backend::release).
+    pub fn permit(&self) -> Option<Micros> {
+        self.permit
+    }
+
+    /// The same decision, holding the permit taken at `at`.
+    pub fn with_permit(self, at: Micros) -> Self {
+        Self {
+            permit: Some(at),
+            ..self
+        }
     }
 
     /// Whether the key is banned by the policy's [penalty box](crate::penalty):

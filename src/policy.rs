@@ -24,6 +24,9 @@ pub struct Limit {
     rule: Rule,
     /// Given a name by the user, rather than named after its quota.
     named: bool,
+    /// Counts requests in flight (see [`Limit::concurrent`]), not requests
+    /// made.
+    concurrent: bool,
     /// `name:algorithm:quota`, after the scope for an anonymous limit: what
     /// identifies this limit's state in a backend, the same in every process.
     identity: Box<str>,
@@ -50,6 +53,65 @@ impl Limit {
         Self::with_name(name, true, algorithm, quota)
     }
 
+    /// A limit of `permits` requests *in flight* at once (the IETF quota
+    /// unit `concurrent-requests`): a request holds a permit from its
+    /// admission until its response body has been sent or dropped. Each
+    /// permit is a lease of `lease`, renewed while the request lasts, so a
+    /// permit whose holder died (a crashed server, on Redis) comes back by
+    /// itself after at most `lease`.
+    ///
+    /// It can sit in a policy beside rate limits, all or nothing. A permit
+    /// is a sliding-log entry that leaves early when released, so the memory
+    /// and Redis backends keep it exactly as they keep a log.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_ratelimit::{Limit, Policy};
+    ///
+    /// let slow = Policy::builder()
+    ///     .with(Limit::concurrent("in-flight", 2, Duration::from_secs(30)).unwrap())
+    ///     .limit("rate", tower_ratelimit::Algorithm::Gcra, "10/s".parse().unwrap())
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(slow.limits()[0].is_concurrent());
+    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:2/30s");
+    /// ```
+    pub fn concurrent(
+        name: impl Into<Arc<str>>,
+        permits: u32,
+        lease: std::time::Duration,
+    ) -> Result<Self, PolicyError> {
+        let quota = Quota::new(permits, lease)?;
+        let limit = Self::new(name, Algorithm::SlidingLog, quota)?;
+        Ok(limit.with_kind(true))
+    }
+
+    /// The same limit, counting requests in flight (or not).
+    fn with_kind(self, concurrent: bool) -> Self {
+        let identity = identity_of(&self.name, self.kind_name(concurrent), self.quota);
+        Self {
+            id: hash(&identity),
+            identity: identity.into(),
+            concurrent,
+            ..self
+        }
+    }
+
+    /// What the identity calls this kind of limit: its algorithm, or
+    /// `concurrent`.
+    fn kind_name(&self, concurrent: bool) -> String {
+        if concurrent {
+            "concurrent".to_owned()
+        } else {
+            self.algorithm.to_string()
+        }
+    }
+
+    /// Whether the limit counts requests in flight ([`Limit::concurrent`]).
+    pub fn is_concurrent(&self) -> bool {
+        self.concurrent
+    }
+
     /// A limit named after its quota, whose state is kept apart by the scope
     /// it is used in (see the [`Policy`] docs).
     pub(crate) fn anonymous(algorithm: Algorithm, quota: Quota) -> Result<Self, PolicyError> {
@@ -68,12 +130,13 @@ impl Limit {
                 algorithm,
             });
         }
-        let identity = identity_of(&name, algorithm, quota);
+        let identity = identity_of(&name, algorithm.to_string(), quota);
         Ok(Self {
             rule: Rule::new(algorithm, quota),
             id: hash(&identity),
             identity: identity.into(),
             named,
+            concurrent: false,
             name,
             algorithm,
             quota,
@@ -118,7 +181,11 @@ impl Limit {
             identity.push(c);
         }
         identity.push('"');
-        identity.push_str(&identity_of(&self.name, self.algorithm, self.quota));
+        identity.push_str(&identity_of(
+            &self.name,
+            self.kind_name(self.concurrent),
+            self.quota,
+        ));
         Self {
             id: hash(&identity),
             identity: identity.into(),
@@ -432,6 +499,9 @@ impl Policy {
             if limits[..i].iter().any(|other| other.name == limit.name) {
                 return Err(PolicyError::DuplicateName(limit.name.to_string()));
             }
+            if limit.concurrent && settings.count_denied {
+                return Err(PolicyError::CountDeniedInFlight(limit.name.to_string()));
+            }
         }
         let penalty_identity = settings.penalty.map(|penalty| {
             let mut identity = format!("penalty:{}", penalty.describe());
@@ -486,6 +556,12 @@ impl PolicyBuilder {
     /// Add a limit named `name` enforcing `quota` with `algorithm`.
     pub fn limit(mut self, name: impl Into<Arc<str>>, algorithm: Algorithm, quota: Quota) -> Self {
         self.limits.push(Limit::new(name, algorithm, quota));
+        self
+    }
+
+    /// Add `limit` as it is (a [`Limit::concurrent`], say).
+    pub fn with(mut self, limit: Limit) -> Self {
+        self.limits.push(Ok(limit));
         self
     }
 
@@ -546,6 +622,9 @@ pub enum PolicyError {
     },
     /// A quota in the text was invalid.
     Quota(QuotaError),
+    /// Denied requests cannot count against a limit of requests in flight:
+    /// a refused request is never in flight.
+    CountDeniedInFlight(String),
 }
 
 impl fmt::Display for PolicyError {
@@ -568,6 +647,10 @@ impl fmt::Display for PolicyError {
                 "invalid limit {limit:?}: {algorithm} has no burst; use token-bucket, leaky-bucket or gcra"
             ),
             Self::Quota(e) => e.fmt(f),
+            Self::CountDeniedInFlight(limit) => write!(
+                f,
+                "invalid policy: it counts denied requests, but {limit:?} counts requests in flight, which a refused request never is"
+            ),
         }
     }
 }
@@ -588,8 +671,8 @@ impl From<QuotaError> for PolicyError {
 }
 
 /// A limit's identity outside any scope: `name:algorithm:quota`.
-fn identity_of(name: &str, algorithm: Algorithm, quota: Quota) -> String {
-    format!("{name}:{algorithm}:{quota}")
+fn identity_of(name: &str, kind: String, quota: Quota) -> String {
+    format!("{name}:{kind}:{quota}")
 }
 
 /// A hash of a limit's identity, for backends that key by number.

@@ -128,6 +128,30 @@ impl SlidingLog {
         )
     }
 
+    /// Take `units` out of the entry made at `at` (a permit of a limit of
+    /// requests in flight, given back): whether it was still there.
+    #[inline]
+    pub fn release(
+        &self,
+        state: &mut SlidingLogState,
+        now: Micros,
+        at: Micros,
+        units: u32,
+    ) -> bool {
+        state.forget_outside(now.as_u64(), self.window_us);
+        let at = at.as_u64();
+        let Some(i) = state.entries.iter().position(|e| e.at == at) else {
+            return false;
+        };
+        let taken = u64::from(units).min(state.entries[i].cost);
+        state.entries[i].cost -= taken;
+        state.used -= taken;
+        if state.entries[i].cost == 0 {
+            state.entries.remove(i);
+        }
+        true
+    }
+
     /// Give back `units` a request took: they leave the newest entries.
     #[inline]
     pub fn refund(&self, state: &mut SlidingLogState, now: Micros, units: u32) {

@@ -179,6 +179,14 @@ impl<B: Backend> Backend for Breaker<B> {
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         self.ask(|inner| inner.settle(key, policy, reserved, actual))
     }
+
+    fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(|inner| inner.release(key, policy, permit, cost))
+    }
+
+    fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(|inner| inner.renew(key, policy, permit, cost))
+    }
 }
 
 impl<B: Backend> Breaker<B> {

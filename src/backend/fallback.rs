@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 
 use super::{Backend, BackendError, FailureLog};
 use crate::key::Key;
-use crate::{Decision, Origin, Policy};
+use crate::{Decision, Micros, Origin, Policy};
 
 /// A backend that decides with a second one whenever the first fails; see
 /// [`Backend::or_fallback`].
@@ -70,6 +70,14 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         self.ask(key, policy, Op::Settle { reserved, actual })
     }
+
+    fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(key, policy, Op::Release { permit, cost })
+    }
+
+    fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(key, policy, Op::Renew { permit, cost })
+    }
 }
 
 impl<P: Backend, F: Backend> Fallback<P, F> {
@@ -98,6 +106,8 @@ impl<P: Backend, F: Backend> Fallback<P, F> {
 enum Op {
     Check(u32),
     Settle { reserved: u32, actual: u32 },
+    Release { permit: Micros, cost: u32 },
+    Renew { permit: Micros, cost: u32 },
 }
 
 impl Op {
@@ -105,6 +115,8 @@ impl Op {
         match self {
             Op::Check(cost) => backend.check(key, policy, cost),
             Op::Settle { reserved, actual } => backend.settle(key, policy, reserved, actual),
+            Op::Release { permit, cost } => backend.release(key, policy, permit, cost),
+            Op::Renew { permit, cost } => backend.renew(key, policy, permit, cost),
         }
     }
 }

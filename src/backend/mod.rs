@@ -46,7 +46,7 @@ mod redis;
 use std::future::Future;
 
 use crate::key::Key;
-use crate::{Decision, Policy};
+use crate::{Decision, Micros, Policy};
 
 pub use breaker::{Breaker, BreakerFuture};
 pub(crate) use error::FailureLog;
@@ -77,6 +77,29 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Redis backends settle exactly, in one atomic step.
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         self.check(key, policy, actual.saturating_sub(reserved))
+    }
+
+    /// Give back the `permit` an admission took (of `cost`) on each of
+    /// `policy`'s limits of requests in flight
+    /// ([`Limit::concurrent`](crate::Limit::concurrent)): the request is
+    /// over. Answers with each limit's state.
+    ///
+    /// The default gives nothing back: a backend of your own without it
+    /// gets each permit back when its lease ends.
+    fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        let _ = (permit, cost);
+        self.check(key, policy, 0)
+    }
+
+    /// Renew the `permit` an admission holds, for another lease: the
+    /// request is still under way. The answer holds the permit's new name
+    /// ([`Decision::permit`]), or none if the permit was lost (its lease
+    /// ended first).
+    ///
+    /// The default renews nothing.
+    fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        let _ = (permit, cost);
+        self.check(key, policy, 0)
     }
 
     /// A short name for the `backend` label of decision-latency metrics:

@@ -62,6 +62,7 @@ fn observed(d: &tower_ratelimit::Decision) -> impl PartialEq + std::fmt::Debug {
         d.is_allowed(),
         d.verdict(),
         d.is_banned(),
+        d.permit(),
         d.decided_by(),
         outcomes,
     )
@@ -136,6 +137,84 @@ proptest! {
                 let expected = memory.settle_at(&key, &policy, cost, used, later);
                 let actual = rt.block_on(redis.settle_at(&key, &policy, cost, used, later)).unwrap();
                 prop_assert_eq!(observed(&actual), observed(&expected), "settle {} of {} to {} under {:?}", i, cost, used, policy);
+            }
+        }
+    }
+}
+
+/// What a trace does with permits of requests in flight.
+#[derive(Clone, Debug)]
+enum PermitOp {
+    /// A request of this cost asks for a permit.
+    Acquire(u32),
+    /// The n-th permit held (modulo) is given back.
+    Release(usize),
+    /// The n-th permit held is renewed.
+    Renew(usize),
+}
+
+fn permit_op() -> impl Strategy<Value = PermitOp> {
+    prop_oneof![
+        (1u32..=3).prop_map(PermitOp::Acquire),
+        any::<usize>().prop_map(PermitOp::Release),
+        any::<usize>().prop_map(PermitOp::Renew),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Permits of requests in flight — taken all or nothing beside a rate
+    /// limit, given back, renewed, lost when their lease ends — mean the
+    /// same on both backends.
+    #[test]
+    fn permits_agree_too(
+        permits in 1u32..=4,
+        lease in prop_oneof![Just(1u64), Just(5)],
+        rate in prop::option::of(limit_strategy()),
+        trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..700_000, 0u64..3_000_000], permit_op()), 1..50),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let mut builder = Policy::builder()
+            .with(tower_ratelimit::Limit::concurrent("flight", permits, Duration::from_secs(lease)).unwrap());
+        if let Some((alg, limit, secs, _)) = rate {
+            builder = builder.limit("rate", Algorithm::ALL[alg], Quota::new(limit, Duration::from_secs(secs)).unwrap());
+        }
+        let policy = builder.build().unwrap();
+        let key = Key::new("user", "in-flight");
+        let mut held: Vec<(Micros, u32)> = Vec::new();
+        let mut now = start;
+        for (i, (gap, op)) in trace.iter().enumerate() {
+            now += gap;
+            let at = Micros::new(now);
+            let (expected, actual) = match *op {
+                PermitOp::Acquire(cost) => (
+                    memory.check_at(&key, &policy, cost, at),
+                    rt.block_on(redis.check_at(&key, &policy, cost, at)).unwrap(),
+                ),
+                PermitOp::Release(n) | PermitOp::Renew(n) if !held.is_empty() => {
+                    let renew = matches!(op, PermitOp::Renew(_));
+                    let (permit, cost) = held.remove(n % held.len());
+                    let expected = if renew {
+                        memory.renew_at(&key, &policy, permit, cost, at)
+                    } else {
+                        memory.release_at(&key, &policy, permit, cost, at)
+                    };
+                    let actual = rt.block_on(redis.permit_at(&key, &policy, permit, cost, renew, at)).unwrap();
+                    if let (true, Some(renewed)) = (renew, expected.permit()) {
+                        held.push((renewed, cost));
+                    }
+                    (expected, actual)
+                }
+                _ => continue,
+            };
+            prop_assert_eq!(observed(&actual), observed(&expected), "step {} ({:?}) at {} under {:?}", i, op, now, policy);
+            if let (PermitOp::Acquire(cost), Some(permit)) = (op, expected.permit()) {
+                held.push((permit, *cost));
             }
         }
     }

@@ -207,6 +207,34 @@ impl<C: Clock> MemoryBackend<C> {
         self.inner.store.settle(key, policy, reserved, actual, now)
     }
 
+    /// Give back a permit at `now`: see [`Backend::release`].
+    pub fn release_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        permit: Micros,
+        cost: u32,
+        now: Micros,
+    ) -> Decision {
+        self.inner
+            .store
+            .permit(key, policy, permit, cost, false, now)
+    }
+
+    /// Renew a permit at `now`: see [`Backend::renew`].
+    pub fn renew_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        permit: Micros,
+        cost: u32,
+        now: Micros,
+    ) -> Decision {
+        self.inner
+            .store
+            .permit(key, policy, permit, cost, true, now)
+    }
+
     /// States held (fixed-size states plus sliding logs).
     pub fn len(&self) -> usize {
         self.inner
@@ -303,6 +331,9 @@ impl Store {
                     }
                 }
                 committed = true;
+                if limits.iter().any(Limit::is_concurrent) {
+                    decision = decision.with_permit(now);
+                }
             }
         }
         if !decision.is_allowed() {
@@ -350,7 +381,9 @@ impl Store {
         let mut decision = Decision::empty();
         for limit in policy.limits() {
             let fp = fingerprint(base, limit.id());
-            if actual < reserved {
+            if limit.is_concurrent() {
+                // A permit is given back when the request ends, not settled.
+            } else if actual < reserved {
                 shard.refund(limit, fp, now, reserved - actual);
             } else if actual > reserved {
                 // Charged whatever the limit says, up to its capacity: the
@@ -363,6 +396,53 @@ impl Store {
             decision.push(shard.check(limit, fp, now, 0).0);
         }
         decision.decide();
+        decision
+    }
+
+    /// Give back (`renew`: false) or renew the permit taken at `permit` on
+    /// each limit of requests in flight.
+    fn permit(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        permit: Micros,
+        cost: u32,
+        renew: bool,
+        now: Micros,
+    ) -> Decision {
+        let shared;
+        let policy = match &self.share {
+            None => policy,
+            Some(share) => {
+                shared = share.of(policy);
+                &shared
+            }
+        };
+        let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
+        let mut shard = self.shard(base);
+        let mut decision = Decision::empty();
+        let mut held = true;
+        for limit in policy.limits() {
+            let fp = fingerprint(base, limit.id());
+            if let (true, Form::Log(log)) = (limit.is_concurrent(), limit.rule().form()) {
+                let slot = shard.logs.find(fp);
+                let found = slot.is_some_and(|i| {
+                    let timed = shard.logs.at_mut(i);
+                    let found = log.release(&mut timed.log, now, permit, cost);
+                    if found && renew {
+                        log.consume(&mut timed.log, now, cost);
+                    }
+                    timed.expires_at = timed.log.expires_at(log.window());
+                    found
+                });
+                held &= found;
+            }
+            decision.push(shard.check(limit, fp, now, 0).0);
+        }
+        decision.decide();
+        if renew && held {
+            decision = decision.with_permit(now);
+        }
         decision
     }
 
@@ -586,6 +666,16 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         let now = self.inner.clock.now();
         ready(Ok(self.settle_at(key, policy, reserved, actual, now)))
+    }
+
+    fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        let now = self.inner.clock.now();
+        ready(Ok(self.release_at(key, policy, permit, cost, now)))
+    }
+
+    fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        let now = self.inner.clock.now();
+        ready(Ok(self.renew_at(key, policy, permit, cost, now)))
     }
 }
 

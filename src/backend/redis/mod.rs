@@ -119,6 +119,25 @@ impl RedisBackend {
         self.decide(key, policy, ask, Some(now)).await
     }
 
+    /// Release (`renew`: false) or renew a permit as [`Backend::release`]
+    /// and [`Backend::renew`] do, at `now` (see [`check_at`](Self::check_at)).
+    pub async fn permit_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        permit: Micros,
+        cost: u32,
+        renew: bool,
+        now: Micros,
+    ) -> Result<Decision, BackendError> {
+        let ask = if renew {
+            Ask::Renew { permit, cost }
+        } else {
+            Ask::Release { permit, cost }
+        };
+        self.decide(key, policy, ask, Some(now)).await
+    }
+
     /// Denials remembered now (see
     /// [`cache_denials`](RedisBackendBuilder::cache_denials)).
     pub fn cached_denials(&self) -> usize {
@@ -145,6 +164,23 @@ impl RedisBackend {
         command.extend(keys);
         command.extend(args);
         command
+    }
+
+    /// `ask` as a boxed future, forgetting any denial remembered for the
+    /// key: a permit given back makes room.
+    fn ask(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        ask: Ask,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>> {
+        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+        Box::pin(async move {
+            if let Some(denials) = &this.denials {
+                denials.forget(&key, &policy);
+            }
+            this.decide(&key, &policy, ask, None).await
+        })
     }
 
     async fn decide(
@@ -202,6 +238,14 @@ impl Backend for RedisBackend {
             }
             Ok(decision)
         })
+    }
+
+    fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(key, policy, Ask::Release { permit, cost })
+    }
+
+    fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
+        self.ask(key, policy, Ask::Renew { permit, cost })
     }
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {

@@ -64,6 +64,10 @@ pub(super) enum Ask {
     Check(u32),
     /// Correct a request admitted at `reserved` to `actual`.
     Settle { reserved: u32, actual: u32 },
+    /// Give back the permit taken at `permit`, of `cost`.
+    Release { permit: Micros, cost: u32 },
+    /// Renew it.
+    Renew { permit: Micros, cost: u32 },
 }
 
 /// The script's keys and arguments for one decision.
@@ -81,6 +85,8 @@ pub(super) fn invocation(
             u8::from(policy.counts_denied()).to_string(),
         ),
         Ask::Settle { reserved, actual } => (i64::from(actual) - i64::from(reserved), "s".into()),
+        Ask::Release { permit, cost } => (i64::from(cost), format!("r{}", permit.as_u64())),
+        Ask::Renew { permit, cost } => (i64::from(cost), format!("n{}", permit.as_u64())),
     };
     let mut args = vec![
         now.map_or_else(String::new, |n| n.as_u64().to_string()),
@@ -104,6 +110,7 @@ pub(super) fn invocation(
         // The algorithm codes of check.lua.
         let (code, interval) = match limit.rule().form() {
             Form::Fixed(FixedRule::FixedWindow(_)) => (1, Micros::ZERO),
+            Form::Log(_) if limit.is_concurrent() => (5, Micros::ZERO),
             Form::Log(_) => (2, Micros::ZERO),
             Form::Fixed(FixedRule::SlidingWindow(_)) => (3, Micros::ZERO),
             Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval()),
@@ -137,15 +144,16 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
         ))),
     };
     let limits = policy.limits();
-    let Some((ban, items)) = items
-        .split_last()
-        .filter(|(_, i)| i.len() == 3 * limits.len())
+    let Some((items, [ban, permit])) = items
+        .split_last_chunk::<2>()
+        .filter(|(i, _)| i.len() == 3 * limits.len())
     else {
         return Err(BackendError::new(
             "the script answered for a different number of limits",
         ));
     };
     let ban = Micros::new(number(ban)?.max(0) as u64);
+    let permit = Micros::new(number(permit)?.max(0) as u64);
     // Inline, like the decision itself: no allocation per reply.
     let mut outcomes = [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS];
     for ((slot, limit), item) in outcomes.iter_mut().zip(limits).zip(items.chunks_exact(3)) {
@@ -162,6 +170,9 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
     let mut decision = Decision::from_outcomes(policy, outcomes).map_err(BackendError::new)?;
     if ban > Micros::ZERO {
         decision.ban(ban);
+    }
+    if permit > Micros::ZERO {
+        decision = decision.with_permit(permit);
     }
     Ok(decision)
 }

@@ -9,7 +9,7 @@
 --       window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
 -- Reply: per limit, {retry, remaining, reset} (see common.lua), then the
--- ban in force in microseconds (0: none). All limits
+-- ban in force in microseconds (0: none), then the permit taken (0: none). All limits
 -- allow, and the request is counted in all; or it is counted in none
 -- (unless denied requests count). Mirrors backend/memory: Store::check.
 
@@ -45,6 +45,10 @@ while ARGV[a] do
     t = tonumber(ARGV[a + 3]),
     key = KEYS[k],
   }
+  -- 5: requests in flight, kept as a sliding log whose permits leave
+  -- early when released.
+  l.concurrent = l.alg == 5
+  if l.concurrent then l.alg = 2 end
   if l.alg == 2 then
     l.sum = KEYS[k + 1]
     k = k + 2
@@ -69,13 +73,43 @@ local function consume(l)
   return gcra_consume(l.key, now, cost, l.limit, l.t)
 end
 
+-- Releasing ('r') or renewing ('n') the permit named after it, of cost, on
+-- each limit of requests in flight; then each limit's state, and the
+-- renewed permit (0 if it was lost).
+local mode = string.sub(ARGV[3], 1, 1)
+if mode == 'r' or mode == 'n' then
+  local permit = tonumber(string.sub(ARGV[3], 2))
+  local held = true
+  local reply = {}
+  for i, l in ipairs(limits) do
+    if l.concurrent then
+      local found = log_release(l.key, l.sum, now, permit, cost, l.w)
+      if found and mode == 'n' then log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
+      held = held and found
+    end
+    local o = check(l, 0)
+    reply[3 * i - 2] = o[1]
+    reply[3 * i - 1] = o[2]
+    reply[3 * i] = o[3]
+  end
+  reply[3 * #limits + 1] = 0
+  if mode == 'n' and held then
+    reply[3 * #limits + 2] = now
+  else
+    reply[3 * #limits + 2] = 0
+  end
+  return reply
+end
+
 -- Settling (count_denied is 's'): cost is actual - reserved. Give back a
 -- negative one to every limit, charge a positive one whatever the limits
 -- say (up to each capacity), and report each limit's state.
 if ARGV[3] == 's' then
   local reply = {}
   for i, l in ipairs(limits) do
-    if cost < 0 then
+    if l.concurrent then
+      -- A permit is given back when the request ends, not settled.
+    elseif cost < 0 then
       if l.alg == 1 then fw_refund(l.key, now, -cost)
       elseif l.alg == 2 then log_refund(l.key, l.sum, now, -cost, l.w)
       elseif l.alg == 3 then sw_refund(l.key, now, -cost, l.w)
@@ -89,6 +123,7 @@ if ARGV[3] == 's' then
     reply[3 * i] = o[3]
   end
   reply[3 * #limits + 1] = 0
+  reply[3 * #limits + 2] = 0
   return reply
 end
 
@@ -103,6 +138,7 @@ if penalty then
       reply[3 * i] = until_ - now
     end
     reply[3 * #limits + 1] = until_ - now
+    reply[3 * #limits + 2] = 0
     return reply
   end
 end
@@ -136,8 +172,18 @@ if penalty and cost > 0 and not all_allowed then
   ban = strike(penalty.strikes_key, penalty.bans_key, now, penalty)
 end
 
+-- An admission under a limit of requests in flight holds a permit, named
+-- by now.
+local permit = 0
+if commit and all_allowed then
+  for _, l in ipairs(limits) do
+    if l.concurrent then permit = now end
+  end
+end
+
 local reply = {}
 reply[3 * #limits + 1] = ban
+reply[3 * #limits + 2] = permit
 for i, o in ipairs(outcomes) do
   reply[3 * i - 2] = o[1]
   reply[3 * i - 1] = o[2]

@@ -108,3 +108,26 @@ local function log_refund(list, sum, now, units, w)
   end
   log_save(list, sum, now, w, used)
 end
+
+-- Take units out of the entry made at `at` (a permit given back): whether
+-- it was still there.
+local function log_release(list, sum, now, at, units, w)
+  local used = log_forget(list, sum, now, w)
+  local found = false
+  for i, s in ipairs(redis.call('LRANGE', list, 0, -1)) do
+    local entry_at, c = log_entry(s)
+    if entry_at == at then
+      local taken = math.min(units, c)
+      used = used - taken
+      if c == taken then
+        redis.call('LREM', list, 1, s)
+      else
+        redis.call('LSET', list, i - 1, num(entry_at) .. ' ' .. num(c - taken))
+      end
+      found = true
+      break
+    end
+  end
+  log_save(list, sum, now, w, used)
+  return found
+end
