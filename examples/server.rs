@@ -34,6 +34,7 @@
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
 //! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
+//! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
@@ -411,7 +412,8 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     }
     let app = app
         .route("/api/login", login::route(config, &common))
-        .route("/api/tokens", tokens::route(config, &common));
+        .route("/api/tokens", tokens::route(config, &common))
+        .route("/api/slow", slow::route(config, &common));
     app.with_state(AppState {
         backend,
         routes,
@@ -613,6 +615,62 @@ mod tokens {
     }
 }
 
+/// `GET /api/slow?ms=<n>`: a body streamed over n ms (n ≤ 10000); at most 2
+/// in flight per user, each holding its permit until its body is sent.
+mod slow {
+    use std::collections::HashMap;
+    use std::convert::Infallible;
+    use std::time::Duration;
+
+    use axum::body::{Body, Bytes};
+    use axum::extract::Query;
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Response};
+    use axum::routing::{get, MethodRouter};
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::key::{KeyExtractor, UserHeader};
+    use tower_ratelimit::{Limit, Policy};
+
+    use super::{client_ip, Common, Config};
+
+    /// Chunks of a slow body.
+    const CHUNKS: u64 = 10;
+
+    pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
+        config: &Config,
+        common: &Common<B>,
+    ) -> MethodRouter<S> {
+        let user = UserHeader::new("x-user-id").or(client_ip(config));
+        // Leased for 15 s, renewed every 7.5 s while a body streams.
+        let in_flight = Limit::concurrent("slow", 2, Duration::from_secs(15))
+            .and_then(|limit| Policy::builder().with(limit).build())
+            .expect("a valid demo policy");
+        get(slow).layer(common.layer(user, in_flight))
+    }
+
+    async fn slow(Query(query): Query<HashMap<String, String>>) -> Response {
+        let Some(ms) = query
+            .get("ms")
+            .and_then(|n| n.parse::<u64>().ok())
+            .filter(|n| *n <= 10_000)
+        else {
+            return (StatusCode::BAD_REQUEST, "ms must be from 0 to 10000\n").into_response();
+        };
+        let pause = Duration::from_millis(ms / CHUNKS);
+        let chunks = futures_util::stream::unfold(0, move |i| async move {
+            if i == CHUNKS {
+                return None;
+            }
+            tokio::time::sleep(pause).await;
+            Some((
+                Ok::<_, Infallible>(Bytes::from(format!("chunk {i}\n"))),
+                i + 1,
+            ))
+        });
+        Body::from_stream(chunks).into_response()
+    }
+}
+
 /// The process's Prometheus recorder, installed by the first app built
 /// (`None` if another recorder was installed first).
 fn prometheus() -> Option<&'static PrometheusHandle> {
@@ -743,7 +801,7 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn index<B>(State(state): State<AppState<B>>) -> String {
-    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\nPOST /api/login  form user=<name>&password=<pw> (demo is right): 5 failures per 15 min per IP and user\nGET /api/tokens?n=<k>  reports x-tokens-used: k; 1000 tokens/min per user, reserved 100, settled after\n");
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\nPOST /api/login  form user=<name>&password=<pw> (demo is right): 5 failures per 15 min per IP and user\nGET /api/tokens?n=<k>  reports x-tokens-used: k; 1000 tokens/min per user, reserved 100, settled after\nGET /api/slow?ms=<n>  a body streamed over n ms; at most 2 in flight per user\n");
     for route in state.routes.iter() {
         text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
     }

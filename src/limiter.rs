@@ -15,10 +15,11 @@
 //! assert!(limiter.check(&connection, 1).await.is_allowed());
 //! let third = limiter.check(&connection, 1).await;
 //! assert!(!third.is_allowed());
-//! assert!(third.retry_after().unwrap() <= Duration::from_secs(1));
+//! // The default algorithm, a sliding window, frees room within two windows.
+//! assert!(third.retry_after().unwrap() <= Duration::from_secs(2));
 //!
-//! // Or wait until it fits, for at most a second.
-//! assert!(limiter.until_ready(&connection, 1, Duration::from_secs(1)).await.is_allowed());
+//! // Or wait until it fits, for at most two seconds.
+//! assert!(limiter.until_ready(&connection, 1, Duration::from_secs(2)).await.is_allowed());
 //! # }
 //! ```
 //!

@@ -7,12 +7,17 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::permit::Held;
+
 pin_project! {
     /// The body of a response from [`RateLimit`](crate::RateLimit): the inner
     /// service's body, or the limiter's own (a 429, a rejected key).
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // A permit of a limit of requests in flight, given back when the
+        // body ends or is dropped.
+        permit: Option<Held>,
     }
 }
 
@@ -25,9 +30,11 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
+    /// The inner body, holding `permit` until it ends or is dropped.
+    pub(crate) fn holding(body: B, permit: Option<Held>) -> Self {
         Self {
             kind: Kind::Inner { body },
+            permit,
         }
     }
 
@@ -35,6 +42,7 @@ impl<B> ResponseBody<B> {
         let data = (!data.is_empty()).then_some(data);
         Self {
             kind: Kind::Limiter { data },
+            permit: None,
         }
     }
 
@@ -52,10 +60,16 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match self.project().kind.project() {
+        let this = self.project();
+        let frame = match this.kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Limiter { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        };
+        if let Poll::Ready(None) = frame {
+            // Sent completely: the request is over.
+            this.permit.take();
         }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

@@ -14,6 +14,7 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::config::Config;
 use super::observe::{Decided, Fate, Report};
+use super::permit::{self, Held};
 use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::{grpc, headers, observe, response};
@@ -63,12 +64,15 @@ pin_project! {
             // What settling the request by its response takes, when the
             // layer settles and the request was counted.
             settling: Option<Box<Settling<B>>>,
+            // A permit of a limit of requests in flight, for the body.
+            permit: Option<Held>,
         },
         Settle {
             #[pin]
             settle: B::Future,
             response: Option<S::Response>,
             limited: Option<(Decision, Policy)>,
+            permit: Option<Held>,
         },
         Respond {
             response: Option<Response<Bytes>>,
@@ -94,6 +98,8 @@ struct Pending<S, ReqB, B> {
     retry: Option<Box<Retry<B>>>,
     /// Present when the layer settles requests by their responses.
     settle_with: Option<B>,
+    /// Present when the policy has limits of requests in flight.
+    permit_with: Option<B>,
 }
 
 /// What settling an admitted request by its response takes.
@@ -123,6 +129,7 @@ where
         config: Arc<Config>,
     ) -> Self {
         let grpc = grpc::is_grpc(req.headers());
+        let in_flight = checked.policy.limits().iter().any(|l| l.is_concurrent());
         let check = backend.check(&checked.key, &checked.policy, checked.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
@@ -138,6 +145,7 @@ where
             backend: backend.name(),
             retry,
             settle_with: config.settlement.is_some().then(|| backend.clone()),
+            permit_with: in_flight.then(|| backend.clone()),
         };
         Self {
             state: State::Check {
@@ -155,6 +163,7 @@ where
                 call,
                 limited: None,
                 settling: None,
+                permit: None,
             },
             config,
             grpc: false,
@@ -215,6 +224,7 @@ where
                                 call,
                                 limited: None,
                                 settling: None,
+                                permit: None,
                             });
                             continue;
                         }
@@ -252,6 +262,18 @@ where
                         }
                     };
                     p.req.extensions_mut().insert(decided);
+                    // Held from before the call, so that a call that fails
+                    // or is dropped gives it back too.
+                    let permit = match (fate, decision.permit(), &p.permit_with) {
+                        (Fate::Allowed, Some(name), Some(backend)) => Some(permit::hold(
+                            backend,
+                            &p.checked.key,
+                            &p.checked.policy,
+                            p.checked.cost,
+                            name,
+                        )),
+                        _ => None,
+                    };
                     let call = p.inner.call(p.req);
                     // Only a request that was counted is settled.
                     let settling = match (fate, p.settle_with) {
@@ -267,6 +289,7 @@ where
                         call,
                         limited,
                         settling,
+                        permit,
                     });
                 }
                 StateProj::Wait { sleep, pending } => {
@@ -288,6 +311,7 @@ where
                     call,
                     limited,
                     settling,
+                    permit,
                 } => {
                     let mut response = ready!(call.poll(cx))?;
                     let settle = settling.take().and_then(|s| {
@@ -298,11 +322,12 @@ where
                         Some(s.backend.settle(&s.key, policy, s.reserved, actual))
                     });
                     if let Some(settle) = settle {
-                        let limited = limited.take();
+                        let (limited, permit) = (limited.take(), permit.take());
                         this.state.set(State::Settle {
                             settle,
                             response: Some(response),
                             limited,
+                            permit,
                         });
                         continue;
                     }
@@ -314,12 +339,14 @@ where
                             decision,
                         );
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    let permit = permit.take();
+                    return Poll::Ready(Ok(response.map(|b| ResponseBody::holding(b, permit))));
                 }
                 StateProj::Settle {
                     settle,
                     response,
                     limited,
+                    permit,
                 } => {
                     let settled = ready!(settle.poll(cx));
                     let mut response = response
@@ -342,7 +369,8 @@ where
                             &decision,
                         );
                     }
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    let permit = permit.take();
+                    return Poll::Ready(Ok(response.map(|b| ResponseBody::holding(b, permit))));
                 }
                 StateProj::Respond { response } => {
                     let response = response

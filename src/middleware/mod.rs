@@ -14,7 +14,8 @@
 //!   `grpc.rs` — the same as gRPC statuses for gRPC calls;
 //! * `headers.rs`, `rendered.rs` — quota headers, and the text rendered once
 //!   per policy;
-//! * `body.rs` — [`ResponseBody`];
+//! * `body.rs` — [`ResponseBody`]; `permit.rs` — a permit of a limit of
+//!   requests in flight, held until the body ends (renewed meanwhile);
 //! * `observe.rs` — metrics and logs; `offenders.rs` — [`TopOffenders`].
 
 mod body;
@@ -29,6 +30,7 @@ mod lists;
 mod meters;
 mod observe;
 mod offenders;
+mod permit;
 mod rendered;
 mod response;
 mod select;

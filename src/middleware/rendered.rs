@@ -39,8 +39,13 @@ impl Rendered {
             // structured-field strings as they are.
             push_str(&mut field, &["\"", limit.name(), "\";q="]);
             push_u64(&mut field, u64::from(limit.capacity()));
-            field.extend_from_slice(b";w=");
-            push_u64(&mut field, limit.quota().window_micros().as_secs_ceil());
+            if limit.is_concurrent() {
+                // Requests in flight have no window; their unit says so.
+                field.extend_from_slice(br#";qu="concurrent-requests""#);
+            } else {
+                field.extend_from_slice(b";w=");
+                push_u64(&mut field, limit.quota().window_micros().as_secs_ceil());
+            }
         }
         let members = |limit: &Limit| {
             let mut body = br#""limit":"#.to_vec();

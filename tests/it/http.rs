@@ -469,3 +469,68 @@ async fn token_budgets_are_settled_after_each_response() {
         400
     );
 }
+
+/// `GET /api/slow`: at most 2 in flight per user, each until its body has
+/// been sent — or dropped by a client that went away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_requests_are_limited_in_flight_until_their_bodies_end() {
+    use std::time::{Duration, Instant};
+
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let frank = [("x-user-id", "frank")];
+    let slow = |ms: u64| {
+        tokio::spawn(async move {
+            get(
+                addr,
+                &format!("/api/slow?ms={ms}"),
+                &[("x-user-id", "frank")],
+            )
+            .await
+        })
+    };
+    let (a, b) = (slow(800), slow(800));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let (status, headers, _) = get(addr, "/api/slow?ms=0", &frank).await;
+    assert_eq!(status, 429, "a third while two stream");
+    assert!(started.elapsed() < Duration::from_millis(150), "at once");
+    assert_eq!(
+        headers["ratelimit-policy"],
+        r#""slow";q=2;qu="concurrent-requests""#
+    );
+    assert_eq!(
+        get(addr, "/api/slow?ms=0", &[("x-user-id", "grace")])
+            .await
+            .0,
+        200
+    );
+    for stream in [a, b] {
+        let (status, _, body) = stream.await.unwrap();
+        assert_eq!((status.as_u16(), body.lines().count()), (200, 10));
+    }
+    // Both bodies sent: both permits back.
+    assert_eq!(
+        statuses(addr, "/api/slow?ms=0", &frank, 2).await,
+        [200, 200]
+    );
+
+    // A client that reads the headers and goes away gives its permit back
+    // once the server sees it gone (at the next chunk).
+    for _ in 0..2 {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        let conn = tokio::spawn(conn);
+        let req = http::Request::get("/api/slow?ms=2000")
+            .header("host", addr.to_string())
+            .header("x-user-id", "frank")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+        conn.abort();
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(get(addr, "/api/slow?ms=0", &frank).await.0, 200);
+}

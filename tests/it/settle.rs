@@ -210,3 +210,97 @@ async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservat
     let res = app.clone().oneshot(req).await.unwrap();
     assert_eq!(res.headers()["x-ratelimit-remaining"], "900");
 }
+
+/// On Redis, a permit whose holder never gives it back (a server that
+/// died) comes back when its lease ends; one given back comes back at once.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_permits_of_a_dead_holder_end_with_their_lease() {
+    use tower_ratelimit::backend::RedisBackend;
+    use tower_ratelimit::key::Key;
+    use tower_ratelimit::Limit;
+
+    let server = crate::support::RedisServer::start();
+    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let policy = Policy::builder()
+        .with(Limit::concurrent("flight", 1, Duration::from_secs(1)).unwrap())
+        .build()
+        .unwrap();
+    let key = Key::new("user", "crashy");
+    let first = redis.check(&key, &policy, 1).await.unwrap();
+    let permit = first.permit().expect("an admission holds a permit");
+    assert!(!redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+    // Renewed: still held.
+    let renewed = redis.renew(&key, &policy, permit, 1).await.unwrap();
+    assert!(renewed.permit().is_some());
+    assert!(!redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+    // Its holder dies: nobody renews or releases; the lease ends.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let after = redis.check(&key, &policy, 1).await.unwrap();
+    assert!(after.is_allowed());
+    redis
+        .release(&key, &policy, after.permit().unwrap(), 1)
+        .await
+        .unwrap();
+    assert!(redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+}
+
+/// Through the layer on Redis: a streaming response holds its permit
+/// until its body ends.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
+    use http_body_util::BodyExt;
+    use tower_ratelimit::backend::RedisBackend;
+    use tower_ratelimit::Limit;
+
+    let server = crate::support::RedisServer::start();
+    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let policy = Policy::builder()
+        .with(Limit::concurrent("flight", 1, Duration::from_secs(10)).unwrap())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy)
+        .key(UserHeader::new("x-user-id"))
+        .backend(redis);
+    let streaming = || async {
+        let chunks = futures_util::stream::unfold(0, |i| async move {
+            if i == 3 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x")),
+                i + 1,
+            ))
+        });
+        Body::from_stream(chunks)
+    };
+    let app = Router::new().route("/", get(streaming).layer(layer));
+    let first = app
+        .clone()
+        .oneshot(
+            Request::get("/")
+                .header("x-user-id", "alice")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.status(), 200);
+    // The handler has returned, the body not yet: still in flight.
+    let second = send(&app, &[]).await;
+    assert_eq!(second.0, 429);
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "xxx");
+    // The permit goes back on a task (a Redis round trip): soon after.
+    let mut status = 0;
+    for _ in 0..50 {
+        status = send(&app, &[]).await.0;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, 200);
+}
