@@ -304,3 +304,44 @@ async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
     }
     assert_eq!(status, 200);
 }
+
+/// A response that outlasts its permit's lease keeps the permit: it is
+/// renewed every half lease while the body streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
+    use http_body_util::BodyExt;
+    use tower_ratelimit::Limit;
+
+    let policy = Policy::builder()
+        .with(Limit::concurrent("flight", 1, Duration::from_millis(400)).unwrap())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy).key(UserHeader::new("x-user-id"));
+    let streaming = || async {
+        let chunks = futures_util::stream::unfold(0, |i| async move {
+            if i == 4 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x")),
+                i + 1,
+            ))
+        });
+        Body::from_stream(chunks)
+    };
+    let app = Router::new().route("/", get(streaming).layer(layer));
+    let req = || {
+        Request::get("/")
+            .header("x-user-id", "alice")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(req()).await.unwrap();
+    let reading = tokio::spawn(first.into_body().collect());
+    // Past two leases (800 ms) into the 1 s body: still held.
+    tokio::time::sleep(Duration::from_millis(850)).await;
+    assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 429);
+    assert_eq!(reading.await.unwrap().unwrap().to_bytes(), "xxxx");
+    assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 200);
+}
