@@ -60,7 +60,8 @@ async fn a_limited_call_is_resource_exhausted_with_a_retry_hint() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!((1_000..=60_000).contains(&pushback), "{pushback}");
+    // Within two windows: the default sliding window weighs the previous one.
+    assert!((1_000..=120_000).contains(&pushback), "{pushback}");
     assert_eq!(
         limited.metadata().get("x-ratelimit-remaining").unwrap(),
         "0"
