@@ -92,7 +92,8 @@ async fn failed_logins_alone_count<B: Backend>(backend: B) {
     let (status, remaining, retry) = send(&app, &right).await;
     assert_eq!((status, remaining.as_deref()), (429, Some("0")));
     let retry: u64 = retry.unwrap().parse().unwrap();
-    assert!(retry > 60 && retry <= 15 * 60, "{retry}");
+    // Within two windows of the sliding window counter.
+    assert!(retry > 60 && retry <= 2 * 15 * 60, "{retry}");
 }
 
 async fn costs_are_settled_after_the_response<B: Backend>(backend: B) {
