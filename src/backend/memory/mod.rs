@@ -368,19 +368,7 @@ impl Store {
         actual: u32,
         now: Micros,
     ) -> Decision {
-        let shared;
-        let policy = match &self.share {
-            None => policy,
-            Some(share) => {
-                shared = share.of(policy);
-                &shared
-            }
-        };
-        let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
-        let mut shard = self.shard(base);
-        let mut decision = Decision::empty();
-        for limit in policy.limits() {
-            let fp = fingerprint(base, limit.id());
+        self.after_each(key, policy, now, |shard, limit, fp| {
             if limit.is_concurrent() {
                 // A permit is given back when the request ends, not settled.
             } else if actual < reserved {
@@ -393,10 +381,7 @@ impl Store {
                     None => shard.consume_new(limit, fp, now, actual - reserved),
                 }
             }
-            decision.push(shard.check(limit, fp, now, 0).0);
-        }
-        decision.decide();
-        decision
+        })
     }
 
     /// Give back (`renew`: false) or renew the permit taken at `permit` on
@@ -410,6 +395,38 @@ impl Store {
         renew: bool,
         now: Micros,
     ) -> Decision {
+        let mut held = true;
+        let decision = self.after_each(key, policy, now, |shard, limit, fp| {
+            let (true, Form::Log(log)) = (limit.is_concurrent(), limit.rule().form()) else {
+                return;
+            };
+            let found = shard.logs.find(fp).is_some_and(|i| {
+                let timed = shard.logs.at_mut(i);
+                let found = log.release(&mut timed.log, now, permit, cost);
+                if found && renew {
+                    log.consume(&mut timed.log, now, cost);
+                }
+                timed.expires_at = timed.log.expires_at(log.window());
+                found
+            });
+            held &= found;
+        });
+        if renew && held {
+            decision.with_permit(now)
+        } else {
+            decision
+        }
+    }
+
+    /// Run `change` on each limit's state of `key` under one lock, then
+    /// report what each limit holds.
+    fn after_each(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        now: Micros,
+        mut change: impl FnMut(&mut Shard, &Limit, u64),
+    ) -> Decision {
         let shared;
         let policy = match &self.share {
             None => policy,
@@ -421,28 +438,12 @@ impl Store {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let mut shard = self.shard(base);
         let mut decision = Decision::empty();
-        let mut held = true;
         for limit in policy.limits() {
             let fp = fingerprint(base, limit.id());
-            if let (true, Form::Log(log)) = (limit.is_concurrent(), limit.rule().form()) {
-                let slot = shard.logs.find(fp);
-                let found = slot.is_some_and(|i| {
-                    let timed = shard.logs.at_mut(i);
-                    let found = log.release(&mut timed.log, now, permit, cost);
-                    if found && renew {
-                        log.consume(&mut timed.log, now, cost);
-                    }
-                    timed.expires_at = timed.log.expires_at(log.window());
-                    found
-                });
-                held &= found;
-            }
+            change(&mut shard, limit, fp);
             decision.push(shard.check(limit, fp, now, 0).0);
         }
         decision.decide();
-        if renew && held {
-            decision = decision.with_permit(now);
-        }
         decision
     }
 
