@@ -264,19 +264,7 @@ async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
     let layer = RateLimitLayer::new(policy)
         .key(UserHeader::new("x-user-id"))
         .backend(redis);
-    let streaming = || async {
-        let chunks = futures_util::stream::unfold(0, |i| async move {
-            if i == 3 {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Some((
-                Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x")),
-                i + 1,
-            ))
-        });
-        Body::from_stream(chunks)
-    };
+    let streaming = || async { streamed(3, Duration::from_millis(100)) };
     let app = Router::new().route("/", get(streaming).layer(layer));
     let first = app
         .clone()
@@ -318,19 +306,7 @@ async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
         .build()
         .unwrap();
     let layer = RateLimitLayer::new(policy).key(UserHeader::new("x-user-id"));
-    let streaming = || async {
-        let chunks = futures_util::stream::unfold(0, |i| async move {
-            if i == 4 {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            Some((
-                Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x")),
-                i + 1,
-            ))
-        });
-        Body::from_stream(chunks)
-    };
+    let streaming = || async { streamed(4, Duration::from_millis(250)) };
     let app = Router::new().route("/", get(streaming).layer(layer));
     let req = || {
         Request::get("/")
@@ -345,4 +321,19 @@ async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
     assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 429);
     assert_eq!(reading.await.unwrap().unwrap().to_bytes(), "xxxx");
     assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 200);
+}
+
+/// A body of `chunks` chunks ("x"), one every `pause`.
+fn streamed(chunks: u32, pause: Duration) -> Body {
+    let chunks = futures_util::stream::unfold(0, move |i| async move {
+        if i == chunks {
+            return None;
+        }
+        tokio::time::sleep(pause).await;
+        Some((
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from("x")),
+            i + 1,
+        ))
+    });
+    Body::from_stream(chunks)
 }
