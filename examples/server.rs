@@ -472,7 +472,7 @@ mod login {
 
     /// The user a login form names, for the key.
     #[derive(Clone)]
-    struct LoginUser(String);
+    struct LoginUser(Vec<u8>);
 
     /// Login forms are small; a larger body is refused before anything else.
     const MAX_FORM: usize = 4 * 1024;
@@ -512,7 +512,7 @@ mod login {
             )
                 .into_response();
         };
-        let user = form_fields(&bytes).remove("user").filter(|u| !u.is_empty());
+        let user = form_field(&bytes, b"user").filter(|u| !u.is_empty());
         if let Some(user) = user {
             parts.extensions.insert(LoginUser(user));
         }
@@ -520,35 +520,39 @@ mod login {
             .await
     }
 
-    /// `a=1&b=2`, percent-decoded (`+` is a space).
-    fn form_fields(bytes: &[u8]) -> HashMap<String, String> {
-        let decode = |s: &str| -> String {
-            let s = s.replace('+', " ");
-            let bytes = s.as_bytes();
-            let mut out = Vec::with_capacity(bytes.len());
-            let mut i = 0;
-            while i < bytes.len() {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .and_then(|h| std::str::from_utf8(h).ok());
-                match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-                    (b'%', Some(b)) => {
-                        out.push(b);
-                        i += 3;
-                    }
-                    (b, _) => {
-                        out.push(b);
-                        i += 1;
-                    }
+    /// Field `name` of an `a=1&b=2` form, percent-decoded (`+` is a
+    /// space), as bytes: two different user names never read as one.
+    fn form_field(body: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+        body.split(|b| *b == b'&').find_map(|pair| {
+            let eq = pair.iter().position(|b| *b == b'=')?;
+            (decode(&pair[..eq]) == name).then(|| decode(&pair[eq + 1..]))
+        })
+    }
+
+    fn decode(text: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(text.len());
+        let mut i = 0;
+        while i < text.len() {
+            let hex = text
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            match (text[i], hex) {
+                (b'%', Some(byte)) => {
+                    out.push(byte);
+                    i += 3;
+                }
+                (b'+', _) => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                (byte, _) => {
+                    out.push(byte);
+                    i += 1;
                 }
             }
-            String::from_utf8_lossy(&out).into_owned()
-        };
-        String::from_utf8_lossy(bytes)
-            .split('&')
-            .filter_map(|pair| pair.split_once('='))
-            .map(|(k, v)| (decode(k), decode(v)))
-            .collect()
+        }
+        out
     }
 
     /// The password `demo` is right for every user.

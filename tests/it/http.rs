@@ -421,9 +421,15 @@ async fn failed_logins_are_limited_per_ip_and_user() {
     // Within two windows: the sliding window counter weighs the previous one.
     let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!(retry > 0 && retry <= 2 * 15 * 60, "{retry}");
-    // Another user from the same address is untouched; a form without a
-    // user has no key.
+    // Another user from the same address is untouched, even one whose name
+    // is bytes that are not UTF-8 and differ from another's in one byte; a
+    // form without a user has no key.
     assert_eq!(login("bob", "demo").await.0, 200);
+    for _ in 0..5 {
+        assert_eq!(login("%FF", "wrong").await.0, 401);
+    }
+    assert_eq!(login("%FF", "demo").await.0, 429);
+    assert_eq!(login("%FE", "demo").await.0, 200);
     let (status, _, _) = send(addr, Method::POST, "/api/login", &form, "password=demo").await;
     assert_eq!(status, 400);
 }
