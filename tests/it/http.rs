@@ -430,6 +430,11 @@ async fn failed_logins_are_limited_per_ip_and_user() {
     }
     assert_eq!(login("%FF", "demo").await.0, 429);
     assert_eq!(login("%FE", "demo").await.0, 200);
+    let huge = format!("user=mallory&password={}", "x".repeat(5_000));
+    assert_eq!(
+        send(addr, Method::POST, "/api/login", &form, &huge).await.0,
+        413
+    );
     let (status, _, _) = send(addr, Method::POST, "/api/login", &form, "password=demo").await;
     assert_eq!(status, 400);
 }
