@@ -199,11 +199,7 @@ proptest! {
                 PermitOp::Release(n) | PermitOp::Renew(n) if !held.is_empty() => {
                     let renew = matches!(op, PermitOp::Renew(_));
                     let (permit, cost) = held.remove(n % held.len());
-                    let expected = if renew {
-                        memory.renew_at(&key, &policy, permit, cost, at)
-                    } else {
-                        memory.release_at(&key, &policy, permit, cost, at)
-                    };
+                    let expected = memory.permit_at(&key, &policy, permit, cost, renew, at);
                     let actual = rt.block_on(redis.permit_at(&key, &policy, permit, cost, renew, at)).unwrap();
                     if let (true, Some(renewed)) = (renew, expected.permit()) {
                         held.push((renewed, cost));

@@ -207,32 +207,20 @@ impl<C: Clock> MemoryBackend<C> {
         self.inner.store.settle(key, policy, reserved, actual, now)
     }
 
-    /// Give back a permit at `now`: see [`Backend::release`].
-    pub fn release_at(
+    /// Give back (`renew`: false) or renew a permit at `now`: see
+    /// [`Backend::release`] and [`Backend::renew`].
+    pub fn permit_at(
         &self,
         key: &Key,
         policy: &Policy,
         permit: Micros,
         cost: u32,
+        renew: bool,
         now: Micros,
     ) -> Decision {
         self.inner
             .store
-            .permit(key, policy, permit, cost, false, now)
-    }
-
-    /// Renew a permit at `now`: see [`Backend::renew`].
-    pub fn renew_at(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        permit: Micros,
-        cost: u32,
-        now: Micros,
-    ) -> Decision {
-        self.inner
-            .store
-            .permit(key, policy, permit, cost, true, now)
+            .permit(key, policy, permit, cost, renew, now)
     }
 
     /// States held (fixed-size states plus sliding logs).
@@ -671,12 +659,12 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let now = self.inner.clock.now();
-        ready(Ok(self.release_at(key, policy, permit, cost, now)))
+        ready(Ok(self.permit_at(key, policy, permit, cost, false, now)))
     }
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let now = self.inner.clock.now();
-        ready(Ok(self.renew_at(key, policy, permit, cost, now)))
+        ready(Ok(self.permit_at(key, policy, permit, cost, true, now)))
     }
 }
 

@@ -73,50 +73,12 @@ local function consume(l)
   return gcra_consume(l.key, now, cost, l.limit, l.t)
 end
 
--- Releasing ('r') or renewing ('n') the permit named after it, of cost, on
--- each limit of requests in flight; then each limit's state, and the
--- renewed permit (0 if it was lost).
-local mode = string.sub(ARGV[3], 1, 1)
-if mode == 'r' or mode == 'n' then
-  local permit = tonumber(string.sub(ARGV[3], 2))
-  local held = true
+-- Each limit's state after `change` (a function of the limit) ran on it,
+-- with the reply's tail: no ban, and `permit` (0: none).
+local function after_each(change)
   local reply = {}
   for i, l in ipairs(limits) do
-    if l.concurrent then
-      local found = log_release(l.key, l.sum, now, permit, cost, l.w)
-      if found and mode == 'n' then log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
-      held = held and found
-    end
-    local o = check(l, 0)
-    reply[3 * i - 2] = o[1]
-    reply[3 * i - 1] = o[2]
-    reply[3 * i] = o[3]
-  end
-  reply[3 * #limits + 1] = 0
-  if mode == 'n' and held then
-    reply[3 * #limits + 2] = now
-  else
-    reply[3 * #limits + 2] = 0
-  end
-  return reply
-end
-
--- Settling (count_denied is 's'): cost is actual - reserved. Give back a
--- negative one to every limit, charge a positive one whatever the limits
--- say (up to each capacity), and report each limit's state.
-if ARGV[3] == 's' then
-  local reply = {}
-  for i, l in ipairs(limits) do
-    if l.concurrent then
-      -- A permit is given back when the request ends, not settled.
-    elseif cost < 0 then
-      if l.alg == 1 then fw_refund(l.key, now, -cost)
-      elseif l.alg == 2 then log_refund(l.key, l.sum, now, -cost, l.w)
-      elseif l.alg == 3 then sw_refund(l.key, now, -cost, l.w)
-      else gcra_refund(l.key, now, -cost, l.t) end
-    elseif cost > 0 then
-      consume(l)
-    end
+    change(l)
     local o = check(l, 0)
     reply[3 * i - 2] = o[1]
     reply[3 * i - 1] = o[2]
@@ -125,6 +87,41 @@ if ARGV[3] == 's' then
   reply[3 * #limits + 1] = 0
   reply[3 * #limits + 2] = 0
   return reply
+end
+
+-- Releasing ('r') or renewing ('n') the permit named after it, of cost, on
+-- each limit of requests in flight; then each limit's state, and the
+-- renewed permit (0 if it was lost).
+local mode = string.sub(ARGV[3], 1, 1)
+if mode == 'r' or mode == 'n' then
+  local permit = tonumber(string.sub(ARGV[3], 2))
+  local held = true
+  local reply = after_each(function(l)
+    if not l.concurrent then return end
+    local found = log_release(l.key, l.sum, now, permit, cost, l.w)
+    if found and mode == 'n' then log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
+    held = held and found
+  end)
+  if mode == 'n' and held then reply[3 * #limits + 2] = now end
+  return reply
+end
+
+-- Settling (count_denied is 's'): cost is actual - reserved. Give back a
+-- negative one to every limit, charge a positive one whatever the limits
+-- say (up to each capacity), and report each limit's state. A permit is
+-- given back when its request ends, not settled.
+if ARGV[3] == 's' then
+  return after_each(function(l)
+    if l.concurrent then return end
+    if cost < 0 then
+      if l.alg == 1 then fw_refund(l.key, now, -cost)
+      elseif l.alg == 2 then log_refund(l.key, l.sum, now, -cost, l.w)
+      elseif l.alg == 3 then sw_refund(l.key, now, -cost, l.w)
+      else gcra_refund(l.key, now, -cost, l.t) end
+    elseif cost > 0 then
+      consume(l)
+    end
+  end)
 end
 
 -- A ban in force answers for every limit, which are not looked at.
