@@ -302,11 +302,11 @@ async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
     use tower_ratelimit::Limit;
 
     let policy = Policy::builder()
-        .with(Limit::concurrent("flight", 1, Duration::from_millis(400)).unwrap())
+        .with(Limit::concurrent("flight", 1, Duration::from_millis(1_000)).unwrap())
         .build()
         .unwrap();
     let layer = RateLimitLayer::new(policy).key(UserHeader::new("x-user-id"));
-    let streaming = || async { streamed(4, Duration::from_millis(250)) };
+    let streaming = || async { streamed(5, Duration::from_millis(500)) };
     let app = Router::new().route("/", get(streaming).layer(layer));
     let req = || {
         Request::get("/")
@@ -316,10 +316,10 @@ async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
     };
     let first = app.clone().oneshot(req()).await.unwrap();
     let reading = tokio::spawn(first.into_body().collect());
-    // Past two leases (800 ms) into the 1 s body: still held.
-    tokio::time::sleep(Duration::from_millis(850)).await;
+    // Past two leases (2 s) into the 2.5 s body: still held.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
     assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 429);
-    assert_eq!(reading.await.unwrap().unwrap().to_bytes(), "xxxx");
+    assert_eq!(reading.await.unwrap().unwrap().to_bytes(), "xxxxx");
     assert_eq!(app.clone().oneshot(req()).await.unwrap().status(), 200);
 }
 
