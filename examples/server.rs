@@ -588,14 +588,10 @@ mod tokens {
         let user = UserHeader::new("x-user-id").or(client_ip(config));
         let policy =
             Policy::parse_with("tokens = 1000/min", config.algorithm).expect("a valid demo policy");
-        let limiter = common.layer(user, policy).cost(100).settle(|res| {
-            res.headers
-                .get("x-tokens-used")?
-                .to_str()
-                .ok()?
-                .parse()
-                .ok()
-        });
+        let limiter = common
+            .layer(user, policy)
+            .cost(100)
+            .settle(|res| res.number("x-tokens-used"));
         get(tokens).layer(limiter)
     }
 

@@ -75,9 +75,10 @@ impl<T> Live<T> {
         self.current.rcu(|now| change(now));
     }
 
-    /// Read the value without touching its reference count.
-    pub(crate) fn with<R>(&self, read: impl FnOnce(&T) -> R) -> R {
-        read(&self.current.load())
+    /// The value, for the request path: usually without touching its
+    /// reference count.
+    pub(crate) fn load(&self) -> arc_swap::Guard<Arc<T>> {
+        self.current.load()
     }
 }
 

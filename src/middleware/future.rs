@@ -94,12 +94,11 @@ struct Pending<S, ReqB, B> {
     req: Request<ReqB>,
     checked: Checked,
     backend: &'static str,
-    /// Present when the layer shapes: what it takes to ask again.
-    retry: Option<Box<Retry<B>>>,
-    /// Present when the layer settles requests by their responses.
-    settle_with: Option<B>,
-    /// Present when the policy has limits of requests in flight.
-    permit_with: Option<B>,
+    /// The backend, kept when the request may ask it again: to retry
+    /// (shaping), to settle, or to renew and give back a permit.
+    again: Option<B>,
+    /// Present when the layer shapes: how long it may wait.
+    retry: Option<Box<Retry>>,
 }
 
 /// What settling an admitted request by its response takes.
@@ -109,8 +108,7 @@ struct Settling<B> {
     reserved: u32,
 }
 
-struct Retry<B> {
-    backend: B,
+struct Retry {
     deadline: Instant,
     waiting: Option<Waiting>,
 }
@@ -133,19 +131,18 @@ where
         let check = backend.check(&checked.key, &checked.policy, checked.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
-                backend: backend.clone(),
                 deadline: Instant::now() + shaping.max_wait,
                 waiting: None,
             })
         });
+        let again = retry.is_some() || config.settlement.is_some() || in_flight;
         let pending = Pending {
             inner,
             req,
             checked,
             backend: backend.name(),
+            again: again.then(|| backend.clone()),
             retry,
-            settle_with: config.settlement.is_some().then(|| backend.clone()),
-            permit_with: in_flight.then(|| backend.clone()),
         };
         Self {
             state: State::Check {
@@ -264,7 +261,7 @@ where
                     p.req.extensions_mut().insert(decided);
                     // Held from before the call, so that a call that fails
                     // or is dropped gives it back too.
-                    let permit = match (fate, decision.permit(), &p.permit_with) {
+                    let permit = match (fate, decision.permit(), &p.again) {
                         (Fate::Allowed, Some(name), Some(backend)) => Some(permit::hold(
                             backend,
                             &p.checked.key,
@@ -276,8 +273,9 @@ where
                     };
                     let call = p.inner.call(p.req);
                     // Only a request that was counted is settled.
-                    let settling = match (fate, p.settle_with) {
-                        (Fate::Allowed, Some(backend)) => Some(Box::new(Settling {
+                    let settles = this.config.settlement.is_some();
+                    let settling = match (fate, settles, p.again) {
+                        (Fate::Allowed, true, Some(backend)) => Some(Box::new(Settling {
                             backend,
                             key: p.checked.key,
                             reserved: p.checked.cost,
@@ -297,11 +295,11 @@ where
                     let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let retry = p.retry.as_ref().expect("only shaped requests wait");
+                    let backend = p.again.as_ref().expect("only shaped requests wait");
                     let Checked {
                         key, policy, cost, ..
                     } = &p.checked;
-                    let check = retry.backend.check(key, policy, *cost);
+                    let check = backend.check(key, policy, *cost);
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),

@@ -200,7 +200,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// let tokens = RateLimitLayer::new("1000/min".parse::<Policy>().unwrap())
     ///     .key(UserHeader::new("x-user-id"))
     ///     .cost(100)
-    ///     .settle(|res| res.headers.get("x-tokens-used")?.to_str().ok()?.parse().ok());
+    ///     .settle(|res| res.number("x-tokens-used"));
     /// ```
     pub fn settle(
         mut self,

@@ -179,7 +179,7 @@ impl PolicyResolver for RoutePolicies {
 /// [`Live`] for what a change does to clients' state).
 impl<P: PolicyResolver> PolicyResolver for Live<P> {
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
-        self.with(|resolver| resolver.resolve(req))
+        self.load().resolve(req)
     }
 }
 

@@ -110,7 +110,7 @@ where
         let head = RequestHead::from(&req);
         let report = Report::start(&config, &head);
         let policy = self.layer.policy.resolve(&head);
-        let lists = config.lists.as_ref().map(Live::current);
+        let lists = config.lists.as_ref().map(Live::load);
         let wants_key = policy.is_some() || lists.as_ref().is_some_and(|l| l.has_keys());
         let key = wants_key.then(|| self.layer.key.extract(&head));
 
@@ -152,7 +152,7 @@ where
             }
         };
         let policy = match &config.key_policies {
-            Some(own) => own.with(|own| own.get(&key).cloned()).unwrap_or(policy),
+            Some(own) => own.load().get(&key).cloned().unwrap_or(policy),
             None => policy,
         };
         let cost = self.layer.cost.cost(&RequestHead::from(&req));

@@ -32,6 +32,21 @@ pub struct ResponseHead<'a> {
     pub extensions: &'a Extensions,
 }
 
+impl ResponseHead<'_> {
+    /// Header `name` as a whole number, if it is one: the cost a handler
+    /// reports (`x-tokens-used: 512`).
+    ///
+    /// ```
+    /// use tower_ratelimit::ResponseHead;
+    /// let res = http::Response::builder().header("x-tokens-used", "512").body(()).unwrap();
+    /// assert_eq!(ResponseHead::from(&res).number("x-tokens-used"), Some(512));
+    /// assert_eq!(ResponseHead::from(&res).number("x-other"), None);
+    /// ```
+    pub fn number(&self, name: &str) -> Option<u32> {
+        self.headers.get(name)?.to_str().ok()?.trim().parse().ok()
+    }
+}
+
 impl<'a, B> From<&'a Response<B>> for ResponseHead<'a> {
     fn from(res: &'a Response<B>) -> Self {
         Self {

@@ -65,8 +65,7 @@ async fn without_quota_headers_only_the_first_429_is_seen() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<bytes::Bytes>>();
+    let http = http_client();
     let mut client = ServiceBuilder::new()
         .layer(ThrottleLayer::new().max_wait(Duration::from_secs(5)))
         .service(http);
@@ -96,10 +95,7 @@ async fn without_quota_headers_only_the_first_429_is_seen() {
     // A wait beyond the maximum fails at once, saying how long it would be.
     let mut impatient = ServiceBuilder::new()
         .layer(ThrottleLayer::new().max_wait(Duration::from_millis(10)))
-        .service(
-            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http::<Empty<bytes::Bytes>>(),
-        );
+        .service(http_client());
     let mut outcome = Vec::new();
     for _ in 0..6 {
         let req = http::Request::get(format!("http://{addr}/"))
@@ -132,8 +128,7 @@ async fn a_policy_of_its_own_paces_the_client_per_server() {
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Empty<bytes::Bytes>>();
+    let http = http_client();
     let mut client = ServiceBuilder::new()
         .layer(ThrottleLayer::new().policy(
             Policy::parse_with("4/s burst 4", tower_ratelimit::Algorithm::TokenBucket).unwrap(),
@@ -162,4 +157,12 @@ async fn a_policy_of_its_own_paces_the_client_per_server() {
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),
         "{took:?}"
     );
+}
+
+/// A plain HTTP/1 client, for the throttle to wrap.
+fn http_client() -> hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Empty<bytes::Bytes>,
+> {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
 }

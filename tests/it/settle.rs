@@ -67,14 +67,7 @@ fn token_budget<B: Backend>(backend: B) -> Router {
         .key(UserHeader::new("x-user-id"))
         .backend(backend)
         .cost(100)
-        .settle(|res| {
-            res.headers
-                .get("x-tokens-used")?
-                .to_str()
-                .ok()?
-                .parse()
-                .ok()
-        });
+        .settle(|res| res.number("x-tokens-used"));
     Router::new().route("/", get(tokens).layer(layer))
 }
 
@@ -162,14 +155,7 @@ async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservat
     let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
         .key(UserHeader::new("x-user-id"))
         .cost(100)
-        .settle(|res| {
-            res.headers
-                .get("x-tokens-used")?
-                .to_str()
-                .ok()?
-                .parse()
-                .ok()
-        });
+        .settle(|res| res.number("x-tokens-used"));
     let app = Router::new().route("/", get(slow).layer(layer));
     let mut all = Vec::new();
     for _ in 0..25 {

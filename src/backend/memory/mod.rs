@@ -48,6 +48,7 @@
 
 mod table;
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt;
@@ -263,15 +264,17 @@ impl<C: Clock> MemoryBackend<C> {
 }
 
 impl Store {
+    /// `policy` as this backend enforces it: whole, or its share.
+    fn local<'a>(&self, policy: &'a Policy) -> Cow<'a, Policy> {
+        match &self.share {
+            None => Cow::Borrowed(policy),
+            Some(share) => Cow::Owned(share.of(policy)),
+        }
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
-        let shared;
-        let policy = match &self.share {
-            None => policy,
-            Some(share) => {
-                shared = share.of(policy);
-                &shared
-            }
-        };
+        let policy = self.local(policy);
+        let policy = &*policy;
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         // Each limit's fingerprint, and its slot if the key is known.
@@ -415,14 +418,8 @@ impl Store {
         now: Micros,
         mut change: impl FnMut(&mut Shard, &Limit, u64),
     ) -> Decision {
-        let shared;
-        let policy = match &self.share {
-            None => policy,
-            Some(share) => {
-                shared = share.of(policy);
-                &shared
-            }
-        };
+        let policy = self.local(policy);
+        let policy = &*policy;
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let mut shard = self.shard(base);
         let mut decision = Decision::empty();

@@ -166,8 +166,8 @@ impl RedisBackend {
         command
     }
 
-    /// `ask` as a boxed future, forgetting any denial remembered for the
-    /// key: a permit given back makes room.
+    /// `ask` (a settlement or a permit) as a boxed future, forgetting any
+    /// denial remembered for the key: what is given back makes room.
     fn ask(
         &self,
         key: &Key,
@@ -249,18 +249,7 @@ impl Backend for RedisBackend {
     }
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
-        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
-        Box::pin(async move {
-            if actual < reserved {
-                // Room was given back: a denial remembered for this key may
-                // no longer hold.
-                if let Some(denials) = &this.denials {
-                    denials.forget(&key, &policy);
-                }
-            }
-            let ask = Ask::Settle { reserved, actual };
-            this.decide(&key, &policy, ask, None).await
-        })
+        self.ask(key, policy, Ask::Settle { reserved, actual })
     }
 }
 
