@@ -35,8 +35,6 @@ pin_project! {
         #[pin]
         state: State<S, ReqB, B>,
         config: Arc<Config>,
-        // The limiter's own answers become gRPC statuses.
-        grpc: bool,
     }
 }
 
@@ -126,7 +124,6 @@ where
         req: Request<ReqB>,
         config: Arc<Config>,
     ) -> Self {
-        let grpc = grpc::is_grpc(req.headers());
         let in_flight = checked.policy.limits().iter().any(|l| l.is_concurrent());
         let check = backend.check(&checked.key, &checked.policy, checked.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
@@ -150,7 +147,6 @@ where
                 pending: Some(pending),
             },
             config,
-            grpc,
         }
     }
 
@@ -163,7 +159,6 @@ where
                 permit: None,
             },
             config,
-            grpc: false,
         }
     }
 
@@ -172,10 +167,9 @@ where
     pub(crate) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
         Self {
             state: State::Respond {
-                response: Some(response),
+                response: Some(limiters(response, grpc)),
             },
             config,
-            grpc,
         }
     }
 }
@@ -204,7 +198,10 @@ where
                             response.extensions_mut().insert(Decided::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
                             });
-                            return Poll::Ready(Ok(answer(response, *this.grpc)));
+                            return Poll::Ready(Ok(answer(
+                                response,
+                                grpc::is_grpc(p.req.headers()),
+                            )));
                         }
                         Err(error) => {
                             observe::backend_failed(
@@ -255,7 +252,10 @@ where
                             response
                                 .extensions_mut()
                                 .insert(Decided::from(decision.origin()));
-                            return Poll::Ready(Ok(answer(response, *this.grpc)));
+                            return Poll::Ready(Ok(answer(
+                                response,
+                                grpc::is_grpc(p.req.headers()),
+                            )));
                         }
                     };
                     p.req.extensions_mut().insert(decided);
@@ -374,21 +374,25 @@ where
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(answer(response, *this.grpc)));
+                    return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
                 }
             }
         }
     }
 }
 
-/// The limiter's own answer, as a gRPC status for a gRPC request.
-fn answer<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
-    let response = if grpc {
+/// The limiter's own answer, as a gRPC status for a gRPC request (looked
+/// at only when refusing, never on an admission).
+fn limiters(response: Response<Bytes>, grpc: bool) -> Response<Bytes> {
+    if grpc {
         grpc::refusal(response)
     } else {
         response
-    };
-    response.map(ResponseBody::limiter)
+    }
+}
+
+fn answer<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
+    limiters(response, grpc).map(ResponseBody::limiter)
 }
 
 /// For a shaped request the limit denied: how long to sleep before asking
