@@ -48,45 +48,72 @@ const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy")
 ///
 /// When an outer layer finds legacy headers from an inner one, the fewer
 /// remaining wins; IETF items of both are kept (the fields are lists).
+///
+/// What never changes comes rendered with the policy (`X-RateLimit-Limit`,
+/// `RateLimit-Policy`); what varies is written into one buffer that the
+/// values share, so a response costs two allocations however many headers
+/// it carries, and the map is reserved once for exactly what is added.
 pub(super) fn write(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &Policy,
     decision: &Decision,
 ) {
-    // Room for every header below at once, rather than growing as they come.
-    headers.reserve(6);
-    if matches!(style, HeaderStyle::Legacy | HeaderStyle::Both) {
-        let deciding = decision.deciding();
-        let theirs = headers
+    let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
+    let ietf = matches!(style, HeaderStyle::Ietf | HeaderStyle::Both);
+    let Some(rendered) = Rendered::of(policy) else {
+        return;
+    };
+    let deciding = decision.deciding();
+    let legacy = legacy
+        && headers
             .get(&X_REMAINING)
-            .and_then(|v| v.to_str().ok()?.parse::<u32>().ok());
-        if theirs.is_none_or(|theirs| deciding.remaining() < theirs) {
-            // The wall clock, read here only: the one header that needs it.
-            let reset_at = unix_now() + deciding.reset_after_micros();
-            headers.insert(X_LIMIT, HeaderValue::from(deciding.limit()));
-            headers.insert(X_REMAINING, HeaderValue::from(deciding.remaining()));
-            headers.insert(X_RESET, HeaderValue::from(reset_at.as_secs_ceil()));
-        }
+            .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
+            .is_none_or(|theirs| deciding.remaining() < theirs);
+    headers.reserve(3 * usize::from(legacy) + 2 * usize::from(ietf));
+
+    let mut text = Vec::with_capacity(32 + 24 * policy.limits().len());
+    let mut cuts = [0; 3];
+    if legacy {
+        push_u64(&mut text, u64::from(deciding.remaining()));
+        cuts[0] = text.len();
+        // The wall clock, read here only: the one header that needs it.
+        let reset_at = unix_now() + deciding.reset_after_micros();
+        push_u64(&mut text, reset_at.as_secs_ceil());
+        cuts[1] = text.len();
     }
-    if matches!(style, HeaderStyle::Ietf | HeaderStyle::Both) {
-        if let Some(field) = Rendered::of(policy).and_then(|r| r.policy_field.as_ref()) {
-            headers.append(RATELIMIT_POLICY, field.clone());
-        }
-        let mut field = Vec::with_capacity(32 * policy.limits().len());
+    if ietf {
         for (i, (limit, outcome)) in policy.limits().iter().zip(decision.outcomes()).enumerate() {
             if i > 0 {
-                field.extend_from_slice(b", ");
+                text.extend_from_slice(b", ");
             }
-            field.push(b'"');
-            field.extend_from_slice(limit.name().as_bytes());
-            field.extend_from_slice(b"\";r=");
-            push_u64(&mut field, u64::from(outcome.remaining()));
-            field.extend_from_slice(b";t=");
-            push_u64(&mut field, outcome.reset_after_micros().as_secs_ceil());
+            text.push(b'"');
+            text.extend_from_slice(limit.name().as_bytes());
+            text.extend_from_slice(b"\";r=");
+            push_u64(&mut text, u64::from(outcome.remaining()));
+            text.extend_from_slice(b";t=");
+            push_u64(&mut text, outcome.reset_after_micros().as_secs_ceil());
         }
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(field)) {
-            headers.append(RATELIMIT, value);
+    }
+    cuts[2] = text.len();
+    let text = Bytes::from(text);
+    let value = |from: usize, to: usize| HeaderValue::from_maybe_shared(text.slice(from..to)).ok();
+
+    if legacy {
+        if let Some(limit) = rendered.limit_values.get(decision.decided_by()) {
+            headers.insert(X_LIMIT, limit.clone());
+        }
+        if let (Some(remaining), Some(reset)) = (value(0, cuts[0]), value(cuts[0], cuts[1])) {
+            headers.insert(X_REMAINING, remaining);
+            headers.insert(X_RESET, reset);
+        }
+    }
+    if ietf {
+        if let Some(field) = &rendered.policy_field {
+            headers.append(RATELIMIT_POLICY, field.clone());
+        }
+        if let Some(field) = value(cuts[1], cuts[2]) {
+            headers.append(RATELIMIT, field);
         }
     }
 }

@@ -14,6 +14,8 @@ use crate::{Limit, Policy};
 pub(super) struct Rendered {
     /// `"burst";q=10;w=1, "sustained";q=100;w=60`.
     pub(super) policy_field: Option<HeaderValue>,
+    /// Per limit, its `X-RateLimit-Limit` value.
+    pub(super) limit_values: Box<[HeaderValue]>,
     /// Per limit, the 429 body's members after `"error"`:
     /// `"limit":10,"window":"1s","retry_after_seconds":`.
     pub(super) body_members: Box<[Bytes]>,
@@ -69,6 +71,10 @@ impl Rendered {
         };
         Self {
             policy_field: HeaderValue::from_maybe_shared(Bytes::from(field)).ok(),
+            limit_values: limits
+                .iter()
+                .map(|limit| HeaderValue::from(limit.capacity()))
+                .collect(),
             body_members: limits.iter().map(members).collect(),
             problem_members: limits.iter().map(problem).collect(),
         }
