@@ -50,32 +50,102 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize] as f64 / 1000.0
 }
 
-async fn run(backend: &RedisBackend, policy: &Policy) -> (f64, f64, f64) {
+/// Decisions per second, p50 and p99 in ms, and this process's CPU per
+/// decision in µs, of `TASKS` tasks each running `task` until the deadline.
+async fn run<T, F>(task: T) -> Run
+where
+    T: Fn(usize, Instant) -> F,
+    F: std::future::Future<Output = Vec<u32>> + Send + 'static,
+{
     let deadline = Instant::now() + Duration::from_secs(SECONDS);
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), process_cpu());
     let mut tasks = tokio::task::JoinSet::new();
     for t in 0..TASKS {
-        let (backend, policy) = (backend.clone(), policy.clone());
-        tasks.spawn(async move {
-            let key = Key::new("user", format!("bench-{t}"));
-            let mut latencies = Vec::new();
-            while Instant::now() < deadline {
-                let start = Instant::now();
-                backend.check(&key, &policy, 1).await.expect("decision");
-                latencies.push(start.elapsed().as_micros() as u32);
-            }
-            latencies
-        });
+        tasks.spawn(task(t, deadline));
     }
     let mut all: Vec<u32> = tasks.join_all().await.into_iter().flatten().collect();
-    let elapsed = started.elapsed().as_secs_f64();
+    let (elapsed, cpu) = (started.elapsed().as_secs_f64(), process_cpu() - cpu);
     all.sort_unstable();
-    (
-        all.len() as f64 / elapsed,
-        percentile(&all, 0.5),
-        percentile(&all, 0.99),
-    )
+    Run {
+        rate: all.len() as f64 / elapsed,
+        p50: percentile(&all, 0.5),
+        p99: percentile(&all, 0.99),
+        cpu_us: cpu * 1e6 / all.len() as f64,
+    }
 }
+
+struct Run {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    cpu_us: f64,
+}
+
+/// Latencies in µs of `ask` run in a loop until `deadline`.
+async fn timed<F: std::future::Future<Output = ()>>(
+    deadline: Instant,
+    ask: impl Fn() -> F,
+) -> Vec<u32> {
+    let mut latencies = Vec::new();
+    while Instant::now() < deadline {
+        let start = Instant::now();
+        ask().await;
+        latencies.push(start.elapsed().as_micros() as u32);
+    }
+    latencies
+}
+
+/// This process's CPU time (user + system) in seconds.
+fn process_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the file, counted after the command's ')'.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Redis's time per EVALSHA (`INFO commandstats`) and its whole CPU
+/// (`INFO cpu`, network included) per EVALSHA while `work` runs, in µs.
+fn redis_cost<R>(server: &support::RedisServer, work: impl FnOnce() -> R) -> (R, f64, f64) {
+    let cpu = |server: &support::RedisServer| {
+        let info = server.cli(&["INFO", "cpu"]);
+        ["used_cpu_sys:", "used_cpu_user:"]
+            .iter()
+            .filter_map(|field| info.lines().find_map(|l| l.strip_prefix(field)))
+            .filter_map(|v| v.trim().parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let before = cpu(server);
+    let result = work();
+    let spent = cpu(server) - before;
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let line = stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .unwrap_or_else(|| panic!("no EVALSHA in {stats}"));
+    let field = |name: &str| -> f64 {
+        line.split([':', ','])
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let calls = field("calls=");
+    (result, field("usec=") / calls, spent * 1e6 / calls)
+}
+
+/// The minimal token-bucket script (the anchor).
+const MINIMAL: &str = include_str!("support/minimal.lua");
 
 fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--exact") {
@@ -98,9 +168,103 @@ fn main() {
         .expect("connect");
     // A rate no task reaches: every decision is an admission that writes.
     let quota = Quota::per_second(1_000_000).unwrap();
+
+    // One token-bucket limit, ours against the minimal script, each through
+    // redis-benchmark (unpipelined and 16 deep) and through a Rust client.
+    let bucket = Arc::new(Policy::single(Algorithm::TokenBucket, quota));
+    // One decision first loads the script.
+    rt.block_on(backend.check(&Key::new("user", "load"), &bucket, 1))
+        .expect("decision");
+    let ours = backend.evalsha_command(&Key::new("user", "redis-benchmark"), &bucket, 1);
+    let sha = server.cli(&["SCRIPT", "LOAD", MINIMAL]);
+    let minimal: Vec<String> = [
+        "EVALSHA",
+        &sha,
+        "1",
+        "minimal:redis-benchmark",
+        "1000000",
+        "1",
+    ]
+    .map(String::from)
+    .into();
+    println!("One token-bucket limit (1,000,000/s, every decision admitted), ours against the minimal script");
+    println!(
+        "{:<36} {:>12} {:>12} {:>7} {:>13} {:>13} {:>7} {:>11}",
+        "client",
+        "minimal/s",
+        "ours/s",
+        "ratio",
+        "µs/call min",
+        "µs/call ours",
+        "ratio",
+        "CPU µs m/o"
+    );
+    let row = |name: &str, (m, mu, mc): (f64, f64, f64), (o, ou, oc): (f64, f64, f64)| {
+        println!(
+            "{name:<36} {m:>12.0} {o:>12.0} {:>7.2} {mu:>13.2} {ou:>13.2} {:>7.2} {:>5.1}/{:<5.1}",
+            o / m,
+            ou / mu,
+            mc,
+            oc
+        );
+    };
+    for pipeline in [1, 16] {
+        row(
+            &format!("redis-benchmark -c 64 -P {pipeline}"),
+            redis_cost(&server, || ceiling(port, &minimal, pipeline)),
+            redis_cost(&server, || ceiling(port, &ours, pipeline)),
+        );
+    }
+    let plain = rt
+        .block_on(
+            ::redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection(),
+        )
+        .unwrap();
+    let script = ::redis::Script::new(MINIMAL);
+    let (m, m_us, _) = redis_cost(&server, || {
+        rt.block_on(run(|t, deadline| {
+            let (conn, script) = (plain.clone(), script.clone());
+            let key = format!("minimal:{t}");
+            timed(deadline, move || {
+                let (mut conn, script, key) = (conn.clone(), script.clone(), key.clone());
+                async move {
+                    let _: Vec<i64> = script
+                        .key(key)
+                        .arg(1_000_000)
+                        .arg(1)
+                        .invoke_async(&mut conn)
+                        .await
+                        .unwrap();
+                }
+            })
+        }))
+    });
+    let (o, o_us, _) = redis_cost(&server, || {
+        rt.block_on(run(|t, deadline| {
+            let (backend, policy) = (backend.clone(), bucket.clone());
+            let key = Key::new("user", format!("bench-{t}"));
+            timed(deadline, move || {
+                let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
+                async move {
+                    backend.check(&key, &policy, 1).await.expect("decision");
+                }
+            })
+        }))
+    });
+    row(
+        &format!("Rust, {TASKS} tasks, one connection"),
+        (m.rate, m_us, m.cpu_us),
+        (o.rate, o_us, o.cpu_us),
+    );
+    println!(
+        "(CPU µs m/o: Redis's whole CPU per call for redis-benchmark; this client's CPU per decision for Rust)\n"
+    );
+
     println!("{TASKS} tasks on one multiplexed connection, {SECONDS} s each; ceiling: redis-benchmark -c 64 with the same EVALSHA");
     println!(
-        "{:<15} {:>10} {:>9} {:>9} {:>14} {:>7} {:>16} {:>7}",
+        "{:<15} {:>10} {:>9} {:>9} {:>14} {:>7} {:>16} {:>7} {:>12}",
         "algorithm",
         "decisions/s",
         "p50 ms",
@@ -108,24 +272,37 @@ fn main() {
         "ceiling -P1",
         "ratio",
         "ceiling -P16",
-        "ratio"
+        "ratio",
+        "µs/call"
     );
     for algorithm in Algorithm::ALL {
         let policy = Arc::new(Policy::single(algorithm, quota));
-        let (rate, p50, p99) = rt.block_on(run(&backend, &policy));
+        let (result, usec, _) = redis_cost(&server, || {
+            rt.block_on(run(|t, deadline| {
+                let (backend, policy) = (backend.clone(), policy.clone());
+                let key = Key::new("user", format!("bench-{t}"));
+                timed(deadline, move || {
+                    let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
+                    async move {
+                        backend.check(&key, &policy, 1).await.expect("decision");
+                    }
+                })
+            }))
+        });
         let command = backend.evalsha_command(&Key::new("user", "redis-benchmark"), &policy, 1);
         let plain = ceiling(port, &command, 1);
         let piped = ceiling(port, &command, 16);
         println!(
-            "{:<15} {:>10.0} {:>9.3} {:>9.3} {:>14.0} {:>7.2} {:>16.0} {:>7.2}",
+            "{:<15} {:>10.0} {:>9.3} {:>9.3} {:>14.0} {:>7.2} {:>16.0} {:>7.2} {:>12.2}",
             algorithm.name(),
-            rate,
-            p50,
-            p99,
+            result.rate,
+            result.p50,
+            result.p99,
             plain,
-            rate / plain,
+            result.rate / plain,
             piped,
-            rate / piped
+            result.rate / piped,
+            usec
         );
     }
     println!("\nRedis memory per key (MEMORY USAGE, after one request; limit 100/min):");
@@ -145,4 +322,11 @@ fn main() {
             .sum();
         println!("{:<15} {bytes:>5} bytes", algorithm.name());
     }
+    let minimal_key = "minimal:203.0.113.7";
+    server.cli(&["EVALSHA", &sha, "1", minimal_key, "100", "600000"]);
+    println!(
+        "{:<15} {:>5} bytes (the minimal script, key {minimal_key:?})",
+        "minimal",
+        server.cli(&["MEMORY", "USAGE", minimal_key])
+    );
 }
