@@ -1,12 +1,11 @@
 //! [`RedisBackendBuilder`]: where Redis is, and how to reach it.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::Script;
 
-use super::{Connection, RedisBackend, SCRIPT};
+use super::{Connection, RedisBackend};
 use crate::backend::denials::Denials;
 use crate::backend::BackendError;
 
@@ -157,7 +156,7 @@ impl RedisBackendBuilder {
     fn finish(self, conn: Connection) -> RedisBackend {
         RedisBackend {
             conn,
-            script: Arc::new(Script::new(SCRIPT)),
+            scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
             prefix: self.prefix.into(),
             timeout: self.timeout,
             denials: Denials::new(self.cached_denials).map(Arc::new),

@@ -5,13 +5,13 @@ mod script;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
 use ::redis::{RedisError, Script, Value};
 
-use self::script::{decision_from, identity, invocation, push_keys, Ask, SCRIPT};
+use self::script::{decision_from, identity, invocation, push_keys, Ask, Shape};
 use super::denials::Denials;
 use super::{Backend, BackendError};
 use crate::key::Key;
@@ -56,7 +56,8 @@ pub use self::builder::RedisBackendBuilder;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisBackend {
     conn: Connection,
-    script: Arc<Script>,
+    /// The script of each policy shape, made when first needed.
+    scripts: Arc<[OnceLock<Script>; Shape::COUNT]>,
     prefix: Arc<str>,
     timeout: Duration,
     denials: Option<Arc<Denials>>,
@@ -158,12 +159,18 @@ impl RedisBackend {
         let (keys, args) = invocation(&self.prefix, key, policy, Ask::Check(cost), None);
         let mut command = vec![
             "EVALSHA".to_owned(),
-            self.script.get_hash().to_owned(),
+            self.script(policy).get_hash().to_owned(),
             keys.len().to_string(),
         ];
         command.extend(keys);
         command.extend(args);
         command
+    }
+
+    /// The script for `policy`'s shape.
+    fn script(&self, policy: &Policy) -> &Script {
+        let shape = Shape::of(policy);
+        self.scripts[shape.index()].get_or_init(|| Script::new(&shape.source()))
     }
 
     /// `ask` (a settlement or a permit) as a boxed future, forgetting any
@@ -191,7 +198,7 @@ impl RedisBackend {
         now: Option<Micros>,
     ) -> Result<Decision, BackendError> {
         let (keys, args) = invocation(&self.prefix, key, policy, ask, now);
-        let mut invocation = self.script.prepare_invoke();
+        let mut invocation = self.script(policy).prepare_invoke();
         for k in keys {
             invocation.key(k);
         }

@@ -9,16 +9,69 @@ use crate::backend::BackendError;
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 
-/// The script: each algorithm's file, then the driver.
-pub(super) const SCRIPT: &str = concat!(
-    include_str!("lua/common.lua"),
-    include_str!("lua/fixed_window.lua"),
-    include_str!("lua/gcra.lua"),
-    include_str!("lua/sliding_window.lua"),
-    include_str!("lua/sliding_log.lua"),
-    include_str!("lua/penalty.lua"),
-    include_str!("lua/check.lua"),
-);
+/// Which parts a policy's script is made of. Each policy gets a script of
+/// only the algorithms it uses (and the penalty box if it has one): Lua
+/// creates every function a script defines on every call, so the parts a
+/// policy does not use would cost it on each decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shape(u8);
+
+impl Shape {
+    const FIXED_WINDOW: u8 = 1;
+    const GCRA: u8 = 2;
+    const SLIDING_WINDOW: u8 = 4;
+    const LOG: u8 = 8;
+    const PENALTY: u8 = 16;
+    /// How many shapes there are.
+    pub(super) const COUNT: usize = 32;
+
+    pub(super) fn of(policy: &Policy) -> Self {
+        let mut bits = 0;
+        for limit in policy.limits() {
+            bits |= match limit.rule().form() {
+                Form::Fixed(FixedRule::FixedWindow(_)) => Self::FIXED_WINDOW,
+                Form::Fixed(FixedRule::Gcra(_)) => Self::GCRA,
+                Form::Fixed(FixedRule::SlidingWindow(_)) => Self::SLIDING_WINDOW,
+                Form::Log(_) => Self::LOG,
+            };
+        }
+        if policy.penalty().is_some() {
+            bits |= Self::PENALTY;
+        }
+        Self(bits)
+    }
+
+    /// Its index among the [`COUNT`](Self::COUNT) shapes.
+    pub(super) fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// The script's text: the helpers, the parts, then the driver.
+    pub(super) fn source(self) -> String {
+        let has = |bit: u8| self.0 & bit != 0;
+        let parts = [
+            (true, include_str!("lua/common.lua")),
+            (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
+            (
+                has(Self::FIXED_WINDOW),
+                include_str!("lua/fixed_window.lua"),
+            ),
+            (has(Self::GCRA), include_str!("lua/gcra.lua")),
+            (
+                has(Self::SLIDING_WINDOW),
+                include_str!("lua/sliding_window.lua"),
+            ),
+            (has(Self::LOG), include_str!("lua/sliding_log.lua")),
+            (has(Self::PENALTY), include_str!("lua/penalty.lua")),
+            (true, include_str!("lua/check.lua")),
+        ];
+        parts
+            .iter()
+            .filter(|(used, _)| *used)
+            .map(|(_, text)| *text)
+            .collect()
+    }
+}
 
 /// Identities up to this many bytes appear in keys as hex; longer ones as
 /// a hash, so keys stay short whatever a client sends.

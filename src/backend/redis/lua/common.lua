@@ -17,51 +17,9 @@ local function ceil_div(a, b)
   return q
 end
 
--- Exact products and quotients beyond 2^53, for the sliding window counter:
--- x * y as three base-2^26 limbs (hi, mid, lo), exact for x, y < 2^47.
-local LIMB = 67108864
-
-local function mul3(x, y)
-  local x1 = math.floor(x / LIMB)
-  local x0 = x - x1 * LIMB
-  local y1 = math.floor(y / LIMB)
-  local y0 = y - y1 * LIMB
-  local lo = x0 * y0
-  local mid = x1 * y0 + x0 * y1
-  local hi = x1 * y1
-  local carry = math.floor(lo / LIMB)
-  lo = lo - carry * LIMB
-  mid = mid + carry
-  carry = math.floor(mid / LIMB)
-  return hi + carry, mid - carry * LIMB, lo
-end
-
--- Whether x * y <= u * v, exactly.
-local function product_le(x, y, u, v)
-  local a1, a2, a3 = mul3(x, y)
-  local b1, b2, b3 = mul3(u, v)
-  if a1 ~= b1 then return a1 < b1 end
-  if a2 ~= b2 then return a2 < b2 end
-  return a3 <= b3
-end
-
--- floor(a * b / c), exactly, for a, b, c < 2^47 and a result below 2^47.
-local function mul_div(a, b, c)
-  local q = math.floor(a * b / c)
-  while q > 0 and not product_le(q, c, a, b) do q = q - 1 end
-  while product_le(q + 1, c, a, b) do q = q + 1 end
-  return q
-end
-
--- ceil(a * b / c), exactly.
-local function mul_div_ceil(a, b, c)
-  local q = mul_div(a, b, c)
-  if product_le(q, c, a, b) and not product_le(a, b, q, c) then q = q + 1 end
-  return q
-end
-
+-- An integer as text ('%d' formats it as one: far cheaper than '%.0f').
 local function num(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- An outcome: retry (0 allowed, -1 never, else microseconds, at least 1),
@@ -85,22 +43,35 @@ end
 local ttl_slack_ms = 0
 
 local function ttl_ms(us)
-  return num(ceil_div(us, 1000) + ttl_slack_ms)
+  -- A number, not a string: below 10^14 Redis writes it out exactly.
+  return ceil_div(us, 1000) + ttl_slack_ms
 end
 
 -- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired.
+-- Each key is read from Redis once per call: what is read or written is
+-- kept here, so deciding and then committing costs one GET and one SET.
+local states = {}
+
 local function read_state(key)
+  local st = states[key]
+  if st then return st[1], st[2], st[3] end
+  local e, a, b = 0, 0, 0
   local s = redis.call('GET', key)
-  if not s then return 0, 0, 0 end
-  local e, a, b = string.match(s, '^(%d+) (%d+) ?(%d*)$')
-  return tonumber(e) or 0, tonumber(a) or 0, tonumber(b) or 0
+  if s then
+    local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
+    e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
+  end
+  states[key] = { e, a, b }
+  return e, a, b
 end
 
 local function write_state(key, now, e, a, b)
   if e <= now then
+    states[key] = { 0, 0, 0 }
     redis.call('DEL', key)
     return
   end
+  states[key] = { e, a, b or 0 }
   local value = num(e) .. ' ' .. num(a)
   if b then value = value .. ' ' .. num(b) end
   redis.call('SET', key, value, 'PX', ttl_ms(e - now))

@@ -8,12 +8,15 @@ end
 
 local function fw_check(key, now, cost, limit, w)
   local e, used = fw_current(key, now, w)
-  local function reset(u) if u > 0 then return e - now end return 0 end
-  if cost > limit then return never(limit, limit - used, reset(used)) end
+  -- Microseconds until reset: none while nothing is used.
+  local reset = 0
+  if used > 0 then reset = e - now end
+  if cost > limit then return never(limit, limit - used, reset) end
   if used + cost <= limit then
-    return allowed(limit, limit - used - cost, reset(used + cost))
+    if used + cost > 0 then reset = e - now end
+    return allowed(limit, limit - used - cost, reset)
   end
-  return denied(e - now, limit, limit - used, reset(used))
+  return denied(e - now, limit, limit - used, reset)
 end
 
 local function fw_consume(key, now, cost, limit, w)

@@ -4,12 +4,12 @@
 local function gcra_check(key, now, cost, capacity, t)
   local tat = read_state(key)
   local in_use = math.max(tat - now, 0)
-  local function free(u) return capacity - ceil_div(u, t) end
-  if cost > capacity then return never(capacity, free(in_use), in_use) end
+  local free = capacity - ceil_div(in_use, t)
+  if cost > capacity then return never(capacity, free, in_use) end
   local after = in_use + cost * t
   local span = capacity * t
-  if after <= span then return allowed(capacity, free(after), after) end
-  return denied(after - span, capacity, free(in_use), in_use)
+  if after <= span then return allowed(capacity, capacity - ceil_div(after, t), after) end
+  return denied(after - span, capacity, free, in_use)
 end
 
 local function gcra_consume(key, now, cost, capacity, t)

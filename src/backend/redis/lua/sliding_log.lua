@@ -39,14 +39,17 @@ local function log_save(list, sum, now, w, used)
   redis.call('PEXPIRE', list, ttl_ms(expires - now))
 end
 
+local function log_reset(list, now, w)
+  return math.max(log_expires(list, w) - now, 0)
+end
+
 local function log_check(list, sum, now, cost, limit, w)
   local used = log_forget(list, sum, now, w)
   log_save(list, sum, now, w, used)
-  local function reset() return math.max(log_expires(list, w) - now, 0) end
-  if cost > limit then return never(limit, limit - used, reset()) end
+  if cost > limit then return never(limit, limit - used, log_reset(list, now, w)) end
   if used + cost <= limit then
     local r
-    if cost > 0 then r = w else r = reset() end
+    if cost > 0 then r = w else r = log_reset(list, now, w) end
     return allowed(limit, limit - used - cost, r)
   end
   local to_free = used + cost - limit
@@ -57,7 +60,7 @@ local function log_check(list, sum, now, cost, limit, w)
     to_free = math.max(to_free - c, 0)
     if to_free == 0 then break end
   end
-  return denied(retry_at - now, limit, limit - used, reset())
+  return denied(retry_at - now, limit, limit - used, log_reset(list, now, w))
 end
 
 local function log_consume(list, sum, now, cost, limit, w)

@@ -35,12 +35,12 @@ end
 local function sw_check(key, now, cost, limit, w)
   local start, previous, current = sw_counts(key, now, w)
   local weight = sw_weight(now, w, start, previous)
-  local function free(extra) return limit - current - extra - weight end
+  local free = limit - current - weight
   if cost > limit then
-    return never(limit, free(0), sw_reset(now, w, start, previous, current))
+    return never(limit, free, sw_reset(now, w, start, previous, current))
   end
   if weight <= limit - current - cost then
-    return allowed(limit, free(cost), sw_reset(now, w, start, previous, current + cost))
+    return allowed(limit, free - cost, sw_reset(now, w, start, previous, current + cost))
   end
   local retry_at
   local room = limit - current - cost
@@ -49,7 +49,7 @@ local function sw_check(key, now, cost, limit, w)
   else
     retry_at = start + w + sw_offset(w, current, limit - cost)
   end
-  return denied(retry_at - now, limit, free(0), sw_reset(now, w, start, previous, current))
+  return denied(retry_at - now, limit, free, sw_reset(now, w, start, previous, current))
 end
 
 local function sw_consume(key, now, cost, limit, w)
