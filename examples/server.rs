@@ -19,6 +19,10 @@
 //! * `open`: let requests through unlimited;
 //! * `closed`: refuse them with 503.
 //!
+//! With `LEASED=1` each server leases shares of every limit from Redis (see
+//! `RedisBackendBuilder::leased`, sized for `SERVERS`) and spends them
+//! locally: one Redis call per share instead of one per request.
+//!
 //! On one Redis server, a circuit breaker stops asking it after 5 failures
 //! in a row, so an outage costs the timeout a handful of times, not on every
 //! request; one probe at a time finds Redis again. On a cluster there is no
@@ -102,6 +106,8 @@ pub struct Config {
     pub allow_cidrs: Vec<IpNet>,
     /// `ADMIN_TOKEN`: when set, limits can be replaced over HTTP with it.
     pub admin_token: Option<String>,
+    /// `LEASED=1`: on Redis, every limit is leased (shares for `SERVERS`).
+    pub leased: bool,
 }
 
 /// What decides while the store is down.
@@ -127,6 +133,7 @@ impl Default for Config {
             deny_cidrs: Vec::new(),
             allow_cidrs: Vec::new(),
             admin_token: None,
+            leased: false,
         }
     }
 }
@@ -167,11 +174,13 @@ impl Config {
         .map_err(|e| format!("{e} (expected local, open or closed)"))?;
         let store_timeout = env_or("STORE_TIMEOUT_MS", 50, |v| v.parse().ok())?;
         let servers = env_or("SERVERS", 1, |v| v.parse().ok().filter(|n| *n > 0))?;
-        let shadow = env_or("SHADOW", false, |v| match v {
+        let flag = |v: &str| match v {
             "1" | "true" => Some(true),
             "0" | "false" | "" => Some(false),
             _ => None,
-        })?;
+        };
+        let shadow = env_or("SHADOW", false, flag)?;
+        let leased = env_or("LEASED", false, flag)?;
         let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
         Ok(Self {
             algorithm,
@@ -183,6 +192,7 @@ impl Config {
             deny_cidrs: networks("DENY_CIDRS")?,
             allow_cidrs: networks("ALLOW_CIDRS")?,
             admin_token,
+            leased,
         })
     }
 }
@@ -887,10 +897,11 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
         {
             // No breaker: one covers a whole backend, and a cluster with one
             // primary down should fall back only for that primary's keys.
-            let cluster = RedisBackend::cluster_builder(nodes)
-                .timeout(config.store_timeout)
-                .connect()
-                .await?;
+            let mut cluster = RedisBackend::cluster_builder(nodes).timeout(config.store_timeout);
+            if config.leased {
+                cluster = cluster.leased(config.servers);
+            }
+            let cluster = cluster.connect().await?;
             return Ok(on_store_failure(config, cluster));
         }
         #[cfg(not(feature = "redis-cluster"))]
@@ -898,9 +909,11 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
     }
     // Lazily connected: the server starts even while Redis is down, and
     // decides by ON_STORE_FAILURE until it is up.
-    let redis = RedisBackend::builder(&nodes[0])
-        .timeout(config.store_timeout)
-        .connect_lazy()?;
+    let mut redis = RedisBackend::builder(&nodes[0]).timeout(config.store_timeout);
+    if config.leased {
+        redis = redis.leased(config.servers);
+    }
+    let redis = redis.connect_lazy()?;
     Ok(on_store_failure(config, redis.with_breaker()))
 }
 

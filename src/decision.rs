@@ -173,6 +173,9 @@ pub enum Origin {
     /// instead of asking again (the Redis backend's denial cache,
     /// `RedisBackendBuilder::cache_denials`).
     Cached,
+    /// An admission spent from this server's lease of the budget, without
+    /// asking the store (`RedisBackendBuilder::leased`).
+    Leased,
 }
 
 /// What a [`Policy`] says about one request: the overall verdict, the limit

@@ -22,6 +22,7 @@ mod hostile;
 mod http;
 mod keys;
 mod layer;
+mod leases;
 mod limiter;
 mod memory_backend;
 mod metrics;

@@ -613,16 +613,6 @@ async fn a_backend_built_while_redis_is_down_works_once_it_is_up() {
     assert_eq!(decision.deciding().remaining(), 4);
 }
 
-/// EVALSHA calls the server has answered so far.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test]
 async fn a_denied_key_is_denied_locally_until_its_retry_after() {
     use tower_ratelimit::backend::Backend;
@@ -639,7 +629,7 @@ async fn a_denied_key_is_denied_locally_until_its_retry_after() {
     assert_eq!(denied.origin(), Origin::Primary);
     let retry = denied.retry_after().unwrap();
 
-    let calls = evalsha_calls(&server);
+    let calls = server.evalsha_calls();
     for _ in 0..50 {
         let again = redis.check(&alice, &policy, 1).await.unwrap();
         assert!(!again.is_allowed());
@@ -648,7 +638,7 @@ async fn a_denied_key_is_denied_locally_until_its_retry_after() {
         assert!(again.retry_after().unwrap() <= retry);
     }
     assert_eq!(
-        evalsha_calls(&server),
+        server.evalsha_calls(),
         calls,
         "no round trip for a known denial"
     );
@@ -660,7 +650,7 @@ async fn a_denied_key_is_denied_locally_until_its_retry_after() {
         redis.check(&alice, &policy, 0).await.unwrap().origin(),
         Origin::Primary
     );
-    assert_eq!(evalsha_calls(&server), calls + 2);
+    assert_eq!(server.evalsha_calls(), calls + 2);
 
     // Once the retry-after has passed, Redis decides again, and admits.
     tokio::time::sleep(retry + Duration::from_millis(20)).await;
@@ -689,12 +679,12 @@ async fn denials_that_count_are_never_cached_and_the_cache_is_bounded() {
         .unwrap();
     let key = Key::new("user", "hammer");
     redis.check(&key, &counting, 1).await.unwrap();
-    let calls = evalsha_calls(&server);
+    let calls = server.evalsha_calls();
     for _ in 0..10 {
         assert!(!redis.check(&key, &counting, 1).await.unwrap().is_allowed());
     }
     assert_eq!(
-        evalsha_calls(&server),
+        server.evalsha_calls(),
         calls + 10,
         "each denial is counted by Redis"
     );

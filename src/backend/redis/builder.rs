@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::leases::Leases;
 use super::{Connection, RedisBackend};
 use crate::backend::denials::Denials;
 use crate::backend::BackendError;
@@ -18,6 +19,7 @@ pub struct RedisBackendBuilder {
     prefix: String,
     timeout: Duration,
     cached_denials: usize,
+    leased_by: Option<u32>,
 }
 
 /// One server, or the nodes of a cluster.
@@ -44,6 +46,7 @@ impl RedisBackendBuilder {
             prefix: "rl:".to_owned(),
             timeout: RedisBackend::DEFAULT_TIMEOUT,
             cached_denials: 100_000,
+            leased_by: None,
         }
     }
 
@@ -70,6 +73,40 @@ impl RedisBackendBuilder {
     /// nor peeks (cost 0). About 150 bytes a denial.
     pub fn cache_denials(mut self, max: usize) -> Self {
         self.cached_denials = max;
+        self
+    }
+
+    /// Lease budgets (opt-in): this server takes a share of a key's budget
+    /// in one call, `max(1, capacity / (30 × servers))` units of each limit,
+    /// spends it locally, tops it up below half a share, and gives back what
+    /// it did not spend when the lease ends (after 1% of the window, between
+    /// 10 ms and 1 s). Redis then sees one call per share instead of one per
+    /// request.
+    ///
+    /// `servers` is how many servers share the limits. The units leased and
+    /// not yet spent stay under 5% of each limit: the most that can be
+    /// stranded while a client is refused. Fixed windows never admit beyond
+    /// the limit (a lease ends with its window); under the other algorithms
+    /// what is spent or given back after it was counted can shift by at most
+    /// those units. Once a share no longer fits, requests are decided one by
+    /// one, exactly. Policies with a penalty box, limits of requests in
+    /// flight or counted denials are never leased. Quota headers of a leased
+    /// admission show Redis's count when the lease was taken (its unspent
+    /// units as used).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_ratelimit::backend::RedisBackend;
+    ///
+    /// // Ten servers share the limits: each leases 1/300 of a limit.
+    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379")
+    ///     .leased(10)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn leased(mut self, servers: u32) -> Self {
+        self.leased_by = Some(servers);
         self
     }
 
@@ -134,6 +171,11 @@ impl RedisBackendBuilder {
                 "the key prefix must not contain '{' or '}'",
             ));
         }
+        if self.leased_by == Some(0) {
+            return Err(BackendError::new(
+                "leased(servers): the number of servers must be at least 1",
+            ));
+        }
         Ok(())
     }
 
@@ -160,6 +202,7 @@ impl RedisBackendBuilder {
             prefix: self.prefix.into(),
             timeout: self.timeout,
             denials: Denials::new(self.cached_denials).map(Arc::new),
+            leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The Redis backend: one limit across any number of servers.
 
 mod builder;
+mod leases;
 mod script;
 
 use std::future::Future;
@@ -11,6 +12,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{RedisError, Script, Value};
 
+use self::leases::{Leases, Spend};
 use self::script::{decision_from, identity, invocation, push_keys, Ask, Shape};
 use super::denials::Denials;
 use super::{Backend, BackendError};
@@ -61,6 +63,7 @@ pub struct RedisBackend {
     prefix: Arc<str>,
     timeout: Duration,
     denials: Option<Arc<Denials>>,
+    leases: Option<Arc<Leases>>,
 }
 
 #[derive(Clone)]
@@ -145,6 +148,12 @@ impl RedisBackend {
         self.denials.as_ref().map_or(0, |d| d.len())
     }
 
+    /// Units counted in Redis but not yet spent by this server's leases
+    /// (see [`leased`](RedisBackendBuilder::leased); 0 without leases).
+    pub fn leased_units(&self) -> u64 {
+        self.leases.as_ref().map_or(0, |l| l.held())
+    }
+
     /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
         let mut keys = Vec::with_capacity(2);
@@ -197,6 +206,41 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Result<Decision, BackendError> {
+        let (decision, permit) = self.call(key, policy, ask, now).await?;
+        Ok(match permit {
+            0 => decision,
+            at => decision.with_permit(Micros::new(at)),
+        })
+    }
+
+    /// Decide a request of `cost` taking a lease of `want` units, giving
+    /// `back` back (see [`Leases`]); keep what it leaves to spend.
+    async fn lease(
+        &self,
+        leases: &Leases,
+        key: &Key,
+        policy: &Policy,
+        (cost, want, back): (u32, u32, u32),
+    ) -> Result<Decision, BackendError> {
+        let ask = Ask::Lease { cost, want, back };
+        let result = self.call(key, policy, ask, None).await;
+        let left = |(decision, granted): &(Decision, u64)| {
+            let left = u32::try_from(*granted).unwrap_or(0).saturating_sub(cost);
+            (left, decision.is_allowed().then_some(*decision))
+        };
+        let (units, decision) = result.as_ref().map_or((0, None), left);
+        leases.taken(key, policy, units, decision, cost == 0);
+        result.map(|(decision, _)| decision)
+    }
+
+    /// One script call: the decision and the reply's last number.
+    async fn call(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        ask: Ask,
+        now: Option<Micros>,
+    ) -> Result<(Decision, u64), BackendError> {
         let (keys, args) = invocation(&self.prefix, key, policy, ask, now);
         let mut invocation = self.script(policy).prepare_invoke();
         for k in keys {
@@ -237,9 +281,30 @@ impl Backend for RedisBackend {
         if let Some(denied) = self.denials.as_ref().and_then(|d| d.get(key, policy, cost)) {
             return Box::pin(std::future::ready(Ok(denied)));
         }
+        let spend = match &self.leases {
+            Some(leases) if cost > 0 && Leases::eligible(policy) => {
+                match leases.spend(key, policy, cost) {
+                    Spend::Spent(spent) => return Box::pin(std::future::ready(Ok(spent))),
+                    other => other,
+                }
+            }
+            _ => Spend::Alone,
+        };
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
-            let decision = this.decide(&key, &policy, Ask::Check(cost), None).await?;
+            let decision = match (spend, &this.leases) {
+                (Spend::Lease { want, back }, Some(leases)) => {
+                    this.lease(leases, &key, &policy, (cost, want, back))
+                        .await?
+                }
+                (Spend::Refill { want, spent }, Some(leases)) => {
+                    // Admitted already: a failed refill only leaves the
+                    // lease as it is.
+                    let _ = this.lease(leases, &key, &policy, (0, want, 0)).await;
+                    return Ok(spent);
+                }
+                _ => this.decide(&key, &policy, Ask::Check(cost), None).await?,
+            };
             if let Some(denials) = &this.denials {
                 denials.remember(&key, &policy, cost, &decision);
             }

@@ -121,6 +121,9 @@ pub(super) enum Ask {
     Release { permit: Micros, cost: u32 },
     /// Renew it.
     Renew { permit: Micros, cost: u32 },
+    /// Decide a request of `cost` taking a lease of `want` units (or only
+    /// `cost` when `want` does not fit), giving `back` units back first.
+    Lease { cost: u32, want: u32, back: u32 },
 }
 
 /// The script's keys and arguments for one decision.
@@ -140,6 +143,7 @@ pub(super) fn invocation(
         Ask::Settle { reserved, actual } => (i64::from(actual) - i64::from(reserved), "s".into()),
         Ask::Release { permit, cost } => (i64::from(cost), format!("r{}", permit.as_u64())),
         Ask::Renew { permit, cost } => (i64::from(cost), format!("n{}", permit.as_u64())),
+        Ask::Lease { cost, want, back } => (i64::from(cost), format!("l{want}:{back}")),
     };
     let mut args = vec![
         now.map_or_else(String::new, |n| n.as_u64().to_string()),
@@ -183,8 +187,12 @@ pub(super) fn invocation(
 }
 
 /// The decision from the script's reply: per limit, retry, remaining,
-/// reset; then the ban in force.
-pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, BackendError> {
+/// reset; then the ban in force; then the reply's last number (the permit
+/// taken, or a lease's units), given back beside the decision.
+pub(super) fn decision_from(
+    policy: &Policy,
+    reply: &Value,
+) -> Result<(Decision, u64), BackendError> {
     let Value::Array(items) = reply else {
         return Err(BackendError::new(format!(
             "unexpected reply from the script: {reply:?}"
@@ -206,7 +214,7 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
         ));
     };
     let ban = Micros::new(number(ban)?.max(0) as u64);
-    let permit = Micros::new(number(permit)?.max(0) as u64);
+    let last = number(permit)?.max(0) as u64;
     // Inline, like the decision itself: no allocation per reply.
     let mut outcomes = [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS];
     for ((slot, limit), item) in outcomes.iter_mut().zip(limits).zip(items.chunks_exact(3)) {
@@ -224,8 +232,5 @@ pub(super) fn decision_from(policy: &Policy, reply: &Value) -> Result<Decision, 
     if ban > Micros::ZERO {
         decision.ban(ban);
     }
-    if permit > Micros::ZERO {
-        decision = decision.with_permit(permit);
-    }
-    Ok(decision)
+    Ok((decision, last))
 }

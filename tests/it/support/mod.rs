@@ -120,6 +120,23 @@ impl RedisServer {
         panic!("redis-server on port {} did not start", self.port);
     }
 
+    /// EVALSHA calls the server has answered so far.
+    pub fn evalsha_calls(&self) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Microseconds on the server's clock.
+    pub fn time_micros(&self) -> u64 {
+        let out = self.cli(&["TIME"]);
+        let mut parts = out.lines().map(|l| l.trim().parse::<u64>().unwrap());
+        parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+    }
+
     /// Freeze the process (SIGSTOP): connections stay open, nothing answers.
     pub fn pause(&self) {
         self.signal("-STOP");

@@ -3,13 +3,15 @@
 -- KEYS: per limit, its state key (two for a sliding log: entries, sum).
 -- KEYS, after the limits': with a penalty box, its strikes and bans keys.
 -- ARGV: now (microseconds, or "" for the server's TIME), cost,
---       count_denied (0/1; 's' to settle: cost is then actual - reserved),
+--       count_denied (0/1; 's' to settle: cost is then actual - reserved;
+--       'l<want>:<back>' to lease; 'r'/'n' and a permit to release/renew it),
 --       the penalty box (strikes, or 0 for none; within,
 --       ban, max ban in microseconds), then per limit: algorithm, limit,
 --       window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
 -- Reply: per limit, {retry, remaining, reset} (see common.lua), then the
--- ban in force in microseconds (0: none), then the permit taken (0: none). All limits
+-- ban in force in microseconds (0: none), then the permit taken (0: none;
+-- for a lease, the units granted). All limits
 -- allow, and the request is counted in all; or it is counted in none
 -- (unless denied requests count). Mirrors backend/memory: Store::check.
 
@@ -106,22 +108,48 @@ if mode == 'r' or mode == 'n' then
   return reply
 end
 
+-- Give back units to every rate limit (not to limits of requests in
+-- flight). Made only when settling or leasing: a check does without.
+local refund
+if mode == 's' or mode == 'l' then
+  refund = function(units)
+    for _, l in ipairs(limits) do
+      if not l.concurrent then
+        if l.alg == 1 then fw_refund(l.key, now, units)
+        elseif l.alg == 2 then log_refund(l.key, l.sum, now, units, l.w)
+        elseif l.alg == 3 then sw_refund(l.key, now, units, l.w)
+        else gcra_refund(l.key, now, units, l.t) end
+      end
+    end
+  end
+end
+
 -- Settling (count_denied is 's'): cost is actual - reserved. Give back a
 -- negative one to every limit, charge a positive one whatever the limits
 -- say (up to each capacity), and report each limit's state. A permit is
 -- given back when its request ends, not settled.
 if ARGV[3] == 's' then
+  if cost < 0 then refund(-cost) end
   return after_each(function(l)
-    if l.concurrent then return end
-    if cost < 0 then
-      if l.alg == 1 then fw_refund(l.key, now, -cost)
-      elseif l.alg == 2 then log_refund(l.key, l.sum, now, -cost, l.w)
-      elseif l.alg == 3 then sw_refund(l.key, now, -cost, l.w)
-      else gcra_refund(l.key, now, -cost, l.t) end
-    elseif cost > 0 then
-      consume(l)
-    end
+    if cost > 0 and not l.concurrent then consume(l) end
   end)
+end
+
+-- Leasing ('l<want>:<back>'): give back the units an ended lease did not
+-- spend, then take `want` units from every limit at once, or only this
+-- request's cost when `want` does not fit. The decision below is then
+-- made for what is taken, and the units granted end the reply.
+local granted = 0
+if mode == 'l' then
+  local want, back = string.match(ARGV[3], '^l(%d+):(%d+)$')
+  want, back = tonumber(want), tonumber(back)
+  if back > 0 then refund(back) end
+  local fits = want > cost
+  for _, l in ipairs(limits) do
+    if fits and check(l, want)[1] ~= 0 then fits = false end
+  end
+  if fits then cost = want end
+  granted = cost
 end
 
 -- A ban in force answers for every limit, which are not looked at.
@@ -176,6 +204,9 @@ if commit and all_allowed then
   for _, l in ipairs(limits) do
     if l.concurrent then permit = now end
   end
+  -- A lease takes no permit (policies with requests in flight are not
+  -- leased): its last number is the units granted.
+  if mode == 'l' then permit = granted end
 end
 
 local reply = {}

@@ -1,0 +1,258 @@
+//! Leased budgets: a server takes a share of a key's budget from Redis in
+//! one call and spends it locally, so Redis sees one call per lease instead
+//! of one per request (`RedisBackendBuilder::leased`).
+//!
+//! The rules, which bound what leasing can cost in accuracy:
+//! - A share is `max(1, capacity / (30 × servers))` units of every limit of
+//!   the policy (the smallest among them), taken all or nothing; when a
+//!   whole share no longer fits, only the request's own cost is taken,
+//!   exactly as without leases.
+//! - A server holds one lease per key and policy. Below half a share it is
+//!   topped up with another share by the request that finds it so, while
+//!   the rest is still spent; a request that finds it empty while another
+//!   is fetching is decided by Redis alone. So a server holds under 1.5
+//!   shares, and all servers together under 5% of each limit.
+//! - A lease ends after 1% of the shortest window (between 10 ms and 1 s),
+//!   and with the current window of a fixed-window limit. What it did not
+//!   spend is given back by the call that takes the next one, unless that
+//!   window has ended (the units lapse with it).
+//!
+//! So the units counted in Redis but not yet spent are under 5% of each
+//! limit: the most leasing can strand (a client refused while other servers
+//! hold unspent units). Under fixed windows nothing is ever admitted beyond
+//! the limit: each unit is spent in the window that counted it. Under the
+//! other algorithms, units counted when leased and spent up to a term later,
+//! or given back, shift by at most those units.
+//!
+//! Policies that must see each request are never leased: a penalty box
+//! (each denial is a strike), limits of requests in flight (each admission
+//! is a permit), and counting denied requests.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::algorithm::{FixedRule, Form};
+use crate::key::Key;
+use crate::{Decision, Micros, Origin, Policy};
+
+const SHARDS: usize = 16;
+/// Leases held at most (each about 100 bytes); past it, keys are decided
+/// per request until ended leases are swept.
+const MAX_LEASES: usize = 100_000;
+
+pub(super) struct Leases {
+    servers: u32,
+    shards: Box<[Mutex<HashMap<u64, Lease>>]>,
+    hasher: RandomState,
+}
+
+struct Lease {
+    key: Key,
+    limits: Box<[u64]>,
+    /// Units left to spend.
+    units: u32,
+    /// Another request is taking the next lease.
+    fetching: bool,
+    /// Redis's decision when the lease was taken (none before), and when.
+    decision: Option<Decision>,
+    at: Instant,
+    ends: Instant,
+    /// When the window of its fixed-window limits ends, if it has any.
+    window_ends: Option<Instant>,
+}
+
+/// What a server's lease does for a request.
+// Boxing the decisions would cost an allocation on the path leases exist to
+// make cheap; a `Spend` lives for one call, as a `Decision` does anyway.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(super) enum Spend {
+    /// Admitted from the lease, without asking Redis.
+    Spent(Decision),
+    /// Take a lease of `want` units, giving `back` units back, and decide
+    /// the request with it.
+    Lease { want: u32, back: u32 },
+    /// The request was admitted from the lease (`spent`), which runs low:
+    /// top it up with `want` more units before answering.
+    Refill { want: u32, spent: Decision },
+    /// Ask Redis for this request alone.
+    Alone,
+}
+
+impl Leases {
+    pub(super) fn new(servers: u32) -> Self {
+        Self {
+            servers: servers.max(1),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// Whether `policy` may be leased (see the module's rules).
+    pub(super) fn eligible(policy: &Policy) -> bool {
+        policy.penalty().is_none()
+            && !policy.counts_denied()
+            && policy.limits().iter().all(|l| !l.is_concurrent())
+    }
+
+    /// Units one lease takes of `policy`.
+    pub(super) fn share(&self, policy: &Policy) -> u32 {
+        let per = 30 * self.servers;
+        policy
+            .limits()
+            .iter()
+            .map(|l| (l.capacity() / per).max(1))
+            .min()
+            .unwrap_or(1)
+    }
+
+    /// How long a lease of `policy` lasts.
+    fn term(policy: &Policy) -> Duration {
+        let window = policy
+            .limits()
+            .iter()
+            .map(|l| l.quota().window_micros())
+            .min()
+            .unwrap_or(Micros::ZERO);
+        Duration::from(Micros::new(window.as_u64() / 100))
+            .clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// How long the current window of `policy`'s fixed-window limits lasts,
+    /// as `decision` reports it.
+    fn window_end(policy: &Policy, decision: &Decision) -> Option<Duration> {
+        policy
+            .limits()
+            .iter()
+            .zip(decision.outcomes())
+            .filter(|(l, _)| matches!(l.rule().form(), Form::Fixed(FixedRule::FixedWindow(_))))
+            .map(|(_, o)| Duration::from(o.reset_after_micros()))
+            .min()
+    }
+
+    fn ids(policy: &Policy) -> impl Iterator<Item = u64> + '_ {
+        policy.limits().iter().map(|l| l.id())
+    }
+
+    fn slot(&self, key: &Key, policy: &Policy) -> (u64, &Mutex<HashMap<u64, Lease>>) {
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write(key.as_bytes());
+        for id in Self::ids(policy) {
+            hasher.write_u64(id);
+        }
+        let hash = hasher.finish();
+        (hash, &self.shards[(hash >> 59) as usize % SHARDS])
+    }
+
+    /// Spend `cost` from the lease for `key` under `policy`, or say what to
+    /// ask Redis instead.
+    pub(super) fn spend(&self, key: &Key, policy: &Policy, cost: u32) -> Spend {
+        let share = self.share(policy);
+        if share <= cost {
+            return Spend::Alone; // a lease would hold nothing beyond this request
+        }
+        let (hash, shard) = self.slot(key, policy);
+        let now = Instant::now();
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lease) = shard.get_mut(&hash) {
+            if lease.key != *key || !Self::ids(policy).eq(lease.limits.iter().copied()) {
+                return Spend::Alone; // another key's lease in this slot
+            }
+            if let Some(decision) = lease
+                .decision
+                .filter(|_| now < lease.ends && lease.units >= cost)
+            {
+                lease.units -= cost;
+                let spent = decision
+                    .aged(Micros::from(now - lease.at))
+                    .with_origin(Origin::Leased);
+                // Below half a share, the next lease is taken while this
+                // one is still spent: concurrent requests rarely find it empty.
+                if !lease.fetching && lease.units < share / 2 {
+                    lease.fetching = true;
+                    return Spend::Refill { want: share, spent };
+                }
+                return Spend::Spent(spent);
+            }
+            if lease.fetching {
+                return Spend::Alone;
+            }
+            lease.fetching = true;
+            let mut back = std::mem::take(&mut lease.units);
+            if lease.window_ends.is_some_and(|end| now >= end) {
+                back = 0; // counted in a window that has ended: they lapse
+            }
+            return Spend::Lease { want: share, back };
+        }
+        if shard.len() >= MAX_LEASES / SHARDS {
+            shard.retain(|_, l| l.fetching || (now < l.ends && l.units > 0));
+            if shard.len() >= MAX_LEASES / SHARDS {
+                return Spend::Alone;
+            }
+        }
+        shard.insert(
+            hash,
+            Lease {
+                key: key.clone(),
+                limits: Self::ids(policy).collect(),
+                units: 0,
+                fetching: true,
+                decision: None,
+                at: now,
+                ends: now,
+                window_ends: None,
+            },
+        );
+        Spend::Lease {
+            want: share,
+            back: 0,
+        }
+    }
+
+    /// The lease asked for `key` came back: `units` more to spend (after
+    /// the request that took it), under `decision` (none when Redis failed
+    /// or refused). A new lease replaces what was left; a refill adds to it.
+    pub(super) fn taken(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        units: u32,
+        decision: Option<Decision>,
+        refill: bool,
+    ) {
+        let (hash, shard) = self.slot(key, policy);
+        let now = Instant::now();
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(lease) = shard.get_mut(&hash).filter(|l| l.key == *key) else {
+            return;
+        };
+        lease.fetching = false;
+        match (decision, refill) {
+            (Some(decision), _) => {
+                lease.units = if refill { lease.units + units } else { units };
+                lease.decision = Some(decision);
+                lease.at = now;
+                lease.window_ends = Self::window_end(policy, &decision).map(|d| now + d);
+                lease.ends = now
+                    + Self::term(policy).min(lease.window_ends.map_or(Duration::MAX, |e| e - now));
+            }
+            (None, true) => {} // what is left stays, on its term
+            (None, false) => lease.units = 0,
+        }
+    }
+
+    /// Units counted in Redis but not spent: held in leases, ended ones
+    /// included until they are given back.
+    pub(super) fn held(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| {
+                let shard = s.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.values().map(|l| u64::from(l.units)).sum::<u64>()
+            })
+            .sum()
+    }
+}
