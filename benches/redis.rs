@@ -262,6 +262,78 @@ fn main() {
         "(CPU µs m/o: Redis's whole CPU per call for redis-benchmark; this client's CPU per decision for Rust)\n"
     );
 
+    // Leased budgets against one round trip per decision: a limit never
+    // reached, and 1,000 a minute (spent at once, then mostly refusals).
+    println!(
+        "Leased budgets ({TASKS} tasks, one key each, token bucket): decisions/s and Redis calls"
+    );
+    println!(
+        "{:<32} {:>12} {:>9} {:>14} {:>10}",
+        "backend", "decisions/s", "ratio", "EVALSHA/dec.", "admitted"
+    );
+    let lease_row = |name: &str, backend: &RedisBackend, policy: &Arc<Policy>, anchor: f64| {
+        let calls = |s: &support::RedisServer| s.evalsha_calls() as f64;
+        let before = calls(&server);
+        let admitted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let result = rt.block_on(run(|t, deadline| {
+            let (backend, policy, admitted) = (backend.clone(), policy.clone(), admitted.clone());
+            let key = Key::new("user", format!("{name}-{}", t % 8));
+            timed(deadline, move || {
+                let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
+                let admitted = admitted.clone();
+                async move {
+                    if backend
+                        .check(&key, &policy, 1)
+                        .await
+                        .expect("decision")
+                        .is_allowed()
+                    {
+                        admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        }));
+        let decisions = result.rate * SECONDS as f64;
+        println!(
+            "{name:<32} {:>12.0} {:>9.2} {:>14.4} {:>10}",
+            result.rate,
+            if anchor > 0.0 {
+                result.rate / anchor
+            } else {
+                1.0
+            },
+            (calls(&server) - before) / decisions,
+            admitted.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        result.rate
+    };
+    let leased = |servers: u32| {
+        rt.block_on(
+            RedisBackend::builder(&url)
+                .timeout(Duration::from_secs(2))
+                .leased(servers)
+                .connect(),
+        )
+        .expect("connect")
+    };
+    let roomy = Arc::new(Policy::single(
+        Algorithm::TokenBucket,
+        Quota::per_minute(60_000_000).unwrap(),
+    ));
+    let one_trip = lease_row("one round trip, 60M/min", &backend, &roomy, 0.0);
+    lease_row("leased(1), 60M/min", &leased(1), &roomy, one_trip);
+    lease_row("leased(10), 60M/min", &leased(10), &roomy, one_trip);
+    let small = Arc::new(Policy::single(
+        Algorithm::TokenBucket,
+        Quota::per_minute(1_000).unwrap(),
+    ));
+    let one_trip = lease_row("one round trip, 1000/min", &backend, &small, 0.0);
+    lease_row("leased(1), 1000/min", &leased(1), &small, one_trip);
+    println!(
+        "(8 keys; 1000/min admits at most 8 × (1000 + {SECONDS} s of refill) = {:.0})\n",
+        8.0 * (1000.0 + SECONDS as f64 * 1000.0 / 60.0)
+    );
+
     println!("{TASKS} tasks on one multiplexed connection, {SECONDS} s each; ceiling: redis-benchmark -c 64 with the same EVALSHA");
     println!(
         "{:<15} {:>10} {:>9} {:>9} {:>14} {:>7} {:>16} {:>7} {:>12}",

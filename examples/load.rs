@@ -11,6 +11,7 @@
 //! | `/memory/allowed-no-headers` | the same without quota headers |
 //! | `/memory/rejecting` | ours per IP, every request refused (429) |
 //! | `/redis/allowed`, `/redis/rejecting` | the same on Redis (`REDIS_URL`) |
+//! | `/redis/leased` | allowed, on Redis with leased budgets (one server) |
 //!
 //! ```sh
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --release --example load &
@@ -65,11 +66,13 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         Ok(url) => {
             use tower_ratelimit::backend::RedisBackend;
             let redis = RedisBackend::connect(&url).await?;
+            let leased = RedisBackend::builder(&url).leased(1).connect().await?;
             app.route(
                 "/redis/allowed",
                 ok().layer(ours(&roomy).backend(redis.clone())),
             )
             .route("/redis/rejecting", ok().layer(ours(&tight).backend(redis)))
+            .route("/redis/leased", ok().layer(ours(&roomy).backend(leased)))
         }
         Err(_) => app,
     };
