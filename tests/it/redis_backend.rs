@@ -142,6 +142,53 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// Taking a lease — give units back, then take `want` units at once if
+    /// they fit, else only the request's cost — decides as the memory
+    /// backend does when given back the same units (a settlement to 0) and
+    /// asked for `want`, then for the cost.
+    #[test]
+    fn leases_agree_too(
+        limits in prop::collection::vec(limit_strategy(), 1..=3),
+        trace in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 1u32..=4, 0u32..=12, 0u32..=6),
+            1..40,
+        ),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let policy = policy(&limits, false);
+        let key = Key::new("user", "leasing");
+        let mut now = start;
+        for (i, &(gap, cost, want, back)) in trace.iter().enumerate() {
+            now += gap;
+            let at = Micros::new(now);
+            if back > 0 {
+                memory.settle_at(&key, &policy, back, 0, at);
+            }
+            let whole = (want > cost)
+                .then(|| memory.check_at(&key, &policy, want, at))
+                .filter(|d| d.is_allowed());
+            let (expected, taken) = match whole {
+                Some(d) => (d, want),
+                None => {
+                    let d = memory.check_at(&key, &policy, cost, at);
+                    (d, if d.is_allowed() { cost } else { 0 })
+                }
+            };
+            let (actual, granted) =
+                rt.block_on(redis.lease_at(&key, &policy, (cost, want, back), at)).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "lease {} at {}", i, now);
+            prop_assert_eq!(granted, u64::from(taken), "units taken, lease {}", i);
+        }
+    }
+}
+
 /// What a trace does with permits of requests in flight.
 #[derive(Clone, Debug)]
 enum PermitOp {

@@ -142,6 +142,23 @@ impl RedisBackend {
         self.decide(key, policy, ask, Some(now)).await
     }
 
+    /// Take a lease as a leasing backend does, at `now` (see
+    /// [`check_at`](Self::check_at)): give `back` units back, then decide a
+    /// request of `cost` taking `want` units, or only `cost` when `want`
+    /// does not fit. The decision, and the units taken. For the conformance
+    /// tests; leases are taken by [`leased`](RedisBackendBuilder::leased).
+    #[doc(hidden)]
+    pub async fn lease_at(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        (cost, want, back): (u32, u32, u32),
+        now: Micros,
+    ) -> Result<(Decision, u64), BackendError> {
+        let ask = Ask::Lease { cost, want, back };
+        self.call(key, policy, ask, Some(now)).await
+    }
+
     /// Denials remembered now (see
     /// [`cache_denials`](RedisBackendBuilder::cache_denials)).
     pub fn cached_denials(&self) -> usize {
