@@ -277,6 +277,10 @@ impl Store {
         let policy = &*policy;
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
+        let mut shard = self.shard(base);
+        if let Some(decision) = Self::check_one(&mut shard, policy, base, cost, now) {
+            return decision;
+        }
         // Each limit's fingerprint, and its slot if the key is known.
         let mut found = [(0u64, None); MAX_LIMITS];
         for (f, limit) in found.iter_mut().zip(limits) {
@@ -284,7 +288,6 @@ impl Store {
         }
         let found = &mut found[..limits.len()];
 
-        let mut shard = self.shard(base);
         let penalty = policy.penalty().zip(policy.penalty_id());
         if let Some((penalty, id)) = penalty {
             if let Some(until) = shard.penalty(base, id).banned_until(penalty, now) {
@@ -349,6 +352,36 @@ impl Store {
             }
         }
         decision
+    }
+
+    /// The common case on its own path: one fixed-size limit, no penalty
+    /// box, denials not counted, a key already known. One lookup, the state
+    /// updated in place, none of the per-limit bookkeeping below; the same
+    /// decision as [`check`](Self::check) makes (`None`: take that path).
+    fn check_one(
+        shard: &mut Shard,
+        policy: &Policy,
+        base: u64,
+        cost: u32,
+        now: Micros,
+    ) -> Option<Decision> {
+        let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied())
+        else {
+            return None;
+        };
+        let Form::Fixed(rule) = limit.rule().form() else {
+            return None;
+        };
+        let slot = shard.states.find(fingerprint(base, limit.id()))?;
+        let state = shard.states.at_mut(slot);
+        let outcome = rule.check(*state, now, cost);
+        if cost > 0 && outcome.is_allowed() {
+            *state = rule.consume(*state, now, cost);
+        }
+        let mut decision = Decision::empty();
+        decision.push(outcome);
+        decision.decide();
+        Some(decision)
     }
 
     fn settle(
