@@ -278,7 +278,7 @@ impl Store {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         let mut shard = self.shard(base);
-        if let Some(decision) = Self::check_one(&mut shard, policy, base, cost, now) {
+        if let Some(decision) = self.check_one(&mut shard, policy, base, cost, now) {
             return decision;
         }
         // Each limit's fingerprint, and its slot if the key is known.
@@ -355,10 +355,11 @@ impl Store {
     }
 
     /// The common case on its own path: one fixed-size limit, no penalty
-    /// box, denials not counted, a key already known. One lookup, the state
-    /// updated in place, none of the per-limit bookkeeping below; the same
-    /// decision as [`check`](Self::check) makes (`None`: take that path).
+    /// box, denials not counted. One lookup, the state updated in place (or
+    /// inserted), none of the per-limit bookkeeping of the general path; the
+    /// same decision (`None`: a full table, left to that path).
     fn check_one(
+        &self,
         shard: &mut Shard,
         policy: &Policy,
         base: u64,
@@ -372,12 +373,30 @@ impl Store {
         let Form::Fixed(rule) = limit.rule().form() else {
             return None;
         };
-        let slot = shard.states.find(fingerprint(base, limit.id()))?;
-        let state = shard.states.at_mut(slot);
-        let outcome = rule.check(*state, now, cost);
-        if cost > 0 && outcome.is_allowed() {
-            *state = rule.consume(*state, now, cost);
-        }
+        let fp = fingerprint(base, limit.id());
+        let outcome = match shard.states.find(fp) {
+            Some(slot) => {
+                let state = shard.states.at_mut(slot);
+                let outcome = rule.check(*state, now, cost);
+                if cost > 0 && outcome.is_allowed() {
+                    *state = rule.consume(*state, now, cost);
+                }
+                outcome
+            }
+            None => {
+                let outcome = rule.check(State::default(), now, cost);
+                if cost > 0 && outcome.is_allowed() {
+                    if matches!(self.at_capacity, AtCapacity::Deny)
+                        && !shard.states.has_room(fp, 1, now)
+                    {
+                        return None;
+                    }
+                    let state = rule.consume(State::default(), now, cost);
+                    shard.states.insert(fp, state, now);
+                }
+                outcome
+            }
+        };
         let mut decision = Decision::empty();
         decision.push(outcome);
         decision.decide();
