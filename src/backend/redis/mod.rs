@@ -10,10 +10,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ::redis::aio::ConnectionManager;
-use ::redis::{RedisError, Script, Value};
+use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::leases::{Leases, Spend};
-use self::script::{decision_from, identity, invocation, push_keys, Ask, Shape};
+use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
 use super::{Backend, BackendError};
 use crate::key::Key;
@@ -174,7 +174,9 @@ impl RedisBackend {
     /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
         let mut keys = Vec::with_capacity(2);
-        push_keys(&mut keys, &self.prefix, &identity(key), limit);
+        limit_keys(&self.prefix, key, limit, |k| {
+            keys.push(String::from_utf8_lossy(k).into_owned());
+        });
         keys
     }
 
@@ -182,14 +184,18 @@ impl RedisBackend {
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
-        let (keys, args) = invocation(&self.prefix, key, policy, Ask::Check(cost), None);
         let mut command = vec![
             "EVALSHA".to_owned(),
             self.script(policy).get_hash().to_owned(),
-            keys.len().to_string(),
         ];
-        command.extend(keys);
-        command.extend(args);
+        invocation(
+            &self.prefix,
+            key,
+            policy,
+            Ask::Check(cost),
+            None,
+            &mut command,
+        );
         command
     }
 
@@ -250,6 +256,22 @@ impl RedisBackend {
         result.map(|(decision, _)| decision)
     }
 
+    async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
+        match &self.conn {
+            Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        }
+    }
+
+    async fn load(&self, script: &Script) -> Result<String, RedisError> {
+        match &self.conn {
+            Connection::Standalone(conn) => script.load_async(&mut conn.clone()).await,
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(conn) => script.load_async(&mut conn.clone()).await,
+        }
+    }
+
     /// One script call: the decision and the reply's last number.
     async fn call(
         &self,
@@ -258,23 +280,20 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
-        let (keys, args) = invocation(&self.prefix, key, policy, ask, now);
-        let mut invocation = self.script(policy).prepare_invoke();
-        for k in keys {
-            invocation.key(k);
-        }
-        for a in args {
-            invocation.arg(a);
-        }
+        // The command built at once, numbers written as numbers: no string
+        // per argument. A server that lost the script (a restart, a
+        // failover) gets it again, and the command once more.
+        let script = self.script(policy);
+        let mut cmd = ::redis::Cmd::with_capacity(16, 256);
+        cmd.arg("EVALSHA").arg(script.get_hash());
+        invocation(&self.prefix, key, policy, ask, now, &mut cmd);
         let call = async {
-            match &self.conn {
-                Connection::Standalone(conn) => {
-                    invocation.invoke_async::<Value>(&mut conn.clone()).await
+            match self.query(&cmd).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.load(script).await?;
+                    self.query(&cmd).await
                 }
-                #[cfg(feature = "redis-cluster")]
-                Connection::Cluster(conn) => {
-                    invocation.invoke_async::<Value>(&mut conn.clone()).await
-                }
+                reply => reply,
             }
         };
         let reply = tokio::time::timeout(self.timeout, call)

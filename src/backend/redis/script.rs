@@ -77,37 +77,78 @@ impl Shape {
 /// a hash, so keys stay short whatever a client sends.
 const MAX_HEX_IDENTITY: usize = 64;
 
-/// The identity part of a Redis key: hex of the key's bytes, or a hash.
-pub(super) fn identity(key: &Key) -> String {
+/// Append the identity part of a Redis key: hex of the key's bytes, or a
+/// hash.
+fn push_identity(key: &Key, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hex = |bytes: &[u8], out: &mut String| {
+    let hex = |bytes: &[u8], out: &mut Vec<u8>| {
         for &b in bytes {
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 15)]));
+            out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
         }
     };
     let bytes = key.as_bytes();
-    let mut out = String::with_capacity(2 * MAX_HEX_IDENTITY + 1);
     if bytes.len() <= MAX_HEX_IDENTITY {
-        hex(bytes, &mut out);
+        hex(bytes, out);
     } else {
         // "h" cannot begin a hex encoding, so the two forms never meet.
-        out.push('h');
-        hex(&Sha256::digest(bytes)[..16], &mut out);
+        out.push(b'h');
+        hex(&Sha256::digest(bytes)[..16], out);
     }
-    out
 }
 
-/// Append the keys of `identity` under `limit`:
-/// `{prefix}{<identity>}:<limit identity>`, and for a sliding log its two.
-pub(super) fn push_keys(keys: &mut Vec<String>, prefix: &str, identity: &str, limit: &Limit) {
-    let base = [prefix, "{", identity, "}:", limit.identity()].concat();
-    if let Form::Log(_) = limit.rule().form() {
-        keys.push(format!("{base}:log"));
-        keys.push(format!("{base}:sum"));
-    } else {
-        keys.push(base);
+/// Where an invocation's words go: a command to send, or text (for
+/// `redis-benchmark`). Numbers go as numbers, so no `String` is made for
+/// them.
+pub(super) trait Words {
+    fn word(&mut self, word: &[u8]);
+    fn number(&mut self, n: i64);
+}
+
+impl Words for ::redis::Cmd {
+    fn word(&mut self, word: &[u8]) {
+        self.arg(word);
     }
+    fn number(&mut self, n: i64) {
+        self.arg(n);
+    }
+}
+
+impl Words for Vec<String> {
+    fn word(&mut self, word: &[u8]) {
+        self.push(String::from_utf8_lossy(word).into_owned());
+    }
+    fn number(&mut self, n: i64) {
+        self.push(n.to_string());
+    }
+}
+
+/// The Redis keys of `key` under `limit`: `{prefix}{<identity>}:<limit
+/// identity>`, and for a sliding log its two, each given to `each`.
+pub(super) fn limit_keys(prefix: &str, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
+    let mut base = Vec::with_capacity(prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
+    base.extend_from_slice(prefix.as_bytes());
+    base.push(b'{');
+    push_identity(key, &mut base);
+    base.extend_from_slice(b"}:");
+    keys_of(&mut base, limit, &mut each);
+}
+
+/// `base` (up to `}:`) completed for `limit`, given to `each`; `base` is
+/// left as it was.
+fn keys_of(base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
+    let stem = base.len();
+    base.extend_from_slice(limit.identity().as_bytes());
+    if let Form::Log(_) = limit.rule().form() {
+        let end = base.len();
+        for suffix in [&b":log"[..], b":sum"] {
+            base.extend_from_slice(suffix);
+            each(base);
+            base.truncate(end);
+        }
+    } else {
+        each(base);
+    }
+    base.truncate(stem);
 }
 
 /// What the script is asked.
@@ -126,44 +167,89 @@ pub(super) enum Ask {
     Lease { cost: u32, want: u32, back: u32 },
 }
 
-/// The script's keys and arguments for one decision.
+/// The script's number of keys, keys and arguments for one decision,
+/// written to `out` (after `EVALSHA <sha>`).
 pub(super) fn invocation(
     prefix: &str,
     key: &Key,
     policy: &Policy,
     ask: Ask,
     now: Option<Micros>,
-) -> (Vec<String>, Vec<String>) {
-    let mut keys = Vec::with_capacity(policy.limits().len() + 2);
-    let (cost, mode) = match ask {
-        Ask::Check(cost) => (
-            i64::from(cost),
-            u8::from(policy.counts_denied()).to_string(),
-        ),
-        Ask::Settle { reserved, actual } => (i64::from(actual) - i64::from(reserved), "s".into()),
-        Ask::Release { permit, cost } => (i64::from(cost), format!("r{}", permit.as_u64())),
-        Ask::Renew { permit, cost } => (i64::from(cost), format!("n{}", permit.as_u64())),
-        Ask::Lease { cost, want, back } => (i64::from(cost), format!("l{want}:{back}")),
+    out: &mut impl Words,
+) {
+    let limits = policy.limits();
+    let logs = limits
+        .iter()
+        .filter(|l| matches!(l.rule().form(), Form::Log(_)))
+        .count();
+    let penalty_keys = if policy.penalty_identity().is_some() {
+        2
+    } else {
+        0
     };
-    let mut args = vec![
-        now.map_or_else(String::new, |n| n.as_u64().to_string()),
-        cost.to_string(),
-        mode,
-    ];
-    match policy.penalty() {
-        Some(penalty) => args.extend(
-            [
-                u64::from(penalty.strikes()),
-                penalty.within_micros().as_u64(),
-                penalty.ban_micros().as_u64(),
-                penalty.max_ban_micros().as_u64(),
-            ]
-            .map(|n| n.to_string()),
-        ),
-        None => args.extend(["0", "0", "0", "0"].map(String::from)),
+    out.number((limits.len() + logs + penalty_keys) as i64);
+
+    // One buffer for every key: prefix, identity, then each limit's part.
+    let mut base = Vec::with_capacity(prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
+    base.extend_from_slice(prefix.as_bytes());
+    base.push(b'{');
+    push_identity(key, &mut base);
+    base.extend_from_slice(b"}:");
+    for limit in limits {
+        keys_of(&mut base, limit, &mut |k| out.word(k));
     }
-    let identity = identity(key);
-    for limit in policy.limits() {
+    if let Some(penalty) = policy.penalty_identity() {
+        base.extend_from_slice(penalty.as_bytes());
+        let end = base.len();
+        for suffix in [&b":strikes"[..], b":bans"] {
+            base.extend_from_slice(suffix);
+            out.word(&base);
+            base.truncate(end);
+        }
+    }
+
+    match now {
+        Some(now) => out.number(now.as_u64() as i64),
+        None => out.word(b""),
+    }
+    // The cost, then the mode: 0/1 (whether denials count), s (settle),
+    // r/n and the permit (release, renew), l<want>:<back> (lease).
+    let mut mode = Vec::new();
+    let cost = match ask {
+        Ask::Check(cost) => {
+            mode.push(if policy.counts_denied() { b'1' } else { b'0' });
+            i64::from(cost)
+        }
+        Ask::Settle { reserved, actual } => {
+            mode.push(b's');
+            i64::from(actual) - i64::from(reserved)
+        }
+        Ask::Release { permit, cost } | Ask::Renew { permit, cost } => {
+            mode.push(if matches!(ask, Ask::Renew { .. }) {
+                b'n'
+            } else {
+                b'r'
+            });
+            mode.extend_from_slice(permit.as_u64().to_string().as_bytes());
+            i64::from(cost)
+        }
+        Ask::Lease { cost, want, back } => {
+            mode.extend_from_slice(format!("l{want}:{back}").as_bytes());
+            i64::from(cost)
+        }
+    };
+    out.number(cost);
+    out.word(&mode);
+    match policy.penalty() {
+        Some(penalty) => {
+            out.number(i64::from(penalty.strikes()));
+            out.number(penalty.within_micros().as_u64() as i64);
+            out.number(penalty.ban_micros().as_u64() as i64);
+            out.number(penalty.max_ban_micros().as_u64() as i64);
+        }
+        None => (0..4).for_each(|_| out.number(0)),
+    }
+    for limit in limits {
         // The algorithm codes of check.lua.
         let (code, interval) = match limit.rule().form() {
             Form::Fixed(FixedRule::FixedWindow(_)) => (1, Micros::ZERO),
@@ -172,18 +258,11 @@ pub(super) fn invocation(
             Form::Fixed(FixedRule::SlidingWindow(_)) => (3, Micros::ZERO),
             Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval()),
         };
-        push_keys(&mut keys, prefix, &identity, limit);
-        args.push(code.to_string());
-        args.push(limit.capacity().to_string());
-        args.push(limit.quota().window_micros().as_u64().to_string());
-        args.push(interval.as_u64().to_string());
+        out.number(code);
+        out.number(i64::from(limit.capacity()));
+        out.number(limit.quota().window_micros().as_u64() as i64);
+        out.number(interval.as_u64() as i64);
     }
-    if let Some(penalty) = policy.penalty_identity() {
-        let base = [prefix, "{", &identity, "}:", penalty].concat();
-        keys.push(format!("{base}:strikes"));
-        keys.push(format!("{base}:bans"));
-    }
-    (keys, args)
 }
 
 /// The decision from the script's reply: per limit, retry, remaining,
