@@ -143,6 +143,34 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The common case — one limit, no penalty box, denials not counted —
+    /// has a lean script of its own (`check_one.lua`): it too decides as the
+    /// memory backend does, for every algorithm.
+    #[test]
+    fn one_limit_decides_as_memory_does(
+        limit in limit_strategy(),
+        trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+        let memory = MemoryBackend::new();
+        let policy = policy(&[limit], false);
+        let key = Key::new("user", "one-limit");
+        let mut now = start;
+        for (i, &(gap, cost)) in trace.iter().enumerate() {
+            now += gap;
+            let expected = memory.check_at(&key, &policy, cost, Micros::new(now));
+            let actual = rt.block_on(redis.check_at(&key, &policy, cost, Micros::new(now))).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {} under {:?}", i, now, cost, policy);
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     /// Taking a lease — give units back, then take `want` units at once if

@@ -186,7 +186,7 @@ impl RedisBackend {
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
         let mut command = vec![
             "EVALSHA".to_owned(),
-            self.script(policy).get_hash().to_owned(),
+            self.script(policy, Ask::Check(cost)).get_hash().to_owned(),
         ];
         invocation(
             &self.prefix,
@@ -199,9 +199,9 @@ impl RedisBackend {
         command
     }
 
-    /// The script for `policy`'s shape.
-    fn script(&self, policy: &Policy) -> &Script {
-        let shape = Shape::of(policy);
+    /// The script for `ask` under `policy`.
+    fn script(&self, policy: &Policy, ask: Ask) -> &Script {
+        let shape = Shape::of(policy, ask);
         self.scripts[shape.index()].get_or_init(|| Script::new(&shape.source()))
     }
 
@@ -283,7 +283,7 @@ impl RedisBackend {
         // The command built at once, numbers written as numbers: no string
         // per argument. A server that lost the script (a restart, a
         // failover) gets it again, and the command once more.
-        let script = self.script(policy);
+        let script = self.script(policy, ask);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
         cmd.arg("EVALSHA").arg(script.get_hash());
         invocation(&self.prefix, key, policy, ask, now, &mut cmd);

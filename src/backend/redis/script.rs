@@ -9,10 +9,12 @@ use crate::backend::BackendError;
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 
-/// Which parts a policy's script is made of. Each policy gets a script of
+/// Which parts a call's script is made of. Each policy gets a script of
 /// only the algorithms it uses (and the penalty box if it has one): Lua
 /// creates every function a script defines on every call, so the parts a
-/// policy does not use would cost it on each decision.
+/// policy does not use would cost it on each decision. A check under one
+/// fixed-size limit (no penalty box, denials not counted), the common case,
+/// gets a lean driver of its own (`check_one.lua`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Shape(u8);
 
@@ -22,10 +24,11 @@ impl Shape {
     const SLIDING_WINDOW: u8 = 4;
     const LOG: u8 = 8;
     const PENALTY: u8 = 16;
+    const LEAN: u8 = 32;
     /// How many shapes there are.
-    pub(super) const COUNT: usize = 32;
+    pub(super) const COUNT: usize = 64;
 
-    pub(super) fn of(policy: &Policy) -> Self {
+    pub(super) fn of(policy: &Policy, ask: Ask) -> Self {
         let mut bits = 0;
         for limit in policy.limits() {
             bits |= match limit.rule().form() {
@@ -37,6 +40,13 @@ impl Shape {
         }
         if policy.penalty().is_some() {
             bits |= Self::PENALTY;
+        }
+        let lean = matches!(ask, Ask::Check(_))
+            && policy.limits().len() == 1
+            && bits & (Self::LOG | Self::PENALTY) == 0
+            && !policy.counts_denied();
+        if lean {
+            bits |= Self::LEAN;
         }
         Self(bits)
     }
@@ -63,7 +73,8 @@ impl Shape {
             ),
             (has(Self::LOG), include_str!("lua/sliding_log.lua")),
             (has(Self::PENALTY), include_str!("lua/penalty.lua")),
-            (true, include_str!("lua/check.lua")),
+            (has(Self::LEAN), include_str!("lua/check_one.lua")),
+            (!has(Self::LEAN), include_str!("lua/check.lua")),
         ];
         parts
             .iter()
