@@ -14,7 +14,7 @@ use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
 /// creates every function a script defines on every call, so the parts a
 /// policy does not use would cost it on each decision. A check under one
 /// fixed-size limit (no penalty box, denials not counted), the common case,
-/// gets a lean driver of its own (`check_one.lua`).
+/// gets a lean script of its own (`lean_*.lua`), with fewer arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Shape(u8);
 
@@ -51,14 +51,27 @@ impl Shape {
         Self(bits)
     }
 
+    /// Whether the call takes a lean script, with the lean arguments.
+    pub(super) fn is_lean(self) -> bool {
+        self.0 & Self::LEAN != 0
+    }
+
     /// Its index among the [`COUNT`](Self::COUNT) shapes.
     pub(super) fn index(self) -> usize {
         usize::from(self.0)
     }
 
-    /// The script's text: the helpers, the parts, then the driver.
+    /// The script's text: the helpers, the parts, then the driver; or, for
+    /// a lean check under one GCRA limit or one fixed window, its script
+    /// written out whole.
     pub(super) fn source(self) -> String {
         let has = |bit: u8| self.0 & bit != 0;
+        if self.0 == Self::LEAN | Self::GCRA {
+            return include_str!("lua/lean_gcra.lua").to_owned();
+        }
+        if self.0 == Self::LEAN | Self::FIXED_WINDOW {
+            return include_str!("lua/lean_fixed_window.lua").to_owned();
+        }
         let parts = [
             (true, include_str!("lua/common.lua")),
             (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
@@ -73,7 +86,7 @@ impl Shape {
             ),
             (has(Self::LOG), include_str!("lua/sliding_log.lua")),
             (has(Self::PENALTY), include_str!("lua/penalty.lua")),
-            (has(Self::LEAN), include_str!("lua/check_one.lua")),
+            (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
             (!has(Self::LEAN), include_str!("lua/check.lua")),
         ];
         parts
@@ -222,6 +235,18 @@ pub(super) fn invocation(
     match now {
         Some(now) => out.number(now.as_u64() as i64),
         None => out.word(b""),
+    }
+    if let (true, [limit], Ask::Check(cost)) = (Shape::of(policy, ask).is_lean(), limits, ask) {
+        // The lean scripts' arguments: cost, limit, window, interval.
+        let interval = match limit.rule().form() {
+            Form::Fixed(FixedRule::Gcra(gcra)) => gcra.interval(),
+            _ => Micros::ZERO,
+        };
+        out.number(i64::from(cost));
+        out.number(i64::from(limit.capacity()));
+        out.number(limit.quota().window_micros().as_u64() as i64);
+        out.number(interval.as_u64() as i64);
+        return;
     }
     // The cost, then the mode: 0/1 (whether denials count), s (settle),
     // r/n and the permit (release, renew), l<want>:<back> (lease).

@@ -1,0 +1,43 @@
+-- The lean script of a check under one fixed window, no penalty box,
+-- denials not counted, written out with no function of its own (see
+-- lean_gcra.lua for why): fixed_window.lua's check and commit, inline, held
+-- to algorithm/fixed_window.rs by the conformance proptest. KEYS, ARGV (see
+-- lean_gcra.lua) and reply as check.lua's.
+
+local now = tonumber(ARGV[1])
+local slack_ms = 0
+if now then
+  slack_ms = 60000
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local key = KEYS[1]
+
+-- The current window's end and count.
+local e, used = 0, 0
+local s = redis.call('GET', key)
+if s then
+  local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
+  e, used = tonumber(se) or 0, tonumber(su) or 0
+end
+if e <= now then
+  -- A new window: floor(now / w), exactly (a floor rounding took one too
+  -- far up is brought back).
+  local q = math.floor(now / w)
+  if q * w > now then q = q - 1 end
+  e, used = (q + 1) * w, 0
+end
+local reset = 0
+if used > 0 then reset = e - now end
+local free = math.min(math.max(limit - used, 0), limit)
+if cost > limit then return { -1, free, reset, 0, 0 } end
+if used + cost > limit then return { math.max(e - now, 1), free, reset, 0, 0 } end
+if cost > 0 then
+  local ms = math.floor((e - now) / 1000)
+  if ms * 1000 < e - now then ms = ms + 1 end
+  redis.call('SET', key, string.format('%d %d', e, math.min(used + cost, limit)), 'PX', ms + slack_ms)
+end
+if used + cost > 0 then reset = e - now end
+return { 0, math.min(math.max(limit - used - cost, 0), limit), reset, 0, 0 }

@@ -1,0 +1,20 @@
+-- The lean driver of a check under one sliding window counter, no penalty
+-- box, denials not counted: sliding_window.lua's functions (its exact
+-- arithmetic is too long to repeat inline) without check.lua's tables.
+-- KEYS: the state. ARGV: now (or ""), cost, limit, window (the lean
+-- scripts' arguments). Reply as check.lua's.
+
+local now = tonumber(ARGV[1])
+if now then
+  ttl_slack_ms = 60000
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local key = KEYS[1]
+
+local o = sw_check(key, now, cost, limit, w)
+if o[1] == 0 and cost > 0 then sw_consume(key, now, cost, limit, w) end
+-- No ban, no permit.
+return { o[1], o[2], o[3], 0, 0 }
