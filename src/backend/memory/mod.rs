@@ -278,7 +278,12 @@ impl Store {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         let limits = policy.limits();
         let mut shard = self.shard(base);
-        if let Some(decision) = self.check_one(&mut shard, policy, base, cost, now) {
+        if let Some(outcome) = self.check_one(&mut shard, policy, base, cost, now) {
+            // The decision is made once the lock is let go.
+            drop(shard);
+            let mut decision = Decision::empty();
+            decision.push(outcome);
+            decision.decide();
             return decision;
         }
         // Each limit's fingerprint, and its slot if the key is known.
@@ -357,7 +362,7 @@ impl Store {
     /// The common case on its own path: one fixed-size limit, no penalty
     /// box, denials not counted. One lookup, the state updated in place (or
     /// inserted), none of the per-limit bookkeeping of the general path; the
-    /// same decision (`None`: a full table, left to that path).
+    /// same outcome (`None`: a full table, left to that path).
     fn check_one(
         &self,
         shard: &mut Shard,
@@ -365,7 +370,7 @@ impl Store {
         base: u64,
         cost: u32,
         now: Micros,
-    ) -> Option<Decision> {
+    ) -> Option<Outcome> {
         let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied())
         else {
             return None;
@@ -397,10 +402,7 @@ impl Store {
                 outcome
             }
         };
-        let mut decision = Decision::empty();
-        decision.push(outcome);
-        decision.decide();
-        Some(decision)
+        Some(outcome)
     }
 
     fn settle(
