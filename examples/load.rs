@@ -6,6 +6,7 @@
 //! | route | what |
 //! |---|---|
 //! | `/bare` | the handler alone |
+//! | `/bare/headers` | the handler, adding five constant headers as long as the quota headers (what sending them costs hyper, without computing them) |
 //! | `/governor/allowed`, `/governor/rejecting` | `tower_governor` per IP |
 //! | `/memory/allowed` | ours per IP, default headers, a limit never reached |
 //! | `/memory/allowed-no-headers` | the same without quota headers |
@@ -26,6 +27,15 @@ use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 use tower_ratelimit::key::ClientIp;
 use tower_ratelimit::{Algorithm, HeaderStyle, Policy, Quota, RateLimitLayer};
+
+/// Five headers the length of a typical allowed response's quota headers.
+const QUOTA_HEADERS: [(&str, &str); 5] = [
+    ("x-ratelimit-limit", "1000000"),
+    ("x-ratelimit-remaining", "999999"),
+    ("x-ratelimit-reset", "1763769600"),
+    ("ratelimit-policy", "\"1000000/s\";q=1000000;w=1"),
+    ("ratelimit", "\"1000000/s\";r=999999;t=1"),
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tokio::runtime::Builder::new_current_thread()
@@ -50,6 +60,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let ok = || get(|| async { "ok" });
     let app = Router::new()
         .route("/bare", ok())
+        .route("/bare/headers", get(|| async { (QUOTA_HEADERS, "ok") }))
         .route("/governor/allowed", ok().layer(governor(100, 1_000_000)))
         .route(
             "/governor/rejecting",
