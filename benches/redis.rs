@@ -98,6 +98,23 @@ async fn timed<F: std::future::Future<Output = ()>>(
     latencies
 }
 
+/// Task `t`'s decisions, each one request of its own key, until `deadline`.
+fn checks(
+    backend: &RedisBackend,
+    policy: &Arc<Policy>,
+    t: usize,
+    deadline: Instant,
+) -> impl std::future::Future<Output = Vec<u32>> + Send + 'static {
+    let (backend, policy) = (backend.clone(), policy.clone());
+    let key = Key::new("user", format!("bench-{t}"));
+    timed(deadline, move || {
+        let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
+        async move {
+            backend.check(&key, &policy, 1).await.expect("decision");
+        }
+    })
+}
+
 /// This process's CPU time (user + system) in seconds.
 fn process_cpu() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -245,16 +262,7 @@ fn main() {
         }))
     });
     let (o, o_us, _) = redis_cost(&server, || {
-        rt.block_on(run(|t, deadline| {
-            let (backend, policy) = (backend.clone(), bucket.clone());
-            let key = Key::new("user", format!("bench-{t}"));
-            timed(deadline, move || {
-                let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
-                async move {
-                    backend.check(&key, &policy, 1).await.expect("decision");
-                }
-            })
-        }))
+        rt.block_on(run(|t, deadline| checks(&backend, &bucket, t, deadline)))
     });
     row(
         &format!("Rust, {TASKS} tasks, one connection"),
@@ -353,16 +361,7 @@ fn main() {
     for algorithm in Algorithm::ALL {
         let policy = Arc::new(Policy::single(algorithm, quota));
         let (result, usec, _) = redis_cost(&server, || {
-            rt.block_on(run(|t, deadline| {
-                let (backend, policy) = (backend.clone(), policy.clone());
-                let key = Key::new("user", format!("bench-{t}"));
-                timed(deadline, move || {
-                    let (backend, policy, key) = (backend.clone(), policy.clone(), key.clone());
-                    async move {
-                        backend.check(&key, &policy, 1).await.expect("decision");
-                    }
-                })
-            }))
+            rt.block_on(run(|t, deadline| checks(&backend, &policy, t, deadline)))
         });
         let command = backend.evalsha_command(&Key::new("user", "redis-benchmark"), &policy, 1);
         let plain = ceiling(port, &command, 1);

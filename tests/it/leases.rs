@@ -16,14 +16,21 @@ use tower_ratelimit::{Algorithm, Origin, Policy, Quota};
 const SERVERS: u32 = 10;
 const TASKS_PER_SERVER: usize = 4;
 
-async fn servers(server: &RedisServer, leased: bool) -> Vec<RedisBackend> {
+/// A backend on `server` leasing for `servers` servers.
+async fn leasing(server: &RedisServer, servers: u32) -> RedisBackend {
+    RedisBackend::builder(&server.url())
+        .timeout(Duration::from_secs(2))
+        .leased(servers)
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// `SERVERS` leasing backends, each with its own connection.
+async fn servers(server: &RedisServer) -> Vec<RedisBackend> {
     let mut backends = Vec::new();
     for _ in 0..SERVERS {
-        let mut builder = RedisBackend::builder(&server.url()).timeout(Duration::from_secs(2));
-        if leased {
-            builder = builder.leased(SERVERS);
-        }
-        backends.push(builder.connect().await.unwrap());
+        backends.push(leasing(server, SERVERS).await);
     }
     backends
 }
@@ -63,7 +70,7 @@ async fn within_one_window(server: &RedisServer, window: Duration, margin: Durat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_leasing_servers_admit_the_limit_with_several_requests_per_call() {
     let server = RedisServer::start();
-    let backends = servers(&server, true).await;
+    let backends = servers(&server).await;
     // 10,000 an hour over ten servers: shares of 10,000 / (30 × 10) = 33.
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(10_000).unwrap());
     let key = Key::new("user", "alice");
@@ -102,7 +109,7 @@ async fn ten_leasing_servers_admit_the_limit_with_several_requests_per_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_bucket_admits_no_more_than_its_bound_across_ten_servers() {
     let server = RedisServer::start();
-    let backends = servers(&server, true).await;
+    let backends = servers(&server).await;
     // 6,000 a minute: 6,000 at once, then 100 a second. Shares of 20.
     let policy = Policy::single(Algorithm::TokenBucket, Quota::per_minute(6_000).unwrap());
     let key = Key::new("user", "dave");
@@ -122,11 +129,7 @@ async fn a_leased_bucket_admits_no_more_than_its_bound_across_ten_servers() {
 #[tokio::test]
 async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
     let server = RedisServer::start();
-    let leased = RedisBackend::builder(&server.url())
-        .leased(1)
-        .connect()
-        .await
-        .unwrap();
+    let leased = leasing(&server, 1).await;
     let alone = RedisBackend::connect(&server.url()).await.unwrap();
     // Shares of 60,000 / 30 = 2,000, lasting 600 ms (1% of the window).
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(60_000).unwrap());
@@ -155,11 +158,7 @@ async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
 #[tokio::test]
 async fn policies_that_must_see_every_request_are_never_leased() {
     let server = RedisServer::start();
-    let leased = RedisBackend::builder(&server.url())
-        .leased(1)
-        .connect()
-        .await
-        .unwrap();
+    let leased = leasing(&server, 1).await;
     let key = Key::new("user", "carol");
     let counted = Policy::builder()
         .limit("minute", Algorithm::Gcra, Quota::per_minute(1000).unwrap())

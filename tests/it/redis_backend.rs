@@ -68,6 +68,38 @@ fn observed(d: &tower_ratelimit::Decision) -> impl PartialEq + std::fmt::Debug {
     )
 }
 
+/// Replay `trace` (gap, cost) from `start` through both backends under
+/// `policy`, requiring the same decision at every step.
+fn replay_agrees(
+    policy: &Policy,
+    trace: &[(u64, u32)],
+    start: u64,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let memory = MemoryBackend::new();
+    let key = Key::new("user", "conformance");
+    let mut now = start;
+    for (i, &(gap, cost)) in trace.iter().enumerate() {
+        now += gap;
+        let expected = memory.check_at(&key, policy, cost, Micros::new(now));
+        let actual = rt
+            .block_on(redis.check_at(&key, policy, cost, Micros::new(now)))
+            .unwrap();
+        prop_assert_eq!(
+            observed(&actual),
+            observed(&expected),
+            "request {} at {} cost {} under {:?}",
+            i,
+            now,
+            cost,
+            policy
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -82,22 +114,11 @@ proptest! {
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
         let mut policy = policy(&limits, count_denied);
         if let Some(p) = penalized {
             policy = policy.with_penalty(penalty(p));
         }
-        let key = Key::new("user", "conformance");
-        let mut now = start;
-        for (i, &(gap, cost)) in trace.iter().enumerate() {
-            now += gap;
-            let expected = memory.check_at(&key, &policy, cost, Micros::new(now));
-            let actual = rt.block_on(redis.check_at(&key, &policy, cost, Micros::new(now))).unwrap();
-            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {} under {:?}", i, now, cost, policy);
-        }
+        replay_agrees(&policy, &trace, start)?;
     }
 }
 
@@ -154,19 +175,7 @@ proptest! {
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
-        let policy = policy(&[limit], false);
-        let key = Key::new("user", "one-limit");
-        let mut now = start;
-        for (i, &(gap, cost)) in trace.iter().enumerate() {
-            now += gap;
-            let expected = memory.check_at(&key, &policy, cost, Micros::new(now));
-            let actual = rt.block_on(redis.check_at(&key, &policy, cost, Micros::new(now))).unwrap();
-            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at {} cost {} under {:?}", i, now, cost, policy);
-        }
+        replay_agrees(&policy(&[limit], false), &trace, start)?;
     }
 }
 

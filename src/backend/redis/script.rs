@@ -61,18 +61,20 @@ impl Shape {
         usize::from(self.0)
     }
 
-    /// The script's text: the helpers, the parts, then the driver; or, for
-    /// a lean check under one GCRA limit or one fixed window, its script
-    /// written out whole.
+    /// The script's text: the time, the helpers, the parts, then the
+    /// driver; or, for a lean check under one GCRA limit or one fixed
+    /// window, the time and its script written out whole.
     pub(super) fn source(self) -> String {
+        const NOW: &str = include_str!("lua/now.lua");
         let has = |bit: u8| self.0 & bit != 0;
         if self.0 == Self::LEAN | Self::GCRA {
-            return include_str!("lua/lean_gcra.lua").to_owned();
+            return [NOW, include_str!("lua/lean_gcra.lua")].concat();
         }
         if self.0 == Self::LEAN | Self::FIXED_WINDOW {
-            return include_str!("lua/lean_fixed_window.lua").to_owned();
+            return [NOW, include_str!("lua/lean_fixed_window.lua")].concat();
         }
         let parts = [
+            (true, NOW),
             (true, include_str!("lua/common.lua")),
             (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
             (

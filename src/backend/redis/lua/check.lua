@@ -15,13 +15,6 @@
 -- allow, and the request is counted in all; or it is counted in none
 -- (unless denied requests count). Mirrors backend/memory: Store::check.
 
-local now = tonumber(ARGV[1])
-if now then
-  ttl_slack_ms = 60000
-else
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
 local cost = tonumber(ARGV[2])
 local count_denied = ARGV[3] == '1'
 local penalty = nil

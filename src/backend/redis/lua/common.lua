@@ -37,14 +37,11 @@ local function never(limit, remaining, reset)
 end
 
 -- Milliseconds a key lives for state that matters for `us` microseconds:
--- rounded up, so a key never vanishes before its state stops mattering.
--- With an explicit `now` (tests replaying a trace, where virtual time is not
--- real time) keys live a minute longer; expired state is ignored anyway.
-local ttl_slack_ms = 0
-
+-- rounded up, so a key never vanishes before its state stops mattering
+-- (plus `slack_ms`, see now.lua).
 local function ttl_ms(us)
   -- A number, not a string: below 10^14 Redis writes it out exactly.
-  return ceil_div(us, 1000) + ttl_slack_ms
+  return ceil_div(us, 1000) + slack_ms
 end
 
 -- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired.

@@ -4,14 +4,6 @@
 -- to algorithm/fixed_window.rs by the conformance proptest. KEYS, ARGV (see
 -- lean_gcra.lua) and reply as check.lua's.
 
-local now = tonumber(ARGV[1])
-local slack_ms = 0
-if now then
-  slack_ms = 60000
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
 

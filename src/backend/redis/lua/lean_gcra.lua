@@ -8,14 +8,6 @@
 -- cost, limit, window, interval (the lean scripts' arguments: no mode, no
 -- penalty box, no algorithm code). Reply as check.lua's.
 
-local now = tonumber(ARGV[1])
-local slack_ms = 0
-if now then
-  slack_ms = 60000
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
 local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
 local key = KEYS[1]
 

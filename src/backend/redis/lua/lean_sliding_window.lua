@@ -4,13 +4,6 @@
 -- KEYS: the state. ARGV: now (or ""), cost, limit, window (the lean
 -- scripts' arguments). Reply as check.lua's.
 
-local now = tonumber(ARGV[1])
-if now then
-  ttl_slack_ms = 60000
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
 
