@@ -229,3 +229,26 @@ async fn the_example_server_leases_every_limit_with_leased_1() {
     // A share lasts at most a second: a slow machine may need a few.
     assert!(calls <= 10, "100 requests took {calls} Redis calls");
 }
+
+#[tokio::test]
+async fn what_a_fixed_window_leased_lapses_with_its_window() {
+    let server = RedisServer::start();
+    let leased = leasing(&server, 1).await;
+    let alone = RedisBackend::connect(&server.url()).await.unwrap();
+    // 3,000 a second: shares of 100, a window of one second.
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_second(3_000).unwrap());
+    let key = Key::new("user", "erin");
+    within_one_window(&server, Duration::from_secs(1), Duration::from_millis(500)).await;
+    assert!(leased.check(&key, &policy, 1).await.unwrap().is_allowed());
+    assert_eq!(leased.leased_units(), 99);
+
+    // Into the next window, where another server counts first.
+    let into = server.time_micros() % 1_000_000;
+    tokio::time::sleep(Duration::from_micros(1_000_000 - into + 50_000)).await;
+    assert!(alone.check(&key, &policy, 1).await.unwrap().is_allowed());
+    // The 99 unspent units were counted in the last window: giving them back
+    // now would lend this window room it never had. They lapse.
+    assert!(leased.check(&key, &policy, 1).await.unwrap().is_allowed());
+    let peek = alone.check(&key, &policy, 0).await.unwrap();
+    assert_eq!(peek.deciding().remaining(), 3_000 - 1 - 100);
+}
