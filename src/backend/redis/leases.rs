@@ -256,3 +256,37 @@ impl Leases {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_of_keys_holds_no_more_leases_than_the_cap() {
+        let leases = Leases::new(1);
+        let policy: Policy = "1000/s".parse().unwrap();
+        let mut alone = 0;
+        for i in 0..MAX_LEASES + 5_000 {
+            let key = Key::new("ip", i.to_string());
+            if let Spend::Alone = leases.spend(&key, &policy, 1) {
+                alone += 1;
+            }
+        }
+        let held: usize = leases
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum();
+        assert!(held <= MAX_LEASES, "{held} leases held");
+        assert!(alone >= 5_000, "{alone} decided alone");
+    }
+
+    #[test]
+    fn a_share_is_the_smallest_limit_over_thirty_times_the_servers() {
+        let leases = Leases::new(10);
+        let policy: Policy = "10000/h; 600/min".parse().unwrap();
+        assert_eq!(leases.share(&policy), 2); // 600 / 300
+        let tiny: Policy = "100/min".parse().unwrap();
+        assert_eq!(leases.share(&tiny), 1);
+    }
+}
