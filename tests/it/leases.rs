@@ -252,3 +252,33 @@ async fn what_a_fixed_window_leased_lapses_with_its_window() {
     let peek = alone.check(&key, &policy, 0).await.unwrap();
     assert_eq!(peek.deciding().remaining(), 3_000 - 1 - 100);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
+    let server = RedisServer::start();
+    let leased = RedisBackend::builder(&server.url())
+        .timeout(Duration::from_millis(50))
+        .leased(1)
+        .connect()
+        .await
+        .unwrap();
+    // 3,000 a minute: shares of 100 lasting 600 ms.
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
+    let key = Key::new("user", "frank");
+    within_one_window(&server, Duration::from_secs(60), Duration::from_secs(5)).await;
+    assert!(leased.check(&key, &policy, 1).await.unwrap().is_allowed());
+
+    server.pause();
+    // 60 more: past half a share a top-up is tried (and fails after the
+    // timeout) in the background; no request waits for it.
+    let mut slowest = Duration::ZERO;
+    for _ in 0..60 {
+        let started = std::time::Instant::now();
+        let decision = leased.check(&key, &policy, 1).await.unwrap();
+        slowest = slowest.max(started.elapsed());
+        assert!(decision.is_allowed());
+        assert_eq!(decision.origin(), Origin::Leased);
+    }
+    server.resume();
+    assert!(slowest < Duration::from_millis(25), "slowest {slowest:?}");
+}

@@ -78,8 +78,8 @@ impl RedisBackendBuilder {
 
     /// Lease budgets (opt-in): this server takes a share of a key's budget
     /// in one call, `max(1, capacity / (30 × servers))` units of each limit,
-    /// spends it locally, tops it up below half a share, and gives back what
-    /// it did not spend when the lease ends (after 1% of the window, between
+    /// spends it locally, tops it up in the background below half a share,
+    /// and gives back what it did not spend when the lease ends (after 1% of the window, between
     /// 10 ms and 1 s). Redis then sees one call per share instead of one per
     /// request.
     ///

@@ -8,9 +8,11 @@
 //!   whole share no longer fits, only the request's own cost is taken,
 //!   exactly as without leases.
 //! - A server holds one lease per key and policy. Below half a share it is
-//!   topped up with another share by the request that finds it so, while
-//!   the rest is still spent; a request that finds it empty while another
-//!   is fetching is decided by Redis alone. So a server holds under 1.5
+//!   topped up with another share in the background (the request that finds
+//!   it so is answered at once), while the rest is still spent; a request
+//!   that finds it empty while the next is being taken waits for that one
+//!   (at most the backend's timeout). A failed top-up is not tried again
+//!   before the lease ends. So a server holds under 1.5
 //!   shares, and all servers together under 5% of each limit.
 //! - A lease ends after 1% of the shortest window (between 10 ms and 1 s),
 //!   and with the current window of a fixed-window limit. What it did not
@@ -31,8 +33,12 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Mutex, PoisonError};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use tokio::sync::futures::OwnedNotified;
+use tokio::sync::Notify;
 
 use crate::algorithm::{FixedRule, Form};
 use crate::key::Key;
@@ -56,6 +62,11 @@ struct Lease {
     units: u32,
     /// Another request is taking the next lease.
     fetching: bool,
+    /// A top-up failed: none is tried again until the lease ends (Redis is
+    /// likely down; each try would wait its timeout).
+    refill_failed: bool,
+    /// Told when a lease being taken comes back.
+    arrived: Arc<Notify>,
     /// Redis's decision when the lease was taken (none before), and when.
     decision: Option<Decision>,
     at: Instant,
@@ -78,6 +89,8 @@ pub(super) enum Spend {
     /// The request was admitted from the lease (`spent`), which runs low:
     /// top it up with `want` more units before answering.
     Refill { want: u32, spent: Decision },
+    /// Wait for the lease another request is taking, then spend again.
+    Wait(Pin<Box<OwnedNotified>>),
     /// Ask Redis for this request alone.
     Alone,
 }
@@ -171,14 +184,18 @@ impl Leases {
                     .with_origin(Origin::Leased);
                 // Below half a share, the next lease is taken while this
                 // one is still spent: concurrent requests rarely find it empty.
-                if !lease.fetching && lease.units < share / 2 {
+                if !lease.fetching && !lease.refill_failed && lease.units < share / 2 {
                     lease.fetching = true;
                     return Spend::Refill { want: share, spent };
                 }
                 return Spend::Spent(spent);
             }
             if lease.fetching {
-                return Spend::Alone;
+                // Enabled under the lock, so that the lease's arrival,
+                // however soon, is not missed.
+                let mut wait = Box::pin(lease.arrived.clone().notified_owned());
+                wait.as_mut().enable();
+                return Spend::Wait(wait);
             }
             lease.fetching = true;
             let mut back = std::mem::take(&mut lease.units);
@@ -200,6 +217,8 @@ impl Leases {
                 limits: Self::ids(policy).collect(),
                 units: 0,
                 fetching: true,
+                refill_failed: false,
+                arrived: Arc::new(Notify::new()),
                 decision: None,
                 at: now,
                 ends: now,
@@ -230,8 +249,10 @@ impl Leases {
             return;
         };
         lease.fetching = false;
+        lease.arrived.notify_waiters();
         match (decision, refill) {
             (Some(decision), _) => {
+                lease.refill_failed = false;
                 lease.units = if refill { lease.units + units } else { units };
                 lease.decision = Some(decision);
                 lease.at = now;
@@ -239,7 +260,7 @@ impl Leases {
                 lease.ends = now
                     + Self::term(policy).min(lease.window_ends.map_or(Duration::MAX, |e| e - now));
             }
-            (None, true) => {} // what is left stays, on its term
+            (None, true) => lease.refill_failed = true, // what is left stays, on its term
             (None, false) => lease.units = 0,
         }
     }

@@ -236,6 +236,74 @@ impl RedisBackend {
         })
     }
 
+    /// A request admitted from its lease (`spent`), which runs low: top the
+    /// lease up on its own, so that no request waits for it (nor for a Redis
+    /// that is down). Outside a runtime, the request waits.
+    fn top_up(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        want: u32,
+        spent: Decision,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>> {
+        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+        let top_up = async move {
+            if let Some(leases) = &this.leases {
+                // A failure leaves the lease as it is.
+                let _ = this.lease(leases, &key, &policy, (0, want, 0)).await;
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(top_up);
+                Box::pin(std::future::ready(Ok(spent)))
+            }
+            Err(_) => Box::pin(async move {
+                top_up.await;
+                Ok(spent)
+            }),
+        }
+    }
+
+    /// What Redis is asked when the lease did not simply admit the request.
+    async fn after_spend(
+        &self,
+        spend: Spend,
+        key: &Key,
+        policy: &Policy,
+        cost: u32,
+    ) -> Result<Decision, BackendError> {
+        let (Some(leases), spend) = (&self.leases, spend) else {
+            return self.decide(key, policy, Ask::Check(cost), None).await;
+        };
+        let spend = match spend {
+            // The lease another request is taking, rather than a call of
+            // this request's own: at most one timeout.
+            Spend::Wait(arrived) => {
+                tokio::time::timeout(self.timeout, arrived)
+                    .await
+                    .map_err(|_| {
+                        BackendError::new(format!("no lease from Redis within {:?}", self.timeout))
+                    })?;
+                match leases.spend(key, policy, cost) {
+                    Spend::Spent(spent) => return Ok(spent),
+                    Spend::Refill { want, spent } => {
+                        return self.top_up(key, policy, want, spent).await;
+                    }
+                    Spend::Wait(_) => Spend::Alone,
+                    other => other,
+                }
+            }
+            other => other,
+        };
+        match spend {
+            Spend::Lease { want, back } => {
+                self.lease(leases, key, policy, (cost, want, back)).await
+            }
+            _ => self.decide(key, policy, Ask::Check(cost), None).await,
+        }
+    }
+
     /// Decide a request of `cost` taking a lease of `want` units, giving
     /// `back` back (see [`Leases`]); keep what it leaves to spend.
     async fn lease(
@@ -321,6 +389,9 @@ impl Backend for RedisBackend {
             Some(leases) if cost > 0 && Leases::eligible(policy) => {
                 match leases.spend(key, policy, cost) {
                     Spend::Spent(spent) => return Box::pin(std::future::ready(Ok(spent))),
+                    Spend::Refill { want, spent } => {
+                        return self.top_up(key, policy, want, spent);
+                    }
                     other => other,
                 }
             }
@@ -328,19 +399,7 @@ impl Backend for RedisBackend {
         };
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
-            let decision = match (spend, &this.leases) {
-                (Spend::Lease { want, back }, Some(leases)) => {
-                    this.lease(leases, &key, &policy, (cost, want, back))
-                        .await?
-                }
-                (Spend::Refill { want, spent }, Some(leases)) => {
-                    // Admitted already: a failed refill only leaves the
-                    // lease as it is.
-                    let _ = this.lease(leases, &key, &policy, (0, want, 0)).await;
-                    return Ok(spent);
-                }
-                _ => this.decide(&key, &policy, Ask::Check(cost), None).await?,
-            };
+            let decision = this.after_spend(spend, &key, &policy, cost).await?;
             if let Some(denials) = &this.denials {
                 denials.remember(&key, &policy, cost, &decision);
             }
