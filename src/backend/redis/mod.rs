@@ -184,24 +184,17 @@ impl RedisBackend {
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
+        let (ask, shape) = (Ask::Check(cost), Shape::of(policy, Ask::Check(cost)));
         let mut command = vec![
             "EVALSHA".to_owned(),
-            self.script(policy, Ask::Check(cost)).get_hash().to_owned(),
+            self.script(shape).get_hash().to_owned(),
         ];
-        invocation(
-            &self.prefix,
-            key,
-            policy,
-            Ask::Check(cost),
-            None,
-            &mut command,
-        );
+        invocation(&self.prefix, key, policy, (ask, shape), None, &mut command);
         command
     }
 
-    /// The script for `ask` under `policy`.
-    fn script(&self, policy: &Policy, ask: Ask) -> &Script {
-        let shape = Shape::of(policy, ask);
+    /// The script of `shape`, made the first time it is needed.
+    fn script(&self, shape: Shape) -> &Script {
         self.scripts[shape.index()].get_or_init(|| Script::new(&shape.source()))
     }
 
@@ -351,10 +344,11 @@ impl RedisBackend {
         // The command built at once, numbers written as numbers: no string
         // per argument. A server that lost the script (a restart, a
         // failover) gets it again, and the command once more.
-        let script = self.script(policy, ask);
+        let shape = Shape::of(policy, ask);
+        let script = self.script(shape);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
         cmd.arg("EVALSHA").arg(script.get_hash());
-        invocation(&self.prefix, key, policy, ask, now, &mut cmd);
+        invocation(&self.prefix, key, policy, (ask, shape), now, &mut cmd);
         let call = async {
             match self.query(&cmd).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {

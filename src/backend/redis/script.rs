@@ -194,12 +194,12 @@ pub(super) enum Ask {
 }
 
 /// The script's number of keys, keys and arguments for one decision,
-/// written to `out` (after `EVALSHA <sha>`).
+/// written to `out` (after `EVALSHA <sha>`), for a script of `shape`.
 pub(super) fn invocation(
     prefix: &str,
     key: &Key,
     policy: &Policy,
-    ask: Ask,
+    (ask, shape): (Ask, Shape),
     now: Option<Micros>,
     out: &mut impl Words,
 ) {
@@ -238,7 +238,7 @@ pub(super) fn invocation(
         Some(now) => out.number(now.as_u64() as i64),
         None => out.word(b""),
     }
-    if let (true, [limit], Ask::Check(cost)) = (Shape::of(policy, ask).is_lean(), limits, ask) {
+    if let (true, [limit], Ask::Check(cost)) = (shape.is_lean(), limits, ask) {
         // The lean scripts' arguments: cost, limit, window, interval.
         let interval = match limit.rule().form() {
             Form::Fixed(FixedRule::Gcra(gcra)) => gcra.interval(),
