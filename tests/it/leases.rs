@@ -282,3 +282,32 @@ async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
     server.resume();
     assert!(slowest < Duration::from_millis(25), "slowest {slowest:?}");
 }
+
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_hold_on_a_redis_cluster() {
+    let cluster = crate::support::RedisCluster::start();
+    let mut backends = Vec::new();
+    for _ in 0..SERVERS {
+        let backend = RedisBackend::cluster_builder(cluster.urls())
+            .timeout(Duration::from_secs(2))
+            .leased(SERVERS)
+            .connect()
+            .await
+            .unwrap();
+        backends.push(backend);
+    }
+    // 3,000 an hour over ten servers: shares of 10.
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(3_000).unwrap());
+    let key = Key::new("user", "grace");
+    within_one_window(
+        &cluster.nodes[0],
+        Duration::from_secs(3600),
+        Duration::from_secs(60),
+    )
+    .await;
+    let admitted = hammer(&backends, &policy, &key, 100).await;
+    let held: u64 = backends.iter().map(|b| b.leased_units()).sum();
+    assert!(admitted <= 3_000, "admitted {admitted}");
+    assert_eq!(admitted + held, 3_000, "admitted {admitted}, held {held}");
+}
