@@ -311,3 +311,31 @@ async fn leases_hold_on_a_redis_cluster() {
     assert!(admitted <= 3_000, "admitted {admitted}");
     assert_eq!(admitted + held, 3_000, "admitted {admitted}, held {held}");
 }
+
+#[tokio::test]
+async fn a_lease_whose_request_went_away_leaves_no_one_waiting() {
+    let server = RedisServer::start();
+    let leased = RedisBackend::builder(&server.url())
+        .timeout(Duration::from_millis(300))
+        .leased(1)
+        .connect()
+        .await
+        .unwrap();
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
+    let key = Key::new("user", "heidi");
+    // The first request starts taking a lease, and goes away mid-call.
+    server.pause();
+    let gone = tokio::time::timeout(Duration::from_millis(20), leased.check(&key, &policy, 1));
+    assert!(gone.await.is_err());
+    server.resume();
+    // The next one takes the lease itself, rather than waiting for the
+    // one that will never come back.
+    let started = std::time::Instant::now();
+    let decision = leased.check(&key, &policy, 1).await.unwrap();
+    assert!(decision.is_allowed());
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "{:?}",
+        started.elapsed()
+    );
+}

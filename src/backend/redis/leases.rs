@@ -234,7 +234,7 @@ impl Leases {
     /// The lease asked for `key` came back: `units` more to spend (after
     /// the request that took it), under `decision` (none when Redis failed
     /// or refused). A new lease replaces what was left; a refill adds to it.
-    pub(super) fn taken(
+    fn taken(
         &self,
         key: &Key,
         policy: &Policy,
@@ -265,6 +265,24 @@ impl Leases {
         }
     }
 
+    /// A lease being taken for `key`: if its call is dropped unfinished (the
+    /// request went away), the lease is marked as no longer being taken, so
+    /// that no later request waits for an answer that will never come.
+    pub(super) fn taking<'a>(
+        &'a self,
+        key: &'a Key,
+        policy: &'a Policy,
+        refill: bool,
+    ) -> Taking<'a> {
+        Taking {
+            leases: self,
+            key,
+            policy,
+            refill,
+            done: false,
+        }
+    }
+
     /// Units counted in Redis but not spent: held in leases, ended ones
     /// included until they are given back.
     pub(super) fn held(&self) -> u64 {
@@ -275,6 +293,33 @@ impl Leases {
                 shard.values().map(|l| u64::from(l.units)).sum::<u64>()
             })
             .sum()
+    }
+}
+
+/// See [`Leases::taking`].
+pub(super) struct Taking<'a> {
+    leases: &'a Leases,
+    key: &'a Key,
+    policy: &'a Policy,
+    refill: bool,
+    done: bool,
+}
+
+impl Taking<'_> {
+    /// The lease came back (see [`Leases::taken`]).
+    pub(super) fn done(mut self, units: u32, decision: Option<Decision>) {
+        self.done = true;
+        let leases = self.leases;
+        leases.taken(self.key, self.policy, units, decision, self.refill);
+    }
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.leases
+                .taken(self.key, self.policy, 0, None, self.refill);
+        }
     }
 }
 

@@ -307,13 +307,14 @@ impl RedisBackend {
         (cost, want, back): (u32, u32, u32),
     ) -> Result<Decision, BackendError> {
         let ask = Ask::Lease { cost, want, back };
+        let taking = leases.taking(key, policy, cost == 0);
         let result = self.call(key, policy, ask, None).await;
         let left = |(decision, granted): &(Decision, u64)| {
             let left = u32::try_from(*granted).unwrap_or(0).saturating_sub(cost);
             (left, decision.is_allowed().then_some(*decision))
         };
         let (units, decision) = result.as_ref().map_or((0, None), left);
-        leases.taken(key, policy, units, decision, cost == 0);
+        taking.done(units, decision);
         result.map(|(decision, _)| decision)
     }
 
