@@ -15,11 +15,14 @@ use tower_ratelimit::{Algorithm, Origin, Policy, Quota};
 
 const SERVERS: u32 = 10;
 const TASKS_PER_SERVER: usize = 4;
+/// A decision's time limit where exactness is the question, not latency.
+const GENEROUS: Duration = Duration::from_secs(2);
 
-/// A backend on `server` leasing for `servers` servers.
-async fn leasing(server: &RedisServer, servers: u32) -> RedisBackend {
+/// A backend on `server` leasing for `servers` servers, whose decisions may
+/// take `timeout`.
+async fn leasing(server: &RedisServer, servers: u32, timeout: Duration) -> RedisBackend {
     RedisBackend::builder(&server.url())
-        .timeout(Duration::from_secs(2))
+        .timeout(timeout)
         .leased(servers)
         .connect()
         .await
@@ -30,7 +33,7 @@ async fn leasing(server: &RedisServer, servers: u32) -> RedisBackend {
 async fn servers(server: &RedisServer) -> Vec<RedisBackend> {
     let mut backends = Vec::new();
     for _ in 0..SERVERS {
-        backends.push(leasing(server, SERVERS).await);
+        backends.push(leasing(server, SERVERS, GENEROUS).await);
     }
     backends
 }
@@ -129,7 +132,7 @@ async fn a_leased_bucket_admits_no_more_than_its_bound_across_ten_servers() {
 #[tokio::test]
 async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
     let server = RedisServer::start();
-    let leased = leasing(&server, 1).await;
+    let leased = leasing(&server, 1, GENEROUS).await;
     let alone = RedisBackend::connect(&server.url()).await.unwrap();
     // Shares of 60,000 / 30 = 2,000, lasting 600 ms (1% of the window).
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(60_000).unwrap());
@@ -158,7 +161,7 @@ async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
 #[tokio::test]
 async fn policies_that_must_see_every_request_are_never_leased() {
     let server = RedisServer::start();
-    let leased = leasing(&server, 1).await;
+    let leased = leasing(&server, 1, GENEROUS).await;
     let key = Key::new("user", "carol");
     let counted = Policy::builder()
         .limit("minute", Algorithm::Gcra, Quota::per_minute(1000).unwrap())
@@ -233,7 +236,7 @@ async fn the_example_server_leases_every_limit_with_leased_1() {
 #[tokio::test]
 async fn what_a_fixed_window_leased_lapses_with_its_window() {
     let server = RedisServer::start();
-    let leased = leasing(&server, 1).await;
+    let leased = leasing(&server, 1, GENEROUS).await;
     let alone = RedisBackend::connect(&server.url()).await.unwrap();
     // 3,000 a second: shares of 100, a window of one second.
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_second(3_000).unwrap());
@@ -256,12 +259,7 @@ async fn what_a_fixed_window_leased_lapses_with_its_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
     let server = RedisServer::start();
-    let leased = RedisBackend::builder(&server.url())
-        .timeout(Duration::from_millis(50))
-        .leased(1)
-        .connect()
-        .await
-        .unwrap();
+    let leased = leasing(&server, 1, Duration::from_millis(50)).await;
     // 3,000 a minute: shares of 100 lasting 600 ms.
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
     let key = Key::new("user", "frank");
@@ -290,7 +288,7 @@ async fn leases_hold_on_a_redis_cluster() {
     let mut backends = Vec::new();
     for _ in 0..SERVERS {
         let backend = RedisBackend::cluster_builder(cluster.urls())
-            .timeout(Duration::from_secs(2))
+            .timeout(GENEROUS)
             .leased(SERVERS)
             .connect()
             .await
@@ -315,12 +313,7 @@ async fn leases_hold_on_a_redis_cluster() {
 #[tokio::test]
 async fn a_lease_whose_request_went_away_leaves_no_one_waiting() {
     let server = RedisServer::start();
-    let leased = RedisBackend::builder(&server.url())
-        .timeout(Duration::from_millis(300))
-        .leased(1)
-        .connect()
-        .await
-        .unwrap();
+    let leased = leasing(&server, 1, Duration::from_millis(300)).await;
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
     let key = Key::new("user", "heidi");
     // The first request starts taking a lease, and goes away mid-call.

@@ -10,6 +10,20 @@ use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Micros, PenaltyBox, Policy, Quota};
 
+/// A Redis server of the test's own, a runtime, a backend on that server,
+/// and a memory backend to compare it with.
+fn both() -> (
+    RedisServer,
+    tokio::runtime::Runtime,
+    RedisBackend,
+    MemoryBackend,
+) {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    (server, rt, redis, MemoryBackend::new())
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -75,10 +89,7 @@ fn replay_agrees(
     trace: &[(u64, u32)],
     start: u64,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
-    let server = RedisServer::start();
-    let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-    let memory = MemoryBackend::new();
+    let (_server, rt, redis, memory) = both();
     let key = Key::new("user", "conformance");
     let mut now = start;
     for (i, &(gap, cost)) in trace.iter().enumerate() {
@@ -139,10 +150,7 @@ proptest! {
         ),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
+        let (_server, rt, redis, memory) = both();
         let policy = policy(&limits, false);
         let key = Key::new("user", "settling");
         let mut now = start;
@@ -195,10 +203,7 @@ proptest! {
         ),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
+        let (_server, rt, redis, memory) = both();
         let policy = policy(&limits, false);
         let key = Key::new("user", "leasing");
         let mut now = start;
@@ -259,10 +264,7 @@ proptest! {
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..700_000, 0u64..3_000_000], permit_op()), 1..50),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
+        let (_server, rt, redis, memory) = both();
         let mut builder = Policy::builder()
             .with(tower_ratelimit::Limit::concurrent("flight", permits, Duration::from_secs(lease)).unwrap());
         if let Some((alg, limit, secs, _)) = rate {
@@ -313,10 +315,7 @@ proptest! {
         trace in prop::collection::vec((0u64..=3, 0u32..=u32::MAX), 1..25),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-        let memory = MemoryBackend::new();
+        let (_server, rt, redis, memory) = both();
         let quota = Quota::new(limit, Duration::from_secs(days * 86_400)).unwrap();
         let policy = Policy::single(Algorithm::SlidingWindow, quota);
         let key = Key::new("user", "huge");
@@ -338,10 +337,7 @@ proptest! {
 /// integer, and a double rounds the product down past it.
 #[test]
 fn where_doubles_would_be_wrong_the_script_is_exact() {
-    let server = RedisServer::start();
-    let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-    let memory = MemoryBackend::new();
+    let (_server, rt, redis, memory) = both();
     let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_day(u32::MAX).unwrap());
     let key = Key::new("user", "precision");
     let day = 86_400_000_000u64;

@@ -359,9 +359,9 @@ impl Store {
         decision
     }
 
-    /// The common case on its own path: one fixed-size limit, no penalty
-    /// box, denials not counted. One lookup, the state updated in place (or
-    /// inserted), none of the per-limit bookkeeping of the general path; the
+    /// The common case on its own path: one limit (not of requests in
+    /// flight), no penalty box, denials not counted. The same shard steps as
+    /// the general path below, without its per-limit arrays and reports; the
     /// same outcome (`None`: a full table, left to that path).
     fn check_one(
         &self,
@@ -375,33 +375,24 @@ impl Store {
         else {
             return None;
         };
-        let Form::Fixed(rule) = limit.rule().form() else {
-            return None;
-        };
+        if limit.is_concurrent() {
+            return None; // its admissions carry a permit
+        }
         let fp = fingerprint(base, limit.id());
-        let outcome = match shard.states.find(fp) {
-            Some(slot) => {
-                let state = shard.states.at_mut(slot);
-                let outcome = rule.check(*state, now, cost);
-                if cost > 0 && outcome.is_allowed() {
-                    *state = rule.consume(*state, now, cost);
+        let (outcome, slot) = shard.check(limit, fp, now, cost);
+        if cost > 0 && outcome.is_allowed() {
+            match slot {
+                Some(slot) => shard.consume_at(limit, slot, now, cost),
+                None if matches!(self.at_capacity, AtCapacity::Deny)
+                    && shard
+                        .lacks_room(policy.limits(), &[(fp, None)], now)
+                        .is_some() =>
+                {
+                    return None
                 }
-                outcome
+                None => shard.consume_new(limit, fp, now, cost),
             }
-            None => {
-                let outcome = rule.check(State::default(), now, cost);
-                if cost > 0 && outcome.is_allowed() {
-                    if matches!(self.at_capacity, AtCapacity::Deny)
-                        && !shard.states.has_room(fp, 1, now)
-                    {
-                        return None;
-                    }
-                    let state = rule.consume(State::default(), now, cost);
-                    shard.states.insert(fp, state, now);
-                }
-                outcome
-            }
-        };
+        }
         Some(outcome)
     }
 

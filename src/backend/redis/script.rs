@@ -1,6 +1,8 @@
 //! What one decision sends to Redis and reads back: the script, its keys
 //! and arguments, and the decision in its reply.
 
+use std::borrow::Cow;
+
 use ::redis::Value;
 use sha2::{Digest, Sha256};
 
@@ -151,12 +153,18 @@ impl Words for Vec<String> {
 /// The Redis keys of `key` under `limit`: `{prefix}{<identity>}:<limit
 /// identity>`, and for a sliding log its two, each given to `each`.
 pub(super) fn limit_keys(prefix: &str, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
+    keys_of(&mut key_base(prefix, key), limit, &mut each);
+}
+
+/// What every Redis key of `key` begins with: `{prefix}{<identity>}:`, in a
+/// buffer with room for the rest.
+fn key_base(prefix: &str, key: &Key) -> Vec<u8> {
     let mut base = Vec::with_capacity(prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
     base.extend_from_slice(prefix.as_bytes());
     base.push(b'{');
     push_identity(key, &mut base);
     base.extend_from_slice(b"}:");
-    keys_of(&mut base, limit, &mut each);
+    base
 }
 
 /// `base` (up to `}:`) completed for `limit`, given to `each`; `base` is
@@ -216,11 +224,7 @@ pub(super) fn invocation(
     out.number((limits.len() + logs + penalty_keys) as i64);
 
     // One buffer for every key: prefix, identity, then each limit's part.
-    let mut base = Vec::with_capacity(prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
-    base.extend_from_slice(prefix.as_bytes());
-    base.push(b'{');
-    push_identity(key, &mut base);
-    base.extend_from_slice(b"}:");
+    let mut base = key_base(prefix, key);
     for limit in limits {
         keys_of(&mut base, limit, &mut |k| out.word(k));
     }
@@ -252,32 +256,18 @@ pub(super) fn invocation(
     }
     // The cost, then the mode: 0/1 (whether denials count), s (settle),
     // r/n and the permit (release, renew), l<want>:<back> (lease).
-    let mut mode = Vec::new();
-    let cost = match ask {
+    let (cost, mode): (i64, Cow<'static, str>) = match ask {
         Ask::Check(cost) => {
-            mode.push(if policy.counts_denied() { b'1' } else { b'0' });
-            i64::from(cost)
+            let counted = if policy.counts_denied() { "1" } else { "0" };
+            (i64::from(cost), counted.into())
         }
-        Ask::Settle { reserved, actual } => {
-            mode.push(b's');
-            i64::from(actual) - i64::from(reserved)
-        }
-        Ask::Release { permit, cost } | Ask::Renew { permit, cost } => {
-            mode.push(if matches!(ask, Ask::Renew { .. }) {
-                b'n'
-            } else {
-                b'r'
-            });
-            mode.extend_from_slice(permit.as_u64().to_string().as_bytes());
-            i64::from(cost)
-        }
-        Ask::Lease { cost, want, back } => {
-            mode.extend_from_slice(format!("l{want}:{back}").as_bytes());
-            i64::from(cost)
-        }
+        Ask::Settle { reserved, actual } => (i64::from(actual) - i64::from(reserved), "s".into()),
+        Ask::Release { permit, cost } => (i64::from(cost), format!("r{}", permit.as_u64()).into()),
+        Ask::Renew { permit, cost } => (i64::from(cost), format!("n{}", permit.as_u64()).into()),
+        Ask::Lease { cost, want, back } => (i64::from(cost), format!("l{want}:{back}").into()),
     };
     out.number(cost);
-    out.word(&mode);
+    out.word(mode.as_bytes());
     match policy.penalty() {
         Some(penalty) => {
             out.number(i64::from(penalty.strikes()));
