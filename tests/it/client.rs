@@ -71,20 +71,7 @@ async fn without_quota_headers_only_the_first_429_is_seen() {
         .service(http);
     let mut statuses = Vec::new();
     for _ in 0..8 {
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(Empty::new())
-            .unwrap();
-        statuses.push(
-            client
-                .ready()
-                .await
-                .unwrap()
-                .call(req)
-                .await
-                .unwrap()
-                .status()
-                .as_u16(),
-        );
+        statuses.push(get_root(&mut client, addr).await.as_u16());
     }
     assert_eq!(
         statuses.iter().filter(|s| **s == 429).count(),
@@ -118,9 +105,8 @@ async fn without_quota_headers_only_the_first_429_is_seen() {
 
 #[tokio::test]
 async fn a_policy_of_its_own_paces_the_client_per_server() {
-    use http_body_util::Empty;
     use std::time::Instant;
-    use tower::{Service, ServiceBuilder, ServiceExt};
+    use tower::ServiceBuilder;
     use tower_ratelimit::client::ThrottleLayer;
     use tower_ratelimit::Policy;
 
@@ -136,20 +122,7 @@ async fn a_policy_of_its_own_paces_the_client_per_server() {
         .service(http);
     let started = Instant::now();
     for _ in 0..8 {
-        let req = http::Request::get(format!("http://{addr}/"))
-            .body(Empty::new())
-            .unwrap();
-        assert_eq!(
-            client
-                .ready()
-                .await
-                .unwrap()
-                .call(req)
-                .await
-                .unwrap()
-                .status(),
-            200
-        );
+        assert_eq!(get_root(&mut client, addr).await, 200);
     }
     // 4 at once, then one every 250 ms.
     let took = started.elapsed();
@@ -165,4 +138,27 @@ fn http_client() -> hyper_util::client::legacy::Client<
     http_body_util::Empty<bytes::Bytes>,
 > {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
+/// `GET /` at `addr` through `client`: the status.
+async fn get_root<S, B>(client: &mut S, addr: SocketAddr) -> http::StatusCode
+where
+    S: tower::Service<
+        http::Request<http_body_util::Empty<bytes::Bytes>>,
+        Response = http::Response<B>,
+    >,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    let req = http::Request::get(format!("http://{addr}/"))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    client
+        .ready()
+        .await
+        .unwrap()
+        .call(req)
+        .await
+        .unwrap()
+        .status()
 }
