@@ -14,7 +14,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::backend::{Backend, MemoryBackend};
-use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::key::Header;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 #[path = "support/requests.rs"]
@@ -40,8 +40,8 @@ fn layer_cost(c: &mut Criterion) {
     let roomy = Quota::per_second(1_000_000).unwrap();
     let allowed = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(Policy::single(Algorithm::Gcra, roomy))
-                .key(UserHeader::new("x-user-id")),
+            RateLimitLayer::new(Policy::single(Algorithm::Gcra, roomy).unwrap())
+                .key(Header::new("x-user-id")),
         )
         .service(hello());
     group.bench_function("allowed_200", |b| {
@@ -57,8 +57,8 @@ fn layer_cost(c: &mut Criterion) {
     // wrapper itself costs (it keeps the key and policy for a retry).
     let fallback = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(Policy::single(Algorithm::Gcra, roomy))
-                .key(UserHeader::new("x-user-id"))
+            RateLimitLayer::new(Policy::single(Algorithm::Gcra, roomy).unwrap())
+                .key(Header::new("x-user-id"))
                 .backend(MemoryBackend::new().or_fallback(MemoryBackend::new())),
         )
         .service(hello());
@@ -74,8 +74,8 @@ fn layer_cost(c: &mut Criterion) {
     let tight = Quota::per_hour(1).unwrap();
     let rejected = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(Policy::single(Algorithm::Gcra, tight))
-                .key(UserHeader::new("x-user-id")),
+            RateLimitLayer::new(Policy::single(Algorithm::Gcra, tight).unwrap())
+                .key(Header::new("x-user-id")),
         )
         .service(hello());
     for user in &users {

@@ -24,7 +24,7 @@ const KEYS: usize = 100_000;
 
 fn policy(algorithm: Algorithm) -> Policy {
     let quota = Quota::per_second(RATE).unwrap();
-    Policy::single(algorithm, quota)
+    Policy::single(algorithm, quota).unwrap()
 }
 
 fn governor_quota() -> GovernorQuota {

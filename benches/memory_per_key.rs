@@ -40,7 +40,7 @@ fn ip(i: u32) -> IpAddr {
 fn flood() {
     const CAP: u32 = 1_000_000;
     const KEYS: u32 = 10_000_000;
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(100).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(100).unwrap()).unwrap();
     let backend = MemoryBackend::builder().max_keys(CAP as usize).build();
     let before = rss_bytes();
     let mut at_cap = 0;
@@ -83,7 +83,7 @@ fn child(subject: &str, n: u32) {
         }
         name => {
             let algorithm: Algorithm = name.parse().expect("an algorithm");
-            let policy = Policy::single(algorithm, Quota::per_hour(100).unwrap());
+            let policy = Policy::single(algorithm, Quota::per_hour(100).unwrap()).unwrap();
             // Headroom over n: the cap is split per shard, and tables grow with use, not with the cap.
             let backend = MemoryBackend::builder().max_keys(2 * n as usize).build();
             for i in 0..n {

@@ -191,7 +191,7 @@ fn main() {
 
     // One token-bucket limit, ours against the minimal script, each through
     // redis-benchmark (unpipelined and 16 deep) and through a Rust client.
-    let bucket = Arc::new(Policy::single(Algorithm::TokenBucket, quota));
+    let bucket = Arc::new(Policy::single(Algorithm::TokenBucket, quota).unwrap());
     // One decision first loads the script.
     rt.block_on(backend.check(&Key::new("user", "load"), &bucket, 1))
         .expect("decision");
@@ -327,17 +327,19 @@ fn main() {
         )
         .expect("connect")
     };
-    let roomy = Arc::new(Policy::single(
-        Algorithm::TokenBucket,
-        Quota::per_minute(60_000_000).unwrap(),
-    ));
+    let roomy = Arc::new(
+        Policy::single(
+            Algorithm::TokenBucket,
+            Quota::per_minute(60_000_000).unwrap(),
+        )
+        .unwrap(),
+    );
     let one_trip = lease_row("one round trip, 60M/min", &backend, &roomy, 0.0);
     lease_row("leased(1), 60M/min", &leased(1), &roomy, one_trip);
     lease_row("leased(10), 60M/min", &leased(10), &roomy, one_trip);
-    let small = Arc::new(Policy::single(
-        Algorithm::TokenBucket,
-        Quota::per_minute(1_000).unwrap(),
-    ));
+    let small = Arc::new(
+        Policy::single(Algorithm::TokenBucket, Quota::per_minute(1_000).unwrap()).unwrap(),
+    );
     let one_trip = lease_row("one round trip, 1000/min", &backend, &small, 0.0);
     lease_row("leased(1), 1000/min", &leased(1), &small, one_trip);
     println!(
@@ -359,7 +361,7 @@ fn main() {
         "µs/call"
     );
     for algorithm in Algorithm::ALL {
-        let policy = Arc::new(Policy::single(algorithm, quota));
+        let policy = Arc::new(Policy::single(algorithm, quota).unwrap());
         let (result, usec, _) = redis_cost(&server, || {
             rt.block_on(run(|t, deadline| checks(&backend, &policy, t, deadline)))
         });
@@ -381,7 +383,7 @@ fn main() {
     }
     println!("\nRedis memory per key (MEMORY USAGE, after one request; limit 100/min):");
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(100).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(100).unwrap()).unwrap();
         let key = Key::new("ip", [203, 0, 113, 7]);
         rt.block_on(backend.check(&key, &policy, 1)).unwrap();
         let bytes: u64 = backend

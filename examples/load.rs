@@ -26,7 +26,8 @@ use axum::Router;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 use tower_ratelimit::key::ClientIp;
-use tower_ratelimit::{Algorithm, HeaderStyle, Policy, Quota, RateLimitLayer};
+use tower_ratelimit::layer::HeaderStyle;
+use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 /// Five headers the length of a typical allowed response's quota headers.
 const QUOTA_HEADERS: [(&str, &str); 5] = [
@@ -46,8 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     // Roomy: never reached by one machine's load. Tight: spent at once.
-    let roomy = Policy::single(Algorithm::Gcra, Quota::per_second(1_000_000)?);
-    let tight = Policy::single(Algorithm::Gcra, Quota::per_hour(1)?);
+    let roomy = Policy::single(Algorithm::Gcra, Quota::per_second(1_000_000)?).unwrap();
+    let tight = Policy::single(Algorithm::Gcra, Quota::per_hour(1)?).unwrap();
     let ours = |policy: &Policy| RateLimitLayer::new(policy.clone()).key(ClientIp::new());
     let governor = |per_ns: u64, burst: u32| {
         let config = GovernorConfigBuilder::default()

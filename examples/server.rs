@@ -74,15 +74,14 @@ use axum::{Json, Router};
 use ipnet::IpNet;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
+use tower_ratelimit::backend::OnBackendError;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::key::Key;
-use tower_ratelimit::key::{
-    key_fn, ApiKey, ClientIp, Endpoint, KeyError, KeyExtractor, UserHeader,
-};
-use tower_ratelimit::{
-    policy_fn, AccessLists, Algorithm, Live, OnBackendError, PenaltyBox, Policy, PolicyResolver,
-    Quota, RateLimitLayer, RequestHead, TopOffenders,
-};
+use tower_ratelimit::key::RequestHead;
+use tower_ratelimit::key::{key_fn, ApiKey, ClientIp, Endpoint, Header, KeyError, KeyExtractor};
+use tower_ratelimit::layer::{policy_fn, AccessLists, PolicyResolver, Shadow, TopOffenders};
+use tower_ratelimit::policy::PenaltyBox;
+use tower_ratelimit::{Algorithm, Live, Policy, Quota, RateLimitLayer};
 
 /// What the environment configures.
 #[derive(Clone, Debug)]
@@ -253,7 +252,7 @@ fn client_ip(config: &Config) -> ClientIp {
 
 fn routes(config: &Config) -> Vec<Route> {
     let ip = client_ip(config);
-    let user = UserHeader::new("x-user-id").or(ip.clone());
+    let user = Header::new("x-user-id").or(ip.clone());
     // A key function used both by the route's layer and by /api/quota.
     fn same(key: impl KeyExtractor) -> (KeyOf, KeyOf) {
         let key: KeyOf = Arc::new(move |r| key.extract(r));
@@ -294,7 +293,11 @@ fn routes(config: &Config) -> Vec<Route> {
             "/api/ip",
             "30/min per client IP; 10 denials in a minute: banned 5 min, doubling to 1 h",
             same(ip),
-            limits(config, "ip = 30/min").with_penalty(ip_penalty()),
+            limits(config, "ip = 30/min")
+                .to_builder()
+                .penalty(ip_penalty())
+                .build()
+                .unwrap(),
         ),
         route(
             "/api/search",
@@ -454,7 +457,11 @@ impl<B: Backend> Common<B> {
             .key(key)
             .backend(self.backend.clone())
             .on_backend_error(self.on_error)
-            .shadow(self.shadow)
+            .shadow(if self.shadow {
+                Shadow::DryRun
+            } else {
+                Shadow::Off
+            })
             .top_offenders(self.top.clone());
         match &self.lists {
             Some(lists) => layer.lists(lists.clone()),
@@ -586,7 +593,7 @@ mod tokens {
     use axum::response::{IntoResponse, Response};
     use axum::routing::{get, MethodRouter};
     use tower_ratelimit::backend::Backend;
-    use tower_ratelimit::key::{KeyExtractor, UserHeader};
+    use tower_ratelimit::key::{Header, KeyExtractor};
     use tower_ratelimit::Policy;
 
     use super::{client_ip, Common, Config};
@@ -595,7 +602,7 @@ mod tokens {
         config: &Config,
         common: &Common<B>,
     ) -> MethodRouter<S> {
-        let user = UserHeader::new("x-user-id").or(client_ip(config));
+        let user = Header::new("x-user-id").or(client_ip(config));
         let policy =
             Policy::parse_with("tokens = 1000/min", config.algorithm).expect("a valid demo policy");
         let limiter = common
@@ -638,7 +645,7 @@ mod slow {
     use axum::response::{IntoResponse, Response};
     use axum::routing::{get, MethodRouter};
     use tower_ratelimit::backend::Backend;
-    use tower_ratelimit::key::{KeyExtractor, UserHeader};
+    use tower_ratelimit::key::{Header, KeyExtractor};
     use tower_ratelimit::{Limit, Policy};
 
     use super::{client_ip, Common, Config};
@@ -650,9 +657,10 @@ mod slow {
         config: &Config,
         common: &Common<B>,
     ) -> MethodRouter<S> {
-        let user = UserHeader::new("x-user-id").or(client_ip(config));
+        let user = Header::new("x-user-id").or(client_ip(config));
         // Leased for 15 s, renewed every 7.5 s while a body streams.
-        let in_flight = Limit::concurrent("slow", 2, Duration::from_secs(15))
+        let in_flight = Limit::concurrent("slow", 2)
+            .and_then(|l| l.lease(Duration::from_secs(15)))
             .and_then(|limit| Policy::builder().with(limit).build())
             .expect("a valid demo policy");
         get(slow).layer(common.layer(user, in_flight))
@@ -796,10 +804,14 @@ async fn replace_limits<B>(
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     // The route keeps its own settings (shadow mode, penalty box).
-    let mut policy = policy.in_shadow(old.is_shadow());
+    let mut builder = policy.to_builder().shadow(old.is_shadow());
     if let Some(penalty) = old.penalty() {
-        policy = policy.with_penalty(*penalty);
+        builder = builder.penalty(*penalty);
     }
+    let policy = match builder.build() {
+        Ok(policy) => policy,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
     let described = describe(&policy);
     live.replace(policy);
     Json(json!({ "route": path, "policy": described })).into_response()

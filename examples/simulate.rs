@@ -19,8 +19,9 @@ use std::fmt::Write as _;
 
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::clock::ManualClock;
+use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Policy, Quota};
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A named list of request times, in microseconds.
 pub struct Scenario {
@@ -54,7 +55,7 @@ pub fn scenarios() -> [Scenario; 2] {
 /// The times `algorithm` admits, of `scenario`'s requests, under 100/min.
 pub fn admitted(algorithm: Algorithm, scenario: &Scenario) -> Vec<Micros> {
     let quota = Quota::per_minute(100).expect("a valid quota");
-    let policy = Policy::single(algorithm, quota);
+    let policy = Policy::single(algorithm, quota).unwrap();
     let clock = ManualClock::new(Micros::ZERO);
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
     let key = Key::new("user", "simulated");

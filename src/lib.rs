@@ -4,24 +4,89 @@
 //! one or more limits, keyed by who sent it, and answers 429 — or passes it
 //! on — with quota headers on every response.
 //!
-//! * [`RateLimitLayer`] — the tower middleware: a [`key`] per request, a
-//!   policy per request ([`PolicyResolver`], [`RoutePolicies`]), a [`Cost`],
-//!   quota headers ([`HeaderStyle`]), the answer to a limited request
-//!   ([`LimitedResponse`]), shaping ([`RateLimitLayer::shape`]);
-//! * [`Quota`], [`Limit`] and [`Policy`] — validated rates (`"10/s burst
-//!   20"`), each enforced by an [`Algorithm`], in named, all-or-nothing sets;
-//! * [`algorithm`] — the six algorithms as pure state transitions in integer
-//!   microseconds ([`Micros`]): fixed window, sliding log, sliding window
-//!   counter, token bucket, leaky bucket and GCRA;
-//! * [`backend`] — where state lives: [`MemoryBackend`](backend::MemoryBackend)
-//!   (embedded, bounded), `RedisBackend` (feature `redis`: one limit across
-//!   any number of servers), [`Fallback`](backend::Fallback), or a
-//!   [`Backend`](backend::Backend) of your own;
-//! * [`Decision`] and [`Outcome`] — what a policy and each of its limits say
-//!   about one request;
-//! * [`clock`] — where the in-memory backend reads the time;
-//! * [`Limiter`] — a policy for code that is not an HTTP service; [`client`]
-//!   — a layer that makes an HTTP client wait for its turn.
+//! The root holds the everyday types; everything else lives in a module
+//! named for its concept:
+//!
+//! | where | what | when you need it |
+//! |---|---|---|
+//! | [`RateLimitLayer`] | the tower middleware | always |
+//! | [`Policy`], [`Limit`], [`Quota`], [`Algorithm`] | what is enforced: validated rates (`"10/s burst 20"`) in named, all-or-nothing sets | always |
+//! | [`Decision`] | what a policy says about one request | reading a decision yourself |
+//! | [`Limiter`] | a policy for code that is not an HTTP service | WebSocket messages, queue consumers |
+//! | [`Live`] | a setting replaced at runtime, read lock-free | changing limits without a restart |
+//! | [`layer`] | the layer's parts: per-route policies, costs, headers, refusals, lists, offenders | configuring the layer beyond a key and a policy |
+//! | [`key`] | who a request is counted against: client IP, a header, an API key, the endpoint, your closure | choosing the key |
+//! | [`policy`] | the policy builder, errors, penalty boxes | building policies in code |
+//! | [`backend`] | where state lives: memory (default), Redis, a fallback, a breaker, a store of your own | sharing limits across servers |
+//! | [`decision`] | each limit's outcome, where a decision came from | reading decisions in a handler or a test |
+//! | [`algorithm`] | the six algorithms as pure state transitions | studying or replaying the math |
+//! | [`clock`] | the time the memory backend reads ([`Micros`](clock::Micros)) | tests that move time by hand |
+//! | [`client`] | a layer that makes an HTTP client wait for its turn | calling a rate-limited API |
+//!
+//! # Guide
+//!
+//! ## In memory, per client IP
+//!
+//! The default backend keeps state in this process, bounded in memory; the
+//! default key is the client's IP (serve with `ConnectInfo`).
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use tower_ratelimit::{Policy, RateLimitLayer};
+//!
+//! let policy: Policy = "100/min".parse()?;
+//! let app = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(policy));
+//! let service = app.into_make_service_with_connect_info::<SocketAddr>();
+//! # drop(service);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## On Redis, shared by every server
+//!
+//! With the `redis` feature, one limit holds across any number of servers;
+//! while Redis is down, each server decides from its own memory.
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use tower_ratelimit::backend::{Backend, MemoryBackend, RedisBackend};
+//! use tower_ratelimit::key::Header;
+//! use tower_ratelimit::{Policy, RateLimitLayer};
+//!
+//! let redis = RedisBackend::builder("redis://127.0.0.1:6379").connect().await?;
+//! let layer = RateLimitLayer::new("1000/h".parse::<Policy>()?)
+//!     .key(Header::new("x-api-client"))
+//!     .backend(redis.with_breaker().or_fallback(MemoryBackend::new()));
+//! # drop(layer);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Tiers per route
+//!
+//! [`RoutePolicies`](layer::RoutePolicies) gives each route template its own
+//! policy (feature `axum`); every route keeps its own budget.
+//!
+//! ```
+//! use axum::{routing::{get, post}, Router};
+//! use tower_ratelimit::layer::RoutePolicies;
+//! use tower_ratelimit::{Algorithm, Policy, RateLimitLayer};
+//!
+//! let routes = RoutePolicies::new()
+//!     .route("/api/search", "10/min".parse()?)
+//!     .route("/api/login", Policy::parse_with("5/15min", Algorithm::SlidingLog)?)
+//!     .fallback("600/min".parse()?);
+//! let app: Router = Router::new()
+//!     .route("/api/search", get(|| async { "results" }))
+//!     .route("/api/login", post(|| async { "welcome" }))
+//!     .layer(RateLimitLayer::new(routes));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Without HTTP
 //!
 //! ```
 //! use tower_ratelimit::backend::MemoryBackend;
@@ -47,24 +112,29 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Feature flags
+//!
+//! | feature | default | turns on |
+//! |---|---|---|
+//! | `axum` | yes | route templates (`MatchedPath`) for endpoint keys, per-route policies and metric labels; the peer address from `ConnectInfo` |
+//! | `tracing` | no | log events through `tracing`: each decision, backend failures (throttled), setups that cannot work |
+//! | `metrics` | no | counters and histograms through the `metrics` facade (`ratelimit_requests_total`, …; see [`layer`]) |
+//! | `redis` | no | [`RedisBackend`](backend::RedisBackend): standalone Redis and Valkey |
+//! | `redis-cluster` | no | the Redis backend on Redis Cluster (implies `redis`) |
+//!
 //! The map of the source — which file holds what, the invariants, and where
 //! each kind of change goes — is `ARCHITECTURE.md` in the repository.
 #![deny(missing_docs, unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The core. Nothing here knows HTTP but `head`, the request view that key
-// extractors read (ARCHITECTURE.md has the map).
+// The core. Nothing here knows HTTP but `key::RequestHead`, the request view
+// that key extractors read (ARCHITECTURE.md has the map).
 pub mod algorithm;
 pub mod clock;
-mod decision;
-mod head;
+pub mod decision;
 pub mod key;
-pub mod live;
-pub mod penalty;
-mod policy;
-mod quota;
-mod time;
+pub mod policy;
 
 // Where state lives.
 pub mod backend;
@@ -72,21 +142,25 @@ pub mod backend;
 // The tower middleware, the same limits for code that is not HTTP, and
 // throttling on the client's side.
 pub mod client;
+pub mod layer;
 mod limiter;
-mod middleware;
 
-pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
-pub use backend::OnBackendError;
-pub use decision::{Decision, Origin, Outcome, OutcomeCountMismatch, Verdict};
-pub use head::RequestHead;
-pub use limiter::{Admission, Limiter};
-pub use live::Live;
-pub use middleware::{
-    cost_fn, policy_fn, AccessLists, Cost, CostFn, Decided, HeaderStyle, KeyPolicies, LimitedFn,
-    LimitedResponse, Offender, OnKeyError, PolicyFn, PolicyResolver, RateLimit, RateLimitLayer,
-    ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, TopOffenders,
-};
-pub use penalty::{PenaltyBox, PenaltyError};
-pub use policy::{Limit, Policy, PolicyBuilder, PolicyError, MAX_LIMITS};
-pub use quota::{Quota, QuotaError, MAX_WINDOW};
-pub use time::Micros;
+pub use algorithm::kind::Algorithm;
+pub use decision::answer::Decision;
+pub use layer::builder::RateLimitLayer;
+pub use limiter::Limiter;
+pub use policy::live::Live;
+pub use policy::quota::Quota;
+pub use policy::set::{Limit, Policy};
+
+// Short paths for the crate's own code; not public.
+use clock::Micros;
+use decision::{Origin, Outcome, Verdict};
+use key::RequestHead;
+use policy::{penalty, quota};
+
+/// README.md's code blocks, compiled as doctests: a snippet that stops
+/// compiling fails the tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

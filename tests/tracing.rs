@@ -15,7 +15,7 @@ use http_body_util::Full;
 use support::Broken;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_ratelimit::backend::{Backend, MemoryBackend};
-use tower_ratelimit::key::{Global, UserHeader};
+use tower_ratelimit::key::{Global, Header};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 fn ok(
@@ -71,7 +71,7 @@ fn failures_and_limits_are_logged_without_flooding() {
                 svc.clone().oneshot(user("a")).await.unwrap();
             }
             let limited = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
-                .key(UserHeader::new("x-user-id"));
+                .key(Header::new("x-user-id"));
             let svc = ServiceBuilder::new().layer(limited).service(ok());
             svc.clone().oneshot(user("secret-user-42")).await.unwrap();
             svc.clone().oneshot(user("secret-user-42")).await.unwrap();

@@ -13,7 +13,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{FixedWindow, State};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// let fw = FixedWindow::new(Quota::per_minute(2).unwrap());
 /// let mut s = State::default();

@@ -15,7 +15,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{Gcra, State};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// // 10/s burst 3: three at once, then one every 100 ms.
 /// let gcra = Gcra::new(Quota::per_second(10).unwrap().with_burst(3).unwrap());

@@ -16,7 +16,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{LeakyBucket, State};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// // Holds 5, drains 1 per second.
 /// let lb = LeakyBucket::new(Quota::per_second(1).unwrap().with_burst(5).unwrap());

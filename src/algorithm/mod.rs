@@ -9,7 +9,8 @@
 //!
 //! ```
 //! use tower_ratelimit::algorithm::{Gcra, State};
-//! use tower_ratelimit::{Micros, Quota};
+//! use tower_ratelimit::Quota;
+//! use tower_ratelimit::clock::Micros;
 //!
 //! // 2 per second, burst 2: the third request at t=0 waits half a second.
 //! let gcra = Gcra::new(Quota::per_second(2).unwrap());

@@ -12,7 +12,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// let log = SlidingLog::new(Quota::per_minute(2).unwrap());
 /// let mut s = SlidingLogState::default();

@@ -26,7 +26,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{SlidingWindow, State};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// let sw = SlidingWindow::new(Quota::per_minute(100).unwrap());
 /// let s = sw.consume(State::default(), Micros::ZERO, 100); // 100 in minute 0

@@ -15,7 +15,8 @@ use crate::{Micros, Outcome, Quota};
 ///
 /// ```
 /// use tower_ratelimit::algorithm::{State, TokenBucket};
-/// use tower_ratelimit::{Micros, Quota};
+/// use tower_ratelimit::Quota;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// // Capacity 100, refilling 100 per minute: one token per 600 ms.
 /// let tb = TokenBucket::new(Quota::per_minute(100).unwrap());

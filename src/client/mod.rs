@@ -49,8 +49,9 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use crate::decision::Admission;
 use crate::key::Key;
-use crate::{Admission, Limiter, Policy};
+use crate::{Limiter, Policy};
 
 /// Makes a client wait for its turn; see the [module docs](self).
 #[derive(Clone, Debug)]

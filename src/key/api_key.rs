@@ -23,7 +23,7 @@ const MAX_API_KEY: usize = 1024;
 ///
 /// ```
 /// use tower_ratelimit::key::{ApiKey, KeyExtractor};
-/// use tower_ratelimit::RequestHead;
+/// use tower_ratelimit::key::RequestHead;
 ///
 /// let key = ApiKey::header("x-api-key", b"from your secret store");
 /// let req = http::Request::get("/").header("x-api-key", "sk-live-123").body(()).unwrap();

@@ -54,7 +54,7 @@ enum Trust {
 /// ```
 /// use std::net::SocketAddr;
 /// use tower_ratelimit::key::{ClientIp, KeyExtractor, PeerAddr};
-/// use tower_ratelimit::RequestHead;
+/// use tower_ratelimit::key::RequestHead;
 ///
 /// let key = ClientIp::new().trust_networks(["10.0.0.0/8".parse().unwrap()]);
 /// let mut req = http::Request::get("/")

@@ -10,7 +10,7 @@ use crate::RequestHead;
 /// which would give `/users/1`, `/users/2`, … a budget each.
 ///
 /// Alone it limits an endpoint as a whole; in a tuple with a client key it
-/// limits each client per endpoint: `(UserHeader::new("x-user-id"), Endpoint)`.
+/// limits each client per endpoint: `(Header::new("x-user-id"), Endpoint)`.
 /// A request that matched no route has no endpoint key.
 ///
 /// ```

@@ -8,7 +8,7 @@ use crate::RequestHead;
 /// Derives the [`Key`] a request is counted against.
 ///
 /// Implemented by the built-in extractors, by tuples of extractors (a
-/// composite key: `(UserHeader, Endpoint)` is per user per endpoint), and by
+/// composite key: `(Header, Endpoint)` is per user per endpoint), and by
 /// closures wrapped in [`key_fn`].
 pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// The key for this request, or why there is none.
@@ -17,8 +17,8 @@ pub trait KeyExtractor: Clone + Send + Sync + 'static {
     /// Use `other` when this extractor finds no key.
     ///
     /// ```
-    /// use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
-    /// let per_user_else_per_ip = UserHeader::new("x-user-id").or(ClientIp::new());
+    /// use tower_ratelimit::key::{ClientIp, KeyExtractor, Header};
+    /// let per_user_else_per_ip = Header::new("x-user-id").or(ClientIp::new());
     /// ```
     fn or<O: KeyExtractor>(self, other: O) -> Or<Self, O>
     where

@@ -1,4 +1,4 @@
-//! A key from a request header: the user id an auth proxy put there.
+//! A key from a request header (a user id an auth proxy put there, a tenant, an API client).
 
 use std::sync::Arc;
 
@@ -15,22 +15,22 @@ use crate::RequestHead;
 /// sets; otherwise clients choose their own key. Pair it with a fallback:
 ///
 /// ```
-/// use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
-/// use tower_ratelimit::RequestHead;
+/// use tower_ratelimit::key::{ClientIp, KeyExtractor, Header};
+/// use tower_ratelimit::key::RequestHead;
 ///
-/// let key = UserHeader::new("x-user-id").or(ClientIp::new());
+/// let key = Header::new("x-user-id").or(ClientIp::new());
 /// let req = http::Request::get("/").header("x-user-id", "alice").body(()).unwrap();
 /// let k = key.extract(&RequestHead::from(&req)).unwrap();
 /// assert_eq!((k.namespace(), k.value()), ("header:x-user-id", &b"alice"[..]));
 /// ```
 #[derive(Clone, Debug)]
-pub struct UserHeader {
+pub struct Header {
     name: HeaderName,
     // Shared: services (and their extractors) are cloned per request.
     namespace: Arc<str>,
 }
 
-impl UserHeader {
+impl Header {
     /// Key by the header `name`.
     ///
     /// # Panics
@@ -50,7 +50,7 @@ impl UserHeader {
     }
 }
 
-impl KeyExtractor for UserHeader {
+impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
         let mut values = req.headers.get_all(&self.name).iter();
         let value = values.next().ok_or(KeyError::Missing("key header"))?;

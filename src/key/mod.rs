@@ -2,7 +2,7 @@
 //!
 //! | extractor | key | namespace |
 //! |---|---|---|
-//! | [`UserHeader`] | a header's value (`x-user-id`) | `header:<name>` |
+//! | [`Header`] | a header's value (`x-user-id`) | `header:<name>` |
 //! | [`ClientIp`] | the client address (IPv6 grouped by prefix) | `ip` |
 //! | [`ApiKey`] | a keyed hash of an API key, never the key itself | `api-key` |
 //! | `Endpoint` (feature `axum`) | method + route template (axum's `MatchedPath`) | `endpoint` |
@@ -30,6 +30,7 @@ mod client_ip;
 #[cfg(feature = "axum")]
 mod endpoint;
 mod extractor;
+mod head;
 mod header;
 
 pub use api_key::ApiKey;
@@ -38,7 +39,8 @@ pub use client_ip::{ClientIp, ForwardedHeader, PeerAddr};
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use endpoint::Endpoint;
 pub use extractor::{key_fn, Global, KeyError, KeyExtractor, KeyFn, Or};
-pub use header::UserHeader;
+pub use head::RequestHead;
+pub use header::Header;
 
 use std::fmt;
 

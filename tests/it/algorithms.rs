@@ -5,15 +5,17 @@
 
 use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState, SlidingWindow, State};
 use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::clock::Micros;
+use tower_ratelimit::decision::Verdict;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Policy, Quota, Verdict};
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SEC: u64 = 1_000_000;
 
 /// How many requests of `trace` (times in µs, cost 1 each) `algorithm`
 /// admits under `quota`.
 fn admitted(algorithm: Algorithm, quota: &str, trace: &[u64]) -> usize {
-    let policy = Policy::single(algorithm, quota.parse().unwrap());
+    let policy = Policy::single(algorithm, quota.parse().unwrap()).unwrap();
     let backend = MemoryBackend::new();
     let key = Key::new("user", "trace");
     trace
@@ -104,7 +106,7 @@ fn weighted_costs_take_their_weight() {
     let backend = MemoryBackend::new();
     let key = Key::new("user", "weighted");
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(100).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(100).unwrap()).unwrap();
         let check = |cost| backend.check_at(&key, &policy, cost, Micros::new(0));
         for expected_remaining in [70, 40, 10] {
             let d = check(30);
@@ -126,7 +128,7 @@ fn weighted_costs_take_their_weight() {
 
 #[test]
 fn token_bucket_retry_after_is_the_time_for_the_missing_tokens() {
-    let policy = Policy::single(Algorithm::TokenBucket, "10/s burst 10".parse().unwrap());
+    let policy = Policy::single(Algorithm::TokenBucket, "10/s burst 10".parse().unwrap()).unwrap();
     let backend = MemoryBackend::new();
     let key = Key::new("user", "retry");
     assert!(backend
@@ -156,7 +158,7 @@ fn cost_above_capacity_is_never_allowed_and_says_so() {
         } else {
             "20/s".parse().unwrap()
         };
-        let policy = Policy::single(algorithm, quota);
+        let policy = Policy::single(algorithm, quota).unwrap();
         let d = backend.check_at(&key, &policy, 21, Micros::new(0));
         assert_eq!(d.verdict(), Verdict::Never, "{algorithm}");
         assert_eq!(d.retry_after(), None, "{algorithm}");
@@ -179,7 +181,7 @@ fn cost_zero_peeks_without_consuming() {
     let backend = MemoryBackend::new();
     let key = Key::new("user", "peek");
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
         let held = backend.len();
         let fresh = backend.check_at(&key, &policy, 0, Micros::new(0));
         assert!(fresh.is_allowed());
@@ -227,7 +229,7 @@ fn reset_after_tells_when_the_limit_is_whole_again() {
         (Algorithm::Gcra, 6 * SEC),
     ];
     for (algorithm, reset) in cases {
-        let policy = Policy::single(algorithm, Quota::per_minute(10).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(10).unwrap()).unwrap();
         let d = backend.check_at(&key, &policy, 1, Micros::new(at));
         assert_eq!(
             d.deciding().reset_after_micros().as_u64(),
@@ -240,7 +242,7 @@ fn reset_after_tells_when_the_limit_is_whole_again() {
 #[test]
 fn a_denied_request_is_never_told_to_retry_at_once() {
     // One per microsecond leaves no time to round down to zero.
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(1_000_000).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(1_000_000).unwrap()).unwrap();
     let backend = MemoryBackend::new();
     let key = Key::new("user", "fast");
     let mut denied = 0;

@@ -14,10 +14,12 @@ use http_body_util::{BodyExt, Full};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
 use tower_ratelimit::algorithm::{Gcra, State};
 use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
+use tower_ratelimit::clock::Micros;
+use tower_ratelimit::decision::{Origin, Outcome};
+use tower_ratelimit::key::RequestHead;
 use tower_ratelimit::key::{Key, KeyError, KeyExtractor};
-use tower_ratelimit::{
-    Decision, Micros, Origin, Outcome, Policy, PolicyResolver, RateLimitLayer, RequestHead,
-};
+use tower_ratelimit::layer::{NoPolicy, PolicyResolver};
+use tower_ratelimit::{Decision, Policy, RateLimitLayer};
 
 use crate::support::Broken;
 
@@ -96,7 +98,8 @@ async fn a_backend_of_our_own_decides_through_the_layer() {
         .layer(
             RateLimitLayer::new(WritesOnly(policy))
                 .key(Tenant)
-                .backend(backend.clone()),
+                .backend(backend.clone())
+                .on_no_policy(NoPolicy::Unlimited),
         )
         .service(ok());
 
@@ -244,16 +247,22 @@ async fn the_layer_counts_fallback_decisions_as_limits() {
     assert!((2..=120).contains(&retry), "{retry}");
 }
 
-/// What the inner service saw: the `Decided` in its request's extensions.
+/// What the inner service saw: the `Origin` in its request's extensions.
 fn echo_decided(
 ) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
     service_fn(|req: Request<()>| {
-        let seen = format!("{:?}", req.extensions().get::<tower_ratelimit::Decided>());
+        let seen = format!(
+            "{:?}",
+            req.extensions().get::<tower_ratelimit::decision::Origin>()
+        );
         ready(Ok::<_, Infallible>(Response::new(Full::from(seen))))
     })
 }
 
-async fn decided_by<B: Backend>(backend: B, on_error: tower_ratelimit::OnBackendError) -> String {
+async fn decided_by<B: Backend>(
+    backend: B,
+    on_error: tower_ratelimit::backend::OnBackendError,
+) -> String {
     let svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::new("100/min".parse::<Policy>().unwrap())
@@ -263,7 +272,7 @@ async fn decided_by<B: Backend>(backend: B, on_error: tower_ratelimit::OnBackend
         )
         .service(echo_decided());
     let res = svc.oneshot(post("a.example")).await.unwrap();
-    if let Some(decided) = res.extensions().get::<tower_ratelimit::Decided>() {
+    if let Some(decided) = res.extensions().get::<tower_ratelimit::decision::Origin>() {
         return format!("response: {decided:?}");
     }
     let body = res.into_body().collect().await.unwrap().to_bytes();
@@ -272,8 +281,11 @@ async fn decided_by<B: Backend>(backend: B, on_error: tower_ratelimit::OnBackend
 
 #[tokio::test]
 async fn how_each_request_was_decided_is_in_its_extensions() {
-    use tower_ratelimit::OnBackendError::{Allow, Deny};
-    assert_eq!(decided_by(MemoryBackend::new(), Allow).await, "Some(Store)");
+    use tower_ratelimit::backend::OnBackendError::{Allow, Deny};
+    assert_eq!(
+        decided_by(MemoryBackend::new(), Allow).await,
+        "Some(Primary)"
+    );
     assert_eq!(
         decided_by(Broken.or_fallback(MemoryBackend::new()), Allow).await,
         "Some(Fallback)"

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
+use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Decision, Origin, Policy};
+use tower_ratelimit::{Decision, Policy};
 
 /// A backend that fails while told to, and takes `delay` to answer.
 #[derive(Clone, Default)]

@@ -6,8 +6,9 @@
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::{Backend, Breaker, Fallback, MemoryBackend, RedisBackend};
+use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Origin, Policy};
+use tower_ratelimit::Policy;
 
 use crate::support::RedisServer;
 

@@ -6,7 +6,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Code, Request};
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
-use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::key::Header;
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 async fn check(
@@ -29,7 +29,7 @@ async fn a_limited_call_is_resource_exhausted_with_a_retry_hint() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limiter = RateLimitLayer::new("calls = 2/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-tenant"));
+        .key(Header::new("x-tenant"));
     let server = tonic::transport::Server::builder()
         .layer(limiter)
         .add_service(health)

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::Full;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
+use tower_ratelimit::key::{ClientIp, Header, KeyExtractor};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 use crate::support::request;
@@ -23,7 +23,7 @@ fn ok() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = I
 /// Statuses of `n` copies of one request.
 async fn statuses<S>(svc: &S, make: impl Fn() -> Request<()>, n: usize) -> Vec<u16>
 where
-    S: Service<Request<()>, Response = Response<tower_ratelimit::ResponseBody<Full<Bytes>>>>
+    S: Service<Request<()>, Response = Response<tower_ratelimit::layer::ResponseBody<Full<Bytes>>>>
         + Clone,
     S::Error: std::fmt::Debug,
 {
@@ -38,8 +38,7 @@ where
 async fn a_megabyte_header_is_no_key_and_no_trouble() {
     let svc = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new("2/min".parse::<Policy>().unwrap())
-                .key(UserHeader::new("x-user-id")),
+            RateLimitLayer::new("2/min".parse::<Policy>().unwrap()).key(Header::new("x-user-id")),
         )
         .service(ok());
     let huge = vec![b'a'; 1 << 20];
@@ -53,7 +52,7 @@ async fn a_megabyte_header_is_no_key_and_no_trouble() {
     let svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::new("2/min".parse::<Policy>().unwrap())
-                .key(UserHeader::new("x-user-id").or(ClientIp::new())),
+                .key(Header::new("x-user-id").or(ClientIp::new())),
         )
         .service(ok());
     assert_eq!(
@@ -66,8 +65,7 @@ async fn a_megabyte_header_is_no_key_and_no_trouble() {
 async fn non_utf8_and_structure_like_user_ids_each_get_their_own_budget() {
     let svc = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
-                .key(UserHeader::new("x-user-id")),
+            RateLimitLayer::new("1/min".parse::<Policy>().unwrap()).key(Header::new("x-user-id")),
         )
         .service(ok());
     let ids: [&[u8]; 9] = [
@@ -119,7 +117,7 @@ async fn ten_thousand_forwarding_entries_cost_bounded_work() {
     );
     // The client is the address our proxy appended, not any it claimed.
     let key = ip
-        .extract(&tower_ratelimit::RequestHead::from(&make()))
+        .extract(&tower_ratelimit::key::RequestHead::from(&make()))
         .unwrap();
     assert_eq!(key.value(), [203, 0, 113, 9]);
 }

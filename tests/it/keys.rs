@@ -4,10 +4,10 @@
 use http::Request;
 use proptest::prelude::*;
 use tower_ratelimit::key::Key;
+use tower_ratelimit::key::RequestHead;
 use tower_ratelimit::key::{
-    ApiKey, ClientIp, ForwardedHeader, Global, KeyError, KeyExtractor, UserHeader, MAX_KEY_VALUE,
+    ApiKey, ClientIp, ForwardedHeader, Global, Header, KeyError, KeyExtractor, MAX_KEY_VALUE,
 };
-use tower_ratelimit::RequestHead;
 
 fn req(peer: &str, headers: &[(&str, &[u8])]) -> Request<()> {
     crate::support::request(peer, headers)
@@ -137,7 +137,7 @@ fn no_peer_address_is_a_missing_key() {
 
 #[test]
 fn user_headers_take_any_bytes_but_not_too_many_or_twice() {
-    let h = UserHeader::new("x-user-id");
+    let h = Header::new("x-user-id");
     let latin1 = key(&h, &req("1.1.1.1:1", &[("x-user-id", b"caf\xe9")])).unwrap();
     let ascii = key(&h, &req("1.1.1.1:1", &[("x-user-id", b"cafe")])).unwrap();
     assert_ne!(latin1, ascii);
@@ -170,8 +170,8 @@ fn kinds_of_key_never_collide() {
         "65.66.67.68:1",
         &[("x-user-id", b"ABCD"), ("x-other", b"ABCD")],
     );
-    let user = key(&UserHeader::new("x-user-id"), &r).unwrap();
-    let other = key(&UserHeader::new("x-other"), &r).unwrap();
+    let user = key(&Header::new("x-user-id"), &r).unwrap();
+    let other = key(&Header::new("x-other"), &r).unwrap();
     let ip = key(&ClientIp::new(), &r).unwrap();
     assert_eq!(ip.value(), user.value());
     assert_ne!(user, ip);
@@ -180,7 +180,7 @@ fn kinds_of_key_never_collide() {
     let ab_c = Key::composite(&[Key::new("x", "ab"), Key::new("x", "c")]);
     let a_bc = Key::composite(&[Key::new("x", "a"), Key::new("x", "bc")]);
     assert_ne!(ab_c, a_bc);
-    let pair = key(&(UserHeader::new("x-user-id"), Global), &r).unwrap();
+    let pair = key(&(Header::new("x-user-id"), Global), &r).unwrap();
     assert_ne!(pair, user);
 }
 
@@ -245,7 +245,7 @@ proptest! {
             }
             let _ = ClientIp::new().trust_hops(3).header(header).extract(&RequestHead::from(&r));
         }
-        let _ = key(&UserHeader::new("x-user-id"), &r);
+        let _ = key(&Header::new("x-user-id"), &r);
         let _ = key(&ApiKey::bearer("s"), &r);
         let _ = key(&ApiKey::header("x-api-key", "s"), &r);
     }

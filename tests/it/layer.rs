@@ -14,13 +14,14 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_ratelimit::backend::OnBackendError;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::key::{key_fn, Endpoint, Global, KeyError, KeyExtractor, UserHeader};
-use tower_ratelimit::HeaderStyle;
-use tower_ratelimit::{
-    cost_fn, policy_fn, Algorithm, Decision, LimitedResponse, OnBackendError, OnKeyError, Policy,
-    Quota, RateLimitLayer, RoutePolicies,
+use tower_ratelimit::key::{key_fn, Endpoint, Global, Header, KeyError, KeyExtractor};
+use tower_ratelimit::layer::HeaderStyle;
+use tower_ratelimit::layer::{
+    cost_fn, policy_fn, LimitedResponse, NoPolicy, OnKeyError, RoutePolicies,
 };
+use tower_ratelimit::{Algorithm, Decision, Policy, Quota, RateLimitLayer};
 
 fn policy(text: &str) -> Policy {
     text.parse().unwrap()
@@ -66,7 +67,7 @@ fn counting(
 #[tokio::test]
 async fn a_denied_request_never_reaches_the_inner_service() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let layer = RateLimitLayer::new(policy("3/min")).key(UserHeader::new("x-user-id"));
+    let layer = RateLimitLayer::new(policy("3/min")).key(Header::new("x-user-id"));
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(counting(calls.clone()));
@@ -100,7 +101,7 @@ async fn every_response_carries_quota_headers() {
         .unwrap();
     let app = Router::new()
         .route("/", get(|| async { "hi" }))
-        .layer(RateLimitLayer::new(two).key(UserHeader::new("x-user-id")));
+        .layer(RateLimitLayer::new(two).key(Header::new("x-user-id")));
 
     let (status, headers, _) = read(app.clone().oneshot(user("u1")).await.unwrap()).await;
     assert_eq!(status, 200);
@@ -181,7 +182,7 @@ async fn header_styles_choose_what_is_sent() {
 async fn retry_after_rounds_up_and_jitter_stays_within_its_bound() {
     // 1 per 90 s: the second request waits 90 s.
     let quota = Quota::new(1, Duration::from_secs(90)).unwrap();
-    let layer = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota)).key(Global);
+    let layer = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota).unwrap()).key(Global);
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(counting(Arc::default()));
@@ -194,7 +195,7 @@ async fn retry_after_rounds_up_and_jitter_stays_within_its_bound() {
         .unwrap();
     assert!((89..=90).contains(&retry), "{retry}");
 
-    let jittered = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota))
+    let jittered = RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota).unwrap())
         .key(Global)
         .retry_after_jitter(Duration::from_secs(10));
     let svc = ServiceBuilder::new()
@@ -267,11 +268,62 @@ async fn a_cost_that_never_fits_says_so() {
 }
 
 #[tokio::test]
+async fn a_request_without_a_policy_is_refused_unless_the_layer_says_unlimited() {
+    // The trap: a tier an auth layer would set, but the auth layer sits
+    // inside the limiter, so no request has it yet.
+    #[derive(Clone)]
+    struct Tier;
+    let free = policy("2/h");
+    let by_tier = policy_fn(move |req| req.extensions.get::<Tier>().map(|_| free.clone()));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(by_tier.clone()).key(Global))
+        .service(counting(calls.clone()));
+    for _ in 0..3 {
+        let (status, _, body) = read(
+            svc.clone()
+                .oneshot(Request::new(Body::empty()))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.contains("rate_limit_no_policy"), "{body}");
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "nothing reached the service"
+    );
+
+    // Said explicitly: such requests pass, unlimited and without headers.
+    let svc = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(by_tier)
+                .key(Global)
+                .on_no_policy(NoPolicy::Unlimited),
+        )
+        .service(counting(calls.clone()));
+    for _ in 0..3 {
+        let (status, headers, _) = read(
+            svc.clone()
+                .oneshot(Request::new(Body::empty()))
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(!headers.contains_key("x-ratelimit-limit"));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
 async fn missing_keys_are_rejected_skipped_or_fall_back() {
     let calls = Arc::new(AtomicUsize::new(0));
     let anonymous = || Request::get("/").body(Body::empty()).unwrap();
 
-    let strict = RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id"));
+    let strict = RateLimitLayer::new(policy("1/min")).key(Header::new("x-user-id"));
     let svc = ServiceBuilder::new()
         .layer(strict)
         .service(counting(calls.clone()));
@@ -283,7 +335,7 @@ async fn missing_keys_are_rejected_skipped_or_fall_back() {
     );
 
     let unauthorized = RateLimitLayer::new(policy("1/min"))
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .on_key_error(OnKeyError::Reject(StatusCode::UNAUTHORIZED));
     let svc = ServiceBuilder::new()
         .layer(unauthorized)
@@ -292,7 +344,7 @@ async fn missing_keys_are_rejected_skipped_or_fall_back() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
 
     let lenient = RateLimitLayer::new(policy("1/min"))
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .on_key_error(OnKeyError::Skip);
     let svc = ServiceBuilder::new()
         .layer(lenient)
@@ -308,8 +360,7 @@ async fn missing_keys_are_rejected_skipped_or_fall_back() {
 
     // Without a user id, fall back to one shared anonymous bucket.
     let fallback = key_fn(|_| Ok(Key::new("anonymous", "")));
-    let layered =
-        RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id").or(fallback));
+    let layered = RateLimitLayer::new(policy("1/min")).key(Header::new("x-user-id").or(fallback));
     let svc = ServiceBuilder::new()
         .layer(layered)
         .service(counting(calls.clone()));
@@ -373,8 +424,7 @@ async fn per_route_layers_and_a_route_table() {
     let app = Router::new()
         .route("/search", get(|| async { "results" }))
         .route_layer(
-            RateLimitLayer::new(policy("search = 2/min"))
-                .key((UserHeader::new("x-user-id"), Endpoint)),
+            RateLimitLayer::new(policy("search = 2/min")).key((Header::new("x-user-id"), Endpoint)),
         )
         .route("/home", get(|| async { "home" }));
     let request = |path: &str| {
@@ -398,7 +448,7 @@ async fn per_route_layers_and_a_route_table() {
     let app = Router::new()
         .route("/users/{id}", get(|| async { "user" }))
         .route("/about", get(|| async { "about" }))
-        .layer(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+        .layer(RateLimitLayer::new(table).key(Header::new("x-user-id")));
     let statuses: Vec<u16> = {
         let mut v = Vec::new();
         for path in ["/users/1", "/users/2", "/users/3"] {
@@ -439,7 +489,7 @@ async fn policies_by_tier_and_costs_by_request() {
         Tier::Free => Some(free.clone()),
         Tier::Pro => Some(pro.clone()),
     });
-    let layer = RateLimitLayer::new(by_tier).key(UserHeader::new("x-user-id"));
+    let layer = RateLimitLayer::new(by_tier).key(Header::new("x-user-id"));
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(counting(Arc::default()));
@@ -551,7 +601,7 @@ async fn poll_ready_is_the_inner_services() {
 #[test]
 fn the_layer_is_clone_and_debug() {
     fn assert_clone_debug<T: Clone + std::fmt::Debug>(_: &T) {}
-    let layer = RateLimitLayer::new(policy("1/min")).key(UserHeader::new("x-user-id").or(Global));
+    let layer = RateLimitLayer::new(policy("1/min")).key(Header::new("x-user-id").or(Global));
     assert_clone_debug(&layer);
     let debug = format!("{layer:?}");
     assert!(
@@ -560,7 +610,7 @@ fn the_layer_is_clone_and_debug() {
     );
     // Extractors give clear errors.
     let req = Request::get("/").body(()).unwrap();
-    let err = UserHeader::new("x-user-id")
+    let err = Header::new("x-user-id")
         .extract(&(&req).into())
         .unwrap_err();
     assert_eq!(err, KeyError::Missing("key header"));
@@ -579,7 +629,7 @@ async fn statuses(app: &Router, path: &str, n: usize) -> Vec<u16> {
     out
 }
 
-fn routes_app(layer: RateLimitLayer<UserHeader, RoutePolicies>) -> Router {
+fn routes_app(layer: RateLimitLayer<Header, RoutePolicies>) -> Router {
     Router::new()
         .route("/a", get(|| async { "a" }))
         .route("/b", get(|| async { "b" }))
@@ -594,7 +644,7 @@ async fn two_routes_with_equal_policies_keep_their_own_budgets() {
     let table = RoutePolicies::new()
         .route("/a", policy("2/min"))
         .route("/b", policy("2/min"));
-    let app = routes_app(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    let app = routes_app(RateLimitLayer::new(table).key(Header::new("x-user-id")));
     assert_eq!(statuses(&app, "/a", 3).await, [200, 200, 429]);
     assert_eq!(statuses(&app, "/b", 3).await, [200, 200, 429]);
 
@@ -604,7 +654,7 @@ async fn two_routes_with_equal_policies_keep_their_own_budgets() {
         .route_method(http::Method::POST, "/a", policy("1/min"));
     let app = Router::new()
         .route("/a", get(|| async { "a" }).post(|| async { "a" }))
-        .layer(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+        .layer(RateLimitLayer::new(table).key(Header::new("x-user-id")));
     let send = |method: http::Method| {
         let app = app.clone();
         async move {
@@ -628,7 +678,7 @@ async fn a_limit_named_alike_on_two_routes_is_one_budget() {
         .route("/a", policy("api = 3/min"))
         .route("/b", policy("api = 3/min"))
         .fallback(policy("2/min"));
-    let app = routes_app(RateLimitLayer::new(table).key(UserHeader::new("x-user-id")));
+    let app = routes_app(RateLimitLayer::new(table).key(Header::new("x-user-id")));
     assert_eq!(statuses(&app, "/a", 2).await, [200, 200]);
     assert_eq!(statuses(&app, "/b", 2).await, [200, 429]);
     // The fallback is its own budget, shared by every unmatched route.
@@ -640,7 +690,7 @@ async fn two_layers_on_one_backend_share_only_what_they_are_told_to() {
     let backend = tower_ratelimit::backend::MemoryBackend::new();
     let layer = |p: Policy| {
         RateLimitLayer::new(p)
-            .key(UserHeader::new("x-user-id"))
+            .key(Header::new("x-user-id"))
             .backend(backend.clone())
     };
     // Scoped apart: a budget each.

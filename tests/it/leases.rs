@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use crate::support::RedisServer;
 use tower_ratelimit::backend::{Backend, RedisBackend};
+use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Origin, Policy, Quota};
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SERVERS: u32 = 10;
 const TASKS_PER_SERVER: usize = 4;
@@ -75,7 +76,7 @@ async fn ten_leasing_servers_admit_the_limit_with_several_requests_per_call() {
     let server = RedisServer::start();
     let backends = servers(&server).await;
     // 10,000 an hour over ten servers: shares of 10,000 / (30 × 10) = 33.
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(10_000).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(10_000).unwrap()).unwrap();
     let key = Key::new("user", "alice");
     within_one_window(&server, Duration::from_secs(3600), Duration::from_secs(60)).await;
 
@@ -114,7 +115,7 @@ async fn a_leased_bucket_admits_no_more_than_its_bound_across_ten_servers() {
     let server = RedisServer::start();
     let backends = servers(&server).await;
     // 6,000 a minute: 6,000 at once, then 100 a second. Shares of 20.
-    let policy = Policy::single(Algorithm::TokenBucket, Quota::per_minute(6_000).unwrap());
+    let policy = Policy::single(Algorithm::TokenBucket, Quota::per_minute(6_000).unwrap()).unwrap();
     let key = Key::new("user", "dave");
     let before = server.time_micros();
     let admitted = hammer(&backends, &policy, &key, 200).await;
@@ -135,7 +136,8 @@ async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
     let leased = leasing(&server, 1, GENEROUS).await;
     let alone = RedisBackend::connect(&server.url()).await.unwrap();
     // Shares of 60,000 / 30 = 2,000, lasting 600 ms (1% of the window).
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(60_000).unwrap());
+    let policy =
+        Policy::single(Algorithm::FixedWindow, Quota::per_minute(60_000).unwrap()).unwrap();
     let key = Key::new("user", "bob");
     within_one_window(&server, Duration::from_secs(60), Duration::from_secs(5)).await;
     let first = leased.check(&key, &policy, 1).await.unwrap();
@@ -172,7 +174,8 @@ async fn policies_that_must_see_every_request_are_never_leased() {
         counted,
         Policy::builder()
             .with(
-                tower_ratelimit::Limit::concurrent("flight", 1000, Duration::from_secs(30))
+                tower_ratelimit::Limit::concurrent("flight", 1000)
+                    .and_then(|l| l.lease(Duration::from_secs(30)))
                     .unwrap(),
             )
             .build()
@@ -239,7 +242,7 @@ async fn what_a_fixed_window_leased_lapses_with_its_window() {
     let leased = leasing(&server, 1, GENEROUS).await;
     let alone = RedisBackend::connect(&server.url()).await.unwrap();
     // 3,000 a second: shares of 100, a window of one second.
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_second(3_000).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_second(3_000).unwrap()).unwrap();
     let key = Key::new("user", "erin");
     within_one_window(&server, Duration::from_secs(1), Duration::from_millis(500)).await;
     assert!(leased.check(&key, &policy, 1).await.unwrap().is_allowed());
@@ -261,7 +264,7 @@ async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
     let server = RedisServer::start();
     let leased = leasing(&server, 1, Duration::from_millis(50)).await;
     // 3,000 a minute: shares of 100 lasting 600 ms.
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap()).unwrap();
     let key = Key::new("user", "frank");
     within_one_window(&server, Duration::from_secs(60), Duration::from_secs(5)).await;
     assert!(leased.check(&key, &policy, 1).await.unwrap().is_allowed());
@@ -296,7 +299,7 @@ async fn leases_hold_on_a_redis_cluster() {
         backends.push(backend);
     }
     // 3,000 an hour over ten servers: shares of 10.
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(3_000).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(3_000).unwrap()).unwrap();
     let key = Key::new("user", "grace");
     within_one_window(
         &cluster.nodes[0],
@@ -314,7 +317,7 @@ async fn leases_hold_on_a_redis_cluster() {
 async fn a_lease_whose_request_went_away_leaves_no_one_waiting() {
     let server = RedisServer::start();
     let leased = leasing(&server, 1, Duration::from_millis(300)).await;
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap()).unwrap();
     let key = Key::new("user", "heidi");
     // The first request starts taking a lease, and goes away mid-call.
     server.pause();

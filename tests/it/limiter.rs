@@ -4,8 +4,10 @@ use std::time::{Duration, Instant};
 
 use crate::support::Broken;
 use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::backend::OnBackendError;
+use tower_ratelimit::decision::Admission;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Admission, Limiter, OnBackendError, Policy};
+use tower_ratelimit::{Limiter, Policy};
 
 async fn admitted<B: tower_ratelimit::backend::Backend>(
     limiter: &Limiter<B>,
@@ -85,7 +87,7 @@ async fn a_failing_backend_is_answered_by_the_failure_policy() {
 async fn on_redis_a_limiter_and_a_layer_share_a_named_limit() {
     use tower::ServiceExt;
     use tower_ratelimit::backend::RedisBackend;
-    use tower_ratelimit::key::UserHeader;
+    use tower_ratelimit::key::Header;
     use tower_ratelimit::RateLimitLayer;
 
     let server = crate::support::RedisServer::start();
@@ -100,7 +102,7 @@ async fn on_redis_a_limiter_and_a_layer_share_a_named_limit() {
         .route("/", axum::routing::get(|| async { "ok" }))
         .layer(
             RateLimitLayer::new(policy)
-                .key(UserHeader::new("x-user-id"))
+                .key(Header::new("x-user-id"))
                 .backend(other_process),
         );
     let send = || {

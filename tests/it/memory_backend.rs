@@ -6,15 +6,16 @@ use std::time::Duration;
 
 use tower_ratelimit::backend::{AtCapacity, MemoryBackend};
 use tower_ratelimit::clock::ManualClock;
+use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Policy, Quota};
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SEC: u64 = 1_000_000;
 
 #[test]
 fn two_threads_on_one_key_admit_exactly_the_limit() {
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_hour(5_000).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_hour(5_000).unwrap()).unwrap();
         let backend = MemoryBackend::new();
         let admitted = AtomicUsize::new(0);
         thread::scope(|s| {
@@ -38,7 +39,7 @@ fn two_threads_on_one_key_admit_exactly_the_limit() {
 
 #[test]
 fn a_million_keys_from_two_threads_are_each_counted_once() {
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(1).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(1).unwrap()).unwrap();
     let backend = MemoryBackend::builder().max_keys(2_000_000).build();
     let keys = 1_000_000u32;
     let admitted = AtomicUsize::new(0);
@@ -73,8 +74,9 @@ fn a_key_flood_never_grows_past_the_cap_and_evicts_what_expires_soonest() {
         .clock(clock.clone())
         .build();
     assert_eq!(backend.max_keys(), 4_096);
-    let minute: Policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap());
-    let hour: Policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap());
+    let minute: Policy =
+        Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap()).unwrap();
+    let hour: Policy = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap()).unwrap();
 
     // 512 clients under an hourly limit, then a flood of 100,000 spoofed
     // clients under a per-minute limit.
@@ -113,7 +115,7 @@ fn at_capacity_deny_turns_new_keys_away_until_state_expires() {
         .at_capacity(AtCapacity::Deny)
         .clock(clock.clone())
         .build();
-    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_minute(2).unwrap());
+    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_minute(2).unwrap()).unwrap();
     let key = |i: u32| Key::new("ip", i.to_be_bytes());
 
     let mut admitted = 0;
@@ -156,7 +158,7 @@ fn at_capacity_deny_turns_new_keys_away_until_state_expires() {
 fn expired_state_is_reclaimed_without_timers() {
     let clock = ManualClock::new(Micros::new(0));
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap()).unwrap();
     for i in 0..100_000u32 {
         backend.check_now(&Key::new("ip", i.to_be_bytes()), &policy, 1);
     }
@@ -180,7 +182,7 @@ fn expired_state_is_reclaimed_without_timers() {
 #[test]
 fn sliding_logs_are_bounded_by_their_limit() {
     let backend = MemoryBackend::new();
-    let policy = Policy::single(Algorithm::SlidingLog, Quota::per_minute(50).unwrap());
+    let policy = Policy::single(Algorithm::SlidingLog, Quota::per_minute(50).unwrap()).unwrap();
     let key = Key::new("user", "logger");
     for i in 0..10_000u64 {
         backend.check_at(&key, &policy, 1, Micros::new(i * 1_000));
@@ -196,7 +198,7 @@ fn sliding_logs_are_bounded_by_their_limit() {
 #[test]
 fn keys_of_different_kinds_never_share_state() {
     let backend = MemoryBackend::new();
-    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap());
+    let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(1).unwrap()).unwrap();
     let keys = [
         Key::new("user", "1"),
         Key::new("ip", "1"),
@@ -228,7 +230,7 @@ fn keys_of_different_kinds_never_share_state() {
 fn memory_comes_back_after_a_flood_subsides() {
     let clock = ManualClock::new(Micros::new(0));
     let backend = MemoryBackend::builder().clock(clock.clone()).build();
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(10).unwrap()).unwrap();
     let mut next = 0u32;
     let mut arrive = |n: u32| {
         for _ in 0..n {

@@ -15,9 +15,11 @@ use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_ratelimit::backend::OnBackendError;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
-use tower_ratelimit::key::{Global, UserHeader};
-use tower_ratelimit::{OnBackendError, OnKeyError, Policy, RateLimitLayer};
+use tower_ratelimit::key::{Global, Header};
+use tower_ratelimit::layer::{OnKeyError, Shadow};
+use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// Counters by name and labels, e.g. `ratelimit_requests_total{limit=1/min,outcome=allowed}`.
 #[derive(Default)]
@@ -71,7 +73,7 @@ fn every_outcome_is_counted_by_limit() {
     let counts = counts_of(|| async {
         let policy: Policy = "minute = 2/min".parse().unwrap();
         let svc = ServiceBuilder::new()
-            .layer(RateLimitLayer::new(policy.clone()).key(UserHeader::new("x-user-id")))
+            .layer(RateLimitLayer::new(policy.clone()).key(Header::new("x-user-id")))
             .service(ok());
         for _ in 0..5 {
             let req = Request::get("/").header("x-user-id", "u").body(()).unwrap();
@@ -81,7 +83,7 @@ fn every_outcome_is_counted_by_limit() {
         let skipping = ServiceBuilder::new()
             .layer(
                 RateLimitLayer::new(policy.clone())
-                    .key(UserHeader::new("x-user-id"))
+                    .key(Header::new("x-user-id"))
                     .on_key_error(OnKeyError::Skip),
             )
             .service(ok());
@@ -169,7 +171,8 @@ fn shadow_lists_and_bans_are_counted_by_route() {
     use axum::routing::get;
     use std::net::SocketAddr;
     use std::time::Duration;
-    use tower_ratelimit::{AccessLists, PenaltyBox};
+    use tower_ratelimit::layer::AccessLists;
+    use tower_ratelimit::policy::PenaltyBox;
 
     let counts = counts_of(|| async {
         let banning = PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap();
@@ -182,14 +185,20 @@ fn shadow_lists_and_bans_are_counted_by_route() {
                 get(|| async { "ok" }).layer(
                     RateLimitLayer::new("s = 1/min".parse::<Policy>().unwrap())
                         .key(Global)
-                        .shadow(true),
+                        .shadow(Shadow::DryRun),
                 ),
             )
             .route(
                 "/banned",
                 get(|| async { "ok" }).layer(
                     RateLimitLayer::new(
-                        "b = 1/min".parse::<Policy>().unwrap().with_penalty(banning),
+                        "b = 1/min"
+                            .parse::<Policy>()
+                            .unwrap()
+                            .to_builder()
+                            .penalty(banning)
+                            .build()
+                            .unwrap(),
                     )
                     .key(Global)
                     .lists(lists),

@@ -12,11 +12,14 @@ use axum::Router;
 use tower::ServiceExt;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::clock::ManualClock;
-use tower_ratelimit::key::{Key, PeerAddr, UserHeader};
-use tower_ratelimit::{
-    AccessLists, Decided, KeyPolicies, Live, Micros, PenaltyBox, Policy, RateLimitLayer,
-    RoutePolicies, TopOffenders,
+use tower_ratelimit::clock::Micros;
+use tower_ratelimit::decision::Origin;
+use tower_ratelimit::key::{Header, Key, PeerAddr};
+use tower_ratelimit::layer::{
+    AccessLists, KeyPolicies, NoPolicy, RoutePolicies, Shadow, Shaping, TopOffenders,
 };
+use tower_ratelimit::policy::PenaltyBox;
+use tower_ratelimit::{Live, Policy, RateLimitLayer};
 
 /// A memory backend that counts how often it is asked.
 #[derive(Clone, Default)]
@@ -41,7 +44,7 @@ impl Backend for Counted {
 
 /// The handler says what the limiter told it.
 async fn told(req: Request) -> String {
-    format!("{:?}", req.extensions().get::<Decided>())
+    format!("{:?}", req.extensions().get::<Origin>())
 }
 
 /// One route, `/`, behind `layer`.
@@ -109,18 +112,18 @@ async fn shadow_mode_reports_but_never_refuses_or_delays() {
     let policy: Policy = "2/min".parse().unwrap();
     let backend = MemoryBackend::new();
     let layer = RateLimitLayer::new(policy.clone())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .backend(backend.clone())
         // Shaping would delay; shadow mode never does.
-        .shape(Duration::from_secs(60), 10)
-        .shadow(true);
+        .shape(Shaping::wait_up_to(Duration::from_secs(60)).max_waiting(10))
+        .shadow(Shadow::DryRun);
     let app = app!(layer.clone());
     let started = std::time::Instant::now();
     let seen = send_n(&app, 5, "alice", "192.0.2.1").await;
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(statuses(&seen), [200; 5]);
     assert_eq!(seen[1].remaining.as_deref(), Some("0"));
-    assert_eq!(seen[1].told, "Some(Store)");
+    assert_eq!(seen[1].told, "Some(Primary)");
     // Over the limit: the handler knows; the client sees no quota headers.
     assert_eq!(seen[2].told, "Some(Shadow)");
     assert_eq!(
@@ -129,14 +132,14 @@ async fn shadow_mode_reports_but_never_refuses_or_delays() {
     );
 
     // With shadow headers, what an enforced limit would have said.
-    let app = app!(layer.clone().shadow_headers(true));
+    let app = app!(layer.clone().shadow(Shadow::DryRunWithHeaders));
     let seen = send(&app, "alice", "192.0.2.1").await;
     assert_eq!((seen.status, seen.remaining.as_deref()), (200, Some("0")));
 
     // Per policy: the same; and enforcing it later keeps its state (the
     // shadow run admitted 2, as the enforced policy would have).
-    let shadow_policy = RateLimitLayer::new(policy.in_shadow(true))
-        .key(UserHeader::new("x-user-id"))
+    let shadow_policy = RateLimitLayer::new(policy.to_builder().shadow(true).build().unwrap())
+        .key(Header::new("x-user-id"))
         .backend(backend.clone());
     assert_eq!(
         send(&app!(shadow_policy), "alice", "192.0.2.1")
@@ -144,8 +147,8 @@ async fn shadow_mode_reports_but_never_refuses_or_delays() {
             .status,
         200
     );
-    let enforced = RateLimitLayer::new(policy.in_shadow(false))
-        .key(UserHeader::new("x-user-id"))
+    let enforced = RateLimitLayer::new(policy.to_builder().shadow(false).build().unwrap())
+        .key(Header::new("x-user-id"))
         .backend(backend);
     assert_eq!(
         send(&app!(enforced), "alice", "192.0.2.1").await.status,
@@ -164,7 +167,7 @@ async fn lists_refuse_and_exempt_without_touching_the_store_and_change_live() {
             .allow_key(Key::new("header:x-user-id", "monitor")),
     );
     let layer = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .backend(backend.clone())
         .lists(lists.clone());
     let app = app!(layer);
@@ -196,14 +199,22 @@ async fn lists_refuse_and_exempt_without_touching_the_store_and_change_live() {
 
 /// A layer on `backend` whose policy bans: 1/min; 3 denials within a
 /// minute ban for 5 minutes, doubling up to 20.
-fn banning<B: Backend>(backend: B) -> RateLimitLayer<UserHeader, Policy, B> {
+fn banning<B: Backend>(backend: B) -> RateLimitLayer<Header, Policy, B> {
     let penalty = PenaltyBox::new(3, Duration::from_secs(60), Duration::from_secs(300))
         .unwrap()
         .max_ban(Duration::from_secs(1200))
         .unwrap();
-    RateLimitLayer::new("1/min".parse::<Policy>().unwrap().with_penalty(penalty))
-        .key(UserHeader::new("x-user-id"))
-        .backend(backend)
+    RateLimitLayer::new(
+        "1/min"
+            .parse::<Policy>()
+            .unwrap()
+            .to_builder()
+            .penalty(penalty)
+            .build()
+            .unwrap(),
+    )
+    .key(Header::new("x-user-id"))
+    .backend(backend)
 }
 
 #[tokio::test]
@@ -281,7 +292,9 @@ async fn bans_hold_across_servers_on_redis_and_cost_no_round_trip() {
 async fn limits_change_live_keeping_state_only_where_a_limit_is_unchanged() {
     let routes = |text: &str| RoutePolicies::new().route("/", text.parse::<Policy>().unwrap());
     let live = Live::new(routes("2/min; daily = 4/day"));
-    let layer = RateLimitLayer::new(live.clone()).key(UserHeader::new("x-user-id"));
+    let layer = RateLimitLayer::new(live.clone())
+        .key(Header::new("x-user-id"))
+        .on_no_policy(NoPolicy::Unlimited);
     let app = app!(layer);
     assert_eq!(
         statuses(&send_n(&app, 3, "alice", "192.0.2.1").await),
@@ -311,7 +324,7 @@ async fn limits_change_live_keeping_state_only_where_a_limit_is_unchanged() {
 async fn a_key_can_have_its_own_policy_changed_live() {
     let tenants = Live::new(KeyPolicies::new());
     let layer = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .key_policies(tenants.clone());
     let app = app!(layer);
     assert_eq!(
@@ -338,7 +351,7 @@ async fn a_key_can_have_its_own_policy_changed_live() {
 async fn top_offenders_rank_denied_keys_across_layers_redacted() {
     let top = TopOffenders::new(16);
     let layer = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .top_offenders(top.clone());
     let (one, two) = (
         app!(layer.clone()),

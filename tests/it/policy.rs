@@ -2,8 +2,10 @@
 //! which limit decides.
 
 use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Policy, PolicyError, Quota};
+use tower_ratelimit::policy::PolicyError;
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SEC: u64 = 1_000_000;
 
@@ -88,7 +90,7 @@ fn the_longest_wait_decides_a_denial() {
 #[test]
 fn counted_denials_keep_a_hammering_client_out_but_stop_at_capacity() {
     let backend = MemoryBackend::new();
-    let lenient = Policy::single(Algorithm::SlidingLog, Quota::per_minute(3).unwrap());
+    let lenient = Policy::single(Algorithm::SlidingLog, Quota::per_minute(3).unwrap()).unwrap();
     let strict = Policy::builder()
         .limit(
             "3/min",
@@ -148,7 +150,7 @@ fn counted_denials_count_against_every_limit() {
 #[test]
 fn invalid_policies_name_their_problem() {
     let q = Quota::per_second(1).unwrap();
-    let err = |b: tower_ratelimit::PolicyBuilder| b.build().unwrap_err();
+    let err = |b: tower_ratelimit::policy::PolicyBuilder| b.build().unwrap_err();
 
     assert_eq!(err(Policy::builder()), PolicyError::Empty);
     let dup =

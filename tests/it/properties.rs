@@ -9,8 +9,10 @@ use tower_ratelimit::algorithm::{
     FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow, State, TokenBucket,
 };
 use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::clock::Micros;
+use tower_ratelimit::decision::{Outcome, Verdict};
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, Outcome, Policy, Quota, Verdict};
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// Any of the six, driven through its public pure API.
 enum Algo {
@@ -275,7 +277,7 @@ proptest! {
         steps in prop::collection::vec((0u64..3_000_000, 1usize..40, 1u32..4), 1..12),
     ) {
         let algorithm = Algorithm::ALL[which];
-        let policy = Policy::single(algorithm, Quota::per_minute(50).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(50).unwrap()).unwrap();
         let key = Key::new("user", "shared");
         let times: Vec<u64> = steps
             .iter()

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use tower_ratelimit::{Quota, QuotaError};
+use tower_ratelimit::policy::QuotaError;
+use tower_ratelimit::Quota;
 
 #[test]
 fn the_documented_forms_parse() {

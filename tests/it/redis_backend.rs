@@ -7,8 +7,10 @@ use crate::support::{available, RedisServer};
 use proptest::prelude::*;
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Algorithm, Micros, PenaltyBox, Policy, Quota};
+use tower_ratelimit::policy::PenaltyBox;
+use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A Redis server of the test's own, a runtime, a backend on that server,
 /// and a memory backend to compare it with.
@@ -127,7 +129,7 @@ proptest! {
     ) {
         let mut policy = policy(&limits, count_denied);
         if let Some(p) = penalized {
-            policy = policy.with_penalty(penalty(p));
+            policy = policy.to_builder().penalty(penalty(p)).build().unwrap();
         }
         replay_agrees(&policy, &trace, start)?;
     }
@@ -266,7 +268,7 @@ proptest! {
     ) {
         let (_server, rt, redis, memory) = both();
         let mut builder = Policy::builder()
-            .with(tower_ratelimit::Limit::concurrent("flight", permits, Duration::from_secs(lease)).unwrap());
+            .with(tower_ratelimit::Limit::concurrent("flight", permits).and_then(|l| l.lease(Duration::from_secs(lease))).unwrap());
         if let Some((alg, limit, secs, _)) = rate {
             builder = builder.limit("rate", Algorithm::ALL[alg], Quota::new(limit, Duration::from_secs(secs)).unwrap());
         }
@@ -317,7 +319,7 @@ proptest! {
     ) {
         let (_server, rt, redis, memory) = both();
         let quota = Quota::new(limit, Duration::from_secs(days * 86_400)).unwrap();
-        let policy = Policy::single(Algorithm::SlidingWindow, quota);
+        let policy = Policy::single(Algorithm::SlidingWindow, quota).unwrap();
         let key = Key::new("user", "huge");
         let window = days * 86_400_000_000;
         let mut now = start;
@@ -338,7 +340,8 @@ proptest! {
 #[test]
 fn where_doubles_would_be_wrong_the_script_is_exact() {
     let (_server, rt, redis, memory) = both();
-    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_day(u32::MAX).unwrap());
+    let policy =
+        Policy::single(Algorithm::SlidingWindow, Quota::per_day(u32::MAX).unwrap()).unwrap();
     let key = Key::new("user", "precision");
     let day = 86_400_000_000u64;
     let start = 19_000 * day; // a window boundary
@@ -369,7 +372,7 @@ fn one_server_many_keys_many_algorithms() {
     let rt = runtime();
     let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
         for user in ["a", "b"] {
             let key = Key::new("user", user);
             let admitted = (0..8)
@@ -397,7 +400,7 @@ fn server_time_decides_and_keys_expire_with_their_state() {
     let key = Key::new("user", "ttl");
     for algorithm in Algorithm::ALL {
         // 2 per second: state matters for at most a second or two.
-        let policy = Policy::single(algorithm, Quota::per_second(2).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_second(2).unwrap()).unwrap();
         assert!(rt
             .block_on(redis.check(&key, &policy, 1))
             .unwrap()
@@ -551,7 +554,7 @@ fn valkey_too_when_it_is_installed() {
     let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
     let memory = MemoryBackend::new();
     for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(7).unwrap());
+        let policy = Policy::single(algorithm, Quota::per_minute(7).unwrap()).unwrap();
         let key = Key::new("user", algorithm.name());
         for t in 0..20u64 {
             let now = 1_700_000_000_000_000 + t * 3_000_000;
@@ -586,8 +589,9 @@ where
 async fn when_redis_is_down_the_layer_does_what_it_was_told() {
     use std::convert::Infallible;
     use tower::{service_fn, ServiceBuilder};
+    use tower_ratelimit::backend::OnBackendError;
     use tower_ratelimit::key::Global;
-    use tower_ratelimit::{OnBackendError, RateLimitLayer};
+    use tower_ratelimit::RateLimitLayer;
 
     let mut server = RedisServer::start();
     // No denial cache: each decision below asks Redis (the cache would keep
@@ -696,11 +700,11 @@ async fn a_backend_built_while_redis_is_down_works_once_it_is_up() {
 #[tokio::test]
 async fn a_denied_key_is_denied_locally_until_its_retry_after() {
     use tower_ratelimit::backend::Backend;
-    use tower_ratelimit::Origin;
+    use tower_ratelimit::decision::Origin;
     let server = RedisServer::start();
     let redis = RedisBackend::connect(&server.url()).await.unwrap();
     // 2 at once, then one every 500 ms.
-    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(2).unwrap());
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_second(2).unwrap()).unwrap();
     let (alice, bob) = (Key::new("user", "alice"), Key::new("user", "bob"));
     for _ in 0..2 {
         assert!(redis.check(&alice, &policy, 1).await.unwrap().is_allowed());
@@ -771,7 +775,7 @@ async fn denials_that_count_are_never_cached_and_the_cache_is_bounded() {
     assert_eq!(redis.cached_denials(), 0);
 
     // A flood of denied keys: the cache stays within its size.
-    let hourly = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap());
+    let hourly = Policy::single(Algorithm::FixedWindow, Quota::per_hour(1).unwrap()).unwrap();
     for i in 0..500u32 {
         let key = Key::new("ip", i.to_be_bytes());
         redis.check(&key, &hourly, 1).await.unwrap();
@@ -784,7 +788,7 @@ async fn denials_that_count_are_never_cached_and_the_cache_is_bounded() {
 #[tokio::test]
 async fn a_denial_made_before_an_outage_holds_through_it() {
     use tower_ratelimit::backend::Backend;
-    use tower_ratelimit::Origin;
+    use tower_ratelimit::decision::Origin;
     let mut server = RedisServer::start();
     let redis = RedisBackend::builder(&server.url())
         .timeout(Duration::from_millis(100))

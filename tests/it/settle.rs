@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::Router;
 use tower::ServiceExt;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
-use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::key::Header;
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// 200 with the right password (`x-password: demo`), else 401.
@@ -56,7 +56,7 @@ async fn send(app: &Router, headers: &[(&str, &str)]) -> (u16, Option<String>, O
 
 fn logins<B: Backend>(backend: B) -> Router {
     let layer = RateLimitLayer::new("logins = 5/15min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .backend(backend)
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
     Router::new().route("/", get(login).layer(layer))
@@ -64,7 +64,7 @@ fn logins<B: Backend>(backend: B) -> Router {
 
 fn token_budget<B: Backend>(backend: B) -> Router {
     let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .backend(backend)
         .cost(100)
         .settle(|res| res.number("x-tokens-used"));
@@ -153,7 +153,7 @@ async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservat
         tokens(req).await
     };
     let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .cost(100)
         .settle(|res| res.number("x-tokens-used"));
     let app = Router::new().route("/", get(slow).layer(layer));
@@ -210,7 +210,11 @@ async fn on_redis_permits_of_a_dead_holder_end_with_their_lease() {
     let server = crate::support::RedisServer::start();
     let redis = RedisBackend::connect(&server.url()).await.unwrap();
     let policy = Policy::builder()
-        .with(Limit::concurrent("flight", 1, Duration::from_secs(1)).unwrap())
+        .with(
+            Limit::concurrent("flight", 1)
+                .and_then(|l| l.lease(Duration::from_secs(1)))
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let key = Key::new("user", "crashy");
@@ -244,11 +248,15 @@ async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
     let server = crate::support::RedisServer::start();
     let redis = RedisBackend::connect(&server.url()).await.unwrap();
     let policy = Policy::builder()
-        .with(Limit::concurrent("flight", 1, Duration::from_secs(10)).unwrap())
+        .with(
+            Limit::concurrent("flight", 1)
+                .and_then(|l| l.lease(Duration::from_secs(10)))
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let layer = RateLimitLayer::new(policy)
-        .key(UserHeader::new("x-user-id"))
+        .key(Header::new("x-user-id"))
         .backend(redis);
     let streaming = || async { streamed(3, Duration::from_millis(100)) };
     let app = Router::new().route("/", get(streaming).layer(layer));
@@ -288,10 +296,14 @@ async fn a_permit_outlasting_its_lease_is_renewed_while_the_body_streams() {
     use tower_ratelimit::Limit;
 
     let policy = Policy::builder()
-        .with(Limit::concurrent("flight", 1, Duration::from_millis(1_000)).unwrap())
+        .with(
+            Limit::concurrent("flight", 1)
+                .and_then(|l| l.lease(Duration::from_millis(1_000)))
+                .unwrap(),
+        )
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(policy).key(UserHeader::new("x-user-id"));
+    let layer = RateLimitLayer::new(policy).key(Header::new("x-user-id"));
     let streaming = || async { streamed(5, Duration::from_millis(500)) };
     let app = Router::new().route("/", get(streaming).layer(layer));
     let req = || {

@@ -10,12 +10,13 @@ use http_body_util::Full;
 use tokio::task::JoinSet;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Global;
+use tower_ratelimit::layer::Shaping;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 /// 10 per second, one every 100 ms, no burst beyond one.
 fn ten_per_second() -> Policy {
     let quota = Quota::per_second(10).unwrap().with_burst(1).unwrap();
-    Policy::single(Algorithm::Gcra, quota)
+    Policy::single(Algorithm::Gcra, quota).unwrap()
 }
 
 /// Send `n` requests at once; the status and latency of each.
@@ -45,7 +46,7 @@ async fn burst(layer: RateLimitLayer<Global>, n: usize) -> Vec<(StatusCode, Dura
 async fn a_burst_is_smoothed_to_the_rate_instead_of_rejected() {
     let layer = RateLimitLayer::new(ten_per_second())
         .key(Global)
-        .shape(Duration::from_secs(2), 100);
+        .shape(Shaping::wait_up_to(Duration::from_secs(2)).max_waiting(100));
     let started = Instant::now();
     let results = burst(layer, 5).await;
     let took = started.elapsed();
@@ -64,7 +65,7 @@ async fn a_burst_is_smoothed_to_the_rate_instead_of_rejected() {
 async fn a_request_that_would_wait_too_long_is_rejected_at_once() {
     let layer = RateLimitLayer::new(ten_per_second())
         .key(Global)
-        .shape(Duration::from_millis(50), 100);
+        .shape(Shaping::wait_up_to(Duration::from_millis(50)).max_waiting(100));
     let results = burst(layer, 3).await;
     let mut statuses: Vec<u16> = results.iter().map(|(s, _)| s.as_u16()).collect();
     statuses.sort_unstable();
@@ -81,7 +82,7 @@ async fn a_request_that_would_wait_too_long_is_rejected_at_once() {
 async fn the_waiting_room_is_bounded() {
     let layer = RateLimitLayer::new(ten_per_second())
         .key(Global)
-        .shape(Duration::from_secs(5), 2);
+        .shape(Shaping::wait_up_to(Duration::from_secs(5)).max_waiting(2));
     let results = burst(layer, 6).await;
     let ok = results.iter().filter(|(s, _)| *s == StatusCode::OK).count();
     let rejected: Vec<_> = results
@@ -102,7 +103,7 @@ async fn the_waiting_room_is_bounded() {
 async fn a_cancelled_wait_gives_its_place_back() {
     let layer = RateLimitLayer::new(ten_per_second())
         .key(Global)
-        .shape(Duration::from_secs(5), 1);
+        .shape(Shaping::wait_up_to(Duration::from_secs(5)).max_waiting(1));
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(service_fn(|_: Request<()>| {
@@ -142,9 +143,9 @@ async fn shaping_never_admits_more_than_the_limit() {
     // same poll as the limiter's decision), not where clients see answers,
     // which only ever arrive later.
     let quota = Quota::new(5, Duration::from_millis(200)).unwrap();
-    let layer = RateLimitLayer::new(Policy::single(Algorithm::SlidingLog, quota))
+    let layer = RateLimitLayer::new(Policy::single(Algorithm::SlidingLog, quota).unwrap())
         .key(Global)
-        .shape(Duration::from_millis(700), 100);
+        .shape(Shaping::wait_up_to(Duration::from_millis(700)).max_waiting(100));
     let admitted_at = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let started = Instant::now();
     let record = admitted_at.clone();

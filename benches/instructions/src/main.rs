@@ -10,7 +10,7 @@
 use std::hint::black_box;
 
 use tower::{ServiceBuilder, ServiceExt};
-use tower_ratelimit::key::UserHeader;
+use tower_ratelimit::key::Header;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 #[path = "../../support/requests.rs"]
@@ -34,8 +34,8 @@ fn main() {
     };
     let limited = ServiceBuilder::new()
         .layer(
-            RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota))
-                .key(UserHeader::new("x-user-id")),
+            RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota).unwrap())
+                .key(Header::new("x-user-id")),
         )
         .service(hello());
     // Every user known first: the rejected ones are all over their limit.

@@ -62,7 +62,8 @@ use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
 use crate::penalty::PenaltyState;
-use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
+use crate::policy::MAX_LIMITS;
+use crate::{Decision, Limit, Micros, Outcome, Policy};
 
 /// What a full backend does with a key it does not know.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -9,7 +9,8 @@ use sha2::{Digest, Sha256};
 use crate::algorithm::{FixedRule, Form};
 use crate::backend::BackendError;
 use crate::key::Key;
-use crate::{Decision, Limit, Micros, Outcome, Policy, MAX_LIMITS};
+use crate::policy::MAX_LIMITS;
+use crate::{Decision, Limit, Micros, Outcome, Policy};
 
 /// Which parts a call's script is made of. Each policy gets a script of
 /// only the algorithms it uses (and the penalty box if it has one): Lua

@@ -17,7 +17,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::Micros;
+/// use tower_ratelimit::clock::Micros;
 ///
 /// let t = Micros::from_millis(1_500);
 /// assert_eq!(t.as_u64(), 1_500_000);

@@ -55,34 +55,48 @@ impl Limit {
 
     /// A limit of `permits` requests *in flight* at once (the IETF quota
     /// unit `concurrent-requests`): a request holds a permit from its
-    /// admission until its response body has been sent or dropped. Each
-    /// permit is a lease of `lease`, renewed while the request lasts, so a
-    /// permit whose holder died (a crashed server, on Redis) comes back by
-    /// itself after at most `lease`.
+    /// admission until its response body has been sent or dropped.
     ///
-    /// It can sit in a policy beside rate limits, all or nothing. A permit
-    /// is a sliding-log entry that leaves early when released, so the memory
-    /// and Redis backends keep it exactly as they keep a log.
+    /// Each permit is a lease ([`DEFAULT_LEASE`](Self::DEFAULT_LEASE), or
+    /// [`lease`](Self::lease)), renewed while the request lasts, so a permit
+    /// whose holder died (a crashed server, on Redis) comes back by itself
+    /// after at most one lease. It can sit in a policy beside rate limits,
+    /// all or nothing. A permit is a sliding-log entry that leaves early when
+    /// released, so the memory and Redis backends keep it exactly as they
+    /// keep a log.
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_ratelimit::{Limit, Policy};
+    /// use tower_ratelimit::{Algorithm, Limit, Policy};
     ///
     /// let slow = Policy::builder()
-    ///     .with(Limit::concurrent("in-flight", 2, Duration::from_secs(30)).unwrap())
-    ///     .limit("rate", tower_ratelimit::Algorithm::Gcra, "10/s".parse().unwrap())
-    ///     .build()
-    ///     .unwrap();
+    ///     .with(Limit::concurrent("in-flight", 2)?.lease(Duration::from_secs(15))?)
+    ///     .limit("rate", Algorithm::Gcra, "10/s".parse()?)
+    ///     .build()?;
     /// assert!(slow.limits()[0].is_concurrent());
-    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:2/30s");
+    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:2/15s");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn concurrent(
-        name: impl Into<Arc<str>>,
-        permits: u32,
-        lease: std::time::Duration,
-    ) -> Result<Self, PolicyError> {
-        let quota = Quota::new(permits, lease)?;
+    pub fn concurrent(name: impl Into<Arc<str>>, permits: u32) -> Result<Self, PolicyError> {
+        let quota = Quota::new(permits, Self::DEFAULT_LEASE)?;
         let limit = Self::new(name, Algorithm::SlidingLog, quota)?;
+        Ok(limit.with_kind(true))
+    }
+
+    /// How long a permit of a [`concurrent`](Self::concurrent) limit lasts
+    /// unless renewed, by default.
+    pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
+
+    /// This limit of requests in flight with permits leased for `lease`
+    /// (renewed every half lease while the request lasts): how long a permit
+    /// whose holder died stays taken. An error for a limit of requests made,
+    /// or a lease the quota syntax cannot hold.
+    pub fn lease(self, lease: std::time::Duration) -> Result<Self, PolicyError> {
+        if !self.concurrent {
+            return Err(PolicyError::LeaseNotInFlight(self.name.to_string()));
+        }
+        let quota = Quota::new(self.quota.limit(), lease)?;
+        let limit = Self::with_name(self.name, self.named, Algorithm::SlidingLog, quota)?;
         Ok(limit.with_kind(true))
     }
 
@@ -361,12 +375,10 @@ impl Policy {
     /// A policy of one anonymous limit (named after its quota; see the
     /// [`Policy`] docs for what that means for sharing).
     ///
-    /// A limit with a burst needs a bucket algorithm; this one panics on a
-    /// burst elsewhere (a mistake in code). [`Policy::parse_with`] reports it.
-    pub fn single(algorithm: Algorithm, quota: Quota) -> Self {
+    /// A burst needs a bucket algorithm: elsewhere it is an error.
+    pub fn single(algorithm: Algorithm, quota: Quota) -> Result<Self, PolicyError> {
         Limit::anonymous(algorithm, quota)
             .and_then(|limit| Self::build_from(vec![limit], Settings::default()))
-            .expect("a limit with a burst needs token-bucket, leaky-bucket or gcra")
     }
 
     /// Parse `"10/s; 100/min"` with one algorithm for every limit.
@@ -427,21 +439,24 @@ impl Policy {
         self.inner.settings.penalty.as_ref()
     }
 
-    /// This policy in shadow mode, or enforced again (see
-    /// [`PolicyBuilder::shadow`]). Its limits keep their state.
-    pub fn in_shadow(&self, shadow: bool) -> Policy {
-        self.with_settings(Settings {
-            shadow,
-            ..self.inner.settings
-        })
-    }
-
-    /// This policy with a penalty box (see [`crate::penalty`]).
-    pub fn with_penalty(&self, penalty: PenaltyBox) -> Policy {
-        self.with_settings(Settings {
-            penalty: Some(penalty),
-            ..self.inner.settings
-        })
+    /// A builder holding this policy's limits (with their identities: a
+    /// scoped limit stays scoped) and settings: change what it says (shadow
+    /// mode, the penalty box, another limit) and build. Limits that stay the
+    /// same keep their state.
+    ///
+    /// ```
+    /// use tower_ratelimit::Policy;
+    ///
+    /// let trial: Policy = "30/min".parse::<Policy>()?.to_builder().shadow(true).build()?;
+    /// let enforced = trial.to_builder().shadow(false).build()?;
+    /// assert_eq!(trial.limits(), enforced.limits()); // the same state
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_builder(&self) -> PolicyBuilder {
+        PolicyBuilder {
+            limits: self.limits().iter().cloned().map(Ok).collect(),
+            settings: self.inner.settings,
+        }
     }
 
     /// `penalty:<box>:<each limit's identity>`, stable across processes:
@@ -465,10 +480,6 @@ impl Policy {
 
     fn with_limits(&self, limits: Vec<Limit>) -> Policy {
         Self::build_from(limits, self.inner.settings).unwrap_or_else(|_| self.clone())
-    }
-
-    fn with_settings(&self, settings: Settings) -> Policy {
-        Self::build_from(self.limits().to_vec(), settings).unwrap_or_else(|_| self.clone())
     }
 
     /// A number that tells this policy apart from every other one alive.
@@ -581,7 +592,7 @@ impl PolicyBuilder {
     /// policy denies is let through, never delayed. Its limits consume only
     /// what an enforced policy would have admitted, so the reports show what
     /// enforcing would do. Roll a new limit out this way, then turn shadow
-    /// off ([`Policy::in_shadow`]) without losing its state.
+    /// off (with [`Policy::to_builder`]) without losing its state.
     pub fn shadow(mut self, shadow: bool) -> Self {
         self.settings.shadow = shadow;
         self
@@ -625,6 +636,9 @@ pub enum PolicyError {
     /// Denied requests cannot count against a limit of requests in flight:
     /// a refused request is never in flight.
     CountDeniedInFlight(String),
+    /// A lease was given to a limit of requests made; only a limit of
+    /// requests in flight ([`Limit::concurrent`]) holds leases.
+    LeaseNotInFlight(String),
 }
 
 impl fmt::Display for PolicyError {
@@ -650,6 +664,10 @@ impl fmt::Display for PolicyError {
             Self::CountDeniedInFlight(limit) => write!(
                 f,
                 "invalid policy: it counts denied requests, but {limit:?} counts requests in flight, which a refused request never is"
+            ),
+            Self::LeaseNotInFlight(limit) => write!(
+                f,
+                "invalid limit {limit:?}: only a limit of requests in flight (Limit::concurrent) takes a lease"
             ),
         }
     }

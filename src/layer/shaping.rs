@@ -1,5 +1,4 @@
-//! Shaping: delay a request until it fits instead of rejecting it (see
-//! [`RateLimitLayer::shape`](crate::RateLimitLayer::shape)).
+//! [`Shaping`]: delay a request until it fits instead of rejecting it.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,9 +9,32 @@ use tokio::time::{Instant, Sleep};
 
 use crate::{Decision, Verdict};
 
-/// Shaping settings, shared by every request of a layer.
+/// Delaying requests that do not fit yet, instead of refusing them, for
+/// [`RateLimitLayer::shape`](crate::RateLimitLayer::shape): each waits up to
+/// a maximum, and at most so many wait at once.
+///
+/// Like nginx's `limit_req ... delay=`: a request that would wait longer,
+/// or arrives when too many already wait, is refused at once as usual.
+/// A waiting request reserves nothing: it sleeps until the backend said it
+/// would fit, then asks again. So a cancelled wait leaves nothing behind,
+/// and however many wait, the limit admits exactly what it would without
+/// shaping. The price is order: a newcomer can take the unit a waiter was
+/// waiting for; the waiter then waits again, within its maximum.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_ratelimit::key::Global;
+/// use tower_ratelimit::layer::Shaping;
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+///
+/// // 10/s, smoothing bursts by delaying up to half a second, at most 100 waiting.
+/// let layer = RateLimitLayer::new("10/s".parse::<Policy>()?)
+///     .key(Global)
+///     .shape(Shaping::wait_up_to(Duration::from_millis(500)).max_waiting(100));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug)]
-pub(crate) struct Shaping {
+pub struct Shaping {
     pub(crate) max_wait: Duration,
     max_waiting: usize,
     waiting: Arc<AtomicUsize>,
@@ -26,7 +48,22 @@ impl Clone for Shaping {
 }
 
 impl Shaping {
-    pub(crate) fn new(max_wait: Duration, max_waiting: usize) -> Self {
+    /// How many requests may wait at once unless
+    /// [`max_waiting`](Self::max_waiting) says otherwise.
+    pub const DEFAULT_MAX_WAITING: usize = 1024;
+
+    /// Delay a request that does not fit by up to `max_wait`.
+    pub fn wait_up_to(max_wait: Duration) -> Self {
+        Self::new(max_wait, Self::DEFAULT_MAX_WAITING)
+    }
+
+    /// At most `max_waiting` requests wait at once; later ones are refused
+    /// at once.
+    pub fn max_waiting(self, max_waiting: usize) -> Self {
+        Self::new(self.max_wait, max_waiting)
+    }
+
+    fn new(max_wait: Duration, max_waiting: usize) -> Self {
         Self {
             max_wait,
             max_waiting,

@@ -7,7 +7,7 @@ use http::{Extensions, HeaderMap, Method, Request, Uri};
 /// closures can read it.
 ///
 /// ```
-/// use tower_ratelimit::RequestHead;
+/// use tower_ratelimit::key::RequestHead;
 ///
 /// let req = http::Request::get("/search?q=x").header("x-user-id", "42").body(()).unwrap();
 /// let head = RequestHead::from(&req);

@@ -8,15 +8,16 @@ use http::{Request, Response};
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::builder::RateLimitLayer;
 use super::config::OnKeyError;
 use super::cost::Cost;
 use super::future::{Checked, ResponseFuture};
-use super::layer::RateLimitLayer;
 use super::lists::Listed;
-use super::observe::{Decided, Report};
-use super::select::PolicyResolver;
+use super::observe::Report;
+use super::select::{NoPolicy, PolicyResolver};
 use super::{grpc, observe, response};
 use crate::backend::Backend;
+use crate::decision::Origin;
 use crate::key::KeyExtractor;
 use crate::{Live, RequestHead};
 
@@ -121,18 +122,26 @@ where
                 Some(Listed::Denied) => {
                     observe::listed(&config, &report, true);
                     let mut response = response::forbidden();
-                    response.extensions_mut().insert(Decided::DenyListed);
+                    response.extensions_mut().insert(Origin::DenyListed);
                     return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
                 }
                 Some(Listed::Allowed) => {
                     observe::listed(&config, &report, false);
-                    req.extensions_mut().insert(Decided::AllowListed);
+                    req.extensions_mut().insert(Origin::AllowListed);
                     return ResponseFuture::unlimited(self.take_inner().call(req), config);
                 }
                 None => {}
             }
         }
+        // A key is extracted whenever there is a policy: only a missing
+        // policy ends here.
         let (Some(policy), Some(key)) = (policy, key) else {
+            let refused = config.on_no_policy == NoPolicy::Refuse;
+            observe::no_policy(&config, &report, refused);
+            if refused {
+                let response = response::no_policy();
+                return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
+            }
             return ResponseFuture::unlimited(self.take_inner().call(req), config);
         };
         let key = match key {

@@ -13,13 +13,15 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::Config;
-use super::observe::{Decided, Fate, Report};
+use super::config::Shadow;
+use super::observe::{Fate, Report};
 use super::permit::{self, Held};
 use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
 use crate::backend::OnBackendError;
+use crate::decision::Origin;
 use crate::key::Key;
 use crate::{Decision, Policy};
 
@@ -195,7 +197,7 @@ where
                         Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
                             observe::backend_failed(this.config, &p.checked.report, "deny", &error);
                             let mut response = response::unavailable();
-                            response.extensions_mut().insert(Decided::FailedClosed {
+                            response.extensions_mut().insert(Origin::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
                             });
                             return Poll::Ready(Ok(answer(
@@ -210,7 +212,7 @@ where
                                 "allow",
                                 &error,
                             );
-                            p.req.extensions_mut().insert(Decided::FailedOpen {
+                            p.req.extensions_mut().insert(Origin::FailedOpen {
                                 breaker_open: error.is_breaker_open(),
                             });
                             let call = p.inner.call(p.req);
@@ -225,7 +227,7 @@ where
                     };
                     let fate = if decision.is_allowed() {
                         Fate::Allowed
-                    } else if this.config.shadow || p.checked.policy.is_shadow() {
+                    } else if this.config.shadow != Shadow::Off || p.checked.policy.is_shadow() {
                         Fate::Shadowed
                     } else if let Some(sleep) = wait_for(this.config, &mut p, &decision) {
                         this.state.set(State::Wait {
@@ -238,9 +240,12 @@ where
                     };
                     observe::decided(this.config, &p.checked, p.backend, &decision, fate);
                     let (decided, limited) = match fate {
-                        Fate::Allowed => (Decided::from(decision.origin()), true),
+                        Fate::Allowed => (decision.origin(), true),
                         // A dry run: reported as a denial, never enforced.
-                        Fate::Shadowed => (Decided::Shadow, this.config.shadow_headers),
+                        Fate::Shadowed => (
+                            Origin::Shadow,
+                            this.config.shadow == Shadow::DryRunWithHeaders,
+                        ),
                         Fate::Limited => {
                             let config = &this.config;
                             let mut response = config.limited.respond(
@@ -249,9 +254,7 @@ where
                                 config.headers,
                                 config.retry_jitter,
                             );
-                            response
-                                .extensions_mut()
-                                .insert(Decided::from(decision.origin()));
+                            response.extensions_mut().insert(decision.origin());
                             return Poll::Ready(Ok(answer(
                                 response,
                                 grpc::is_grpc(p.req.headers()),

@@ -19,7 +19,7 @@ impl Cost for u32 {
 /// A closure as a cost.
 ///
 /// ```
-/// use tower_ratelimit::cost_fn;
+/// use tower_ratelimit::layer::cost_fn;
 ///
 /// // One unit per started kilobyte of declared body, at least one.
 /// let by_size = cost_fn(|req| {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use metrics::{Counter, Histogram, SharedString};
 
-use super::observe::LimitLabel as Limit;
+use super::LimitLabel as Limit;
 
 /// What a handle measures, by its labels. Strings are compared by address:
 /// outcomes are `'static`, routes and names are `Arc`s kept alive by the key

@@ -24,7 +24,9 @@
 //!   its bans.
 //!
 //! ```
-//! use tower_ratelimit::{Live, Policy, PolicyResolver, RequestHead, RoutePolicies};
+//! use tower_ratelimit::{Live, Policy};
+//! use tower_ratelimit::key::RequestHead;
+//! use tower_ratelimit::layer::{PolicyResolver, RoutePolicies};
 //!
 //! let routes = Live::new(RoutePolicies::new().route("/api", "100/min".parse::<Policy>().unwrap()));
 //! // The layer gets a clone: `RateLimitLayer::new(routes.clone())`.

@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::time::{in_largest_unit, Micros, Unit, UNITS};
+use crate::clock::micros::{in_largest_unit, Micros, Unit, UNITS};
 
 /// The longest window a quota may have: 366 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::config::{Config, OnKeyError};
+use super::config::{Config, OnKeyError, Shadow};
 use super::cost::Cost;
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
-use super::offenders::TopOffenders;
+use super::observe::offenders::TopOffenders;
 use super::response::LimitedResponse;
-use super::select::{KeyPolicies, PolicyResolver};
+use super::select::{KeyPolicies, NoPolicy, PolicyResolver};
 use super::service::RateLimit;
 use super::settle::{ResponseHead, Settlement};
 use super::shaping::Shaping;
@@ -29,7 +29,7 @@ use crate::{Live, Micros, Policy};
 ///
 /// ```
 /// use axum::{routing::get, Router};
-/// use tower_ratelimit::key::{ClientIp, KeyExtractor, UserHeader};
+/// use tower_ratelimit::key::{ClientIp, KeyExtractor, Header};
 /// use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 ///
 /// let per_user = Policy::builder()
@@ -40,7 +40,7 @@ use crate::{Live, Micros, Policy};
 ///
 /// let app: Router = Router::new()
 ///     .route("/", get(|| async { "hello" }))
-///     .layer(RateLimitLayer::new(per_user).key(UserHeader::new("x-user-id").or(ClientIp::new())));
+///     .layer(RateLimitLayer::new(per_user).key(Header::new("x-user-id").or(ClientIp::new())));
 /// ```
 ///
 /// The default key, [`ClientIp`], reads the connection's peer address: serve
@@ -153,29 +153,10 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         self
     }
 
-    /// Delay requests that do not fit yet, by up to `max_wait`, instead of
-    /// rejecting them; at most `max_waiting` wait at once.
-    ///
-    /// Like nginx's `limit_req ... delay=`: a request that would wait longer,
-    /// or arrives when too many already wait, is rejected at once as usual.
-    /// A waiting request reserves nothing: it sleeps until the backend said it
-    /// would fit, then asks again. So a cancelled wait leaves nothing behind,
-    /// and however many wait, the limit admits exactly what it would without
-    /// shaping. The price is order: a newcomer can take the unit a waiter was
-    /// waiting for; the waiter then waits again, within its maximum.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_ratelimit::key::Global;
-    /// use tower_ratelimit::{Policy, RateLimitLayer};
-    ///
-    /// // 10/s, smoothing bursts by delaying up to half a second, at most 100 waiting.
-    /// let layer = RateLimitLayer::new("10/s".parse::<Policy>().unwrap())
-    ///     .key(Global)
-    ///     .shape(Duration::from_millis(500), 100);
-    /// ```
-    pub fn shape(mut self, max_wait: Duration, max_waiting: usize) -> Self {
-        self.config_mut().shaping = Some(Shaping::new(max_wait, max_waiting));
+    /// Delay requests that do not fit yet instead of refusing them, within
+    /// the bounds `shaping` sets (see [`Shaping`]).
+    pub fn shape(mut self, shaping: Shaping) -> Self {
+        self.config_mut().shaping = Some(shaping);
         self
     }
 
@@ -192,13 +173,13 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// stays counted at what it reserved.
     ///
     /// ```
-    /// use tower_ratelimit::key::UserHeader;
+    /// use tower_ratelimit::key::Header;
     /// use tower_ratelimit::{Policy, RateLimitLayer};
     ///
     /// // 1000 tokens a minute per user; each request reserves 100 and is
     /// // charged what its `x-tokens-used` header says.
     /// let tokens = RateLimitLayer::new("1000/min".parse::<Policy>().unwrap())
-    ///     .key(UserHeader::new("x-user-id"))
+    ///     .key(Header::new("x-user-id"))
     ///     .cost(100)
     ///     .settle(|res| res.number("x-tokens-used"));
     /// ```
@@ -217,12 +198,12 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// many wrong ones included — until the window allows.
     ///
     /// ```
-    /// use tower_ratelimit::key::{ClientIp, UserHeader};
+    /// use tower_ratelimit::key::{ClientIp, Header};
     /// use tower_ratelimit::{Policy, RateLimitLayer};
     ///
     /// // 5 failed logins per 15 minutes per client IP and user.
     /// let logins = RateLimitLayer::new("5/15min".parse::<Policy>().unwrap())
-    ///     .key((ClientIp::new(), UserHeader::new("x-login")))
+    ///     .key((ClientIp::new(), Header::new("x-login")))
     ///     .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED);
     /// ```
     pub fn count_if(
@@ -232,24 +213,20 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         self.settle(move |res| if counts(res) { None } else { Some(0) })
     }
 
-    /// Shadow mode for every policy of this layer (a dry run): requests are
-    /// decided, counted (`shadow_limited`), logged and offered to
-    /// [`top_offenders`](Self::top_offenders) as usual, but none is refused
-    /// or delayed. Per policy: [`PolicyBuilder::shadow`](crate::PolicyBuilder::shadow).
-    ///
-    /// Requests that would have been denied get no quota headers unless
-    /// [`shadow_headers`](Self::shadow_headers) says so; admitted ones get
-    /// them as usual.
-    pub fn shadow(mut self, shadow: bool) -> Self {
+    /// Shadow mode for every policy of this layer (see [`Shadow`]): a dry
+    /// run that decides, counts (`shadow_limited`), logs and offers to
+    /// [`top_offenders`](Self::top_offenders) as usual, but refuses and
+    /// delays nothing. Per policy: [`PolicyBuilder::shadow`](crate::policy::PolicyBuilder::shadow).
+    pub fn shadow(mut self, shadow: Shadow) -> Self {
         self.config_mut().shadow = shadow;
         self
     }
 
-    /// Send quota headers (and `Retry-After`) on requests a shadow policy
-    /// would have denied, as an enforced one would (default: no; clients
-    /// that obey them would slow down for a limit that is not enforced).
-    pub fn shadow_headers(mut self, send: bool) -> Self {
-        self.config_mut().shadow_headers = send;
+    /// What a request its resolver finds no policy for gets (see
+    /// [`NoPolicy`]; by default it is refused with 500, and the first one
+    /// logged).
+    pub fn on_no_policy(mut self, action: NoPolicy) -> Self {
+        self.config_mut().on_no_policy = action;
         self
     }
 

@@ -20,7 +20,8 @@ use crate::RequestHead;
 ///
 /// ```
 /// use tower_ratelimit::key::{ClientIp, Key};
-/// use tower_ratelimit::{AccessLists, Policy, RateLimitLayer};
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+/// use tower_ratelimit::layer::AccessLists;
 ///
 /// let lists = AccessLists::new()
 ///     .deny_network("203.0.113.0/24".parse().unwrap())

@@ -21,7 +21,7 @@ use crate::{Decision, Micros, Policy};
 /// Which quota headers responses carry.
 ///
 /// ```
-/// use tower_ratelimit::HeaderStyle;
+/// use tower_ratelimit::layer::HeaderStyle;
 /// assert_eq!(HeaderStyle::default(), HeaderStyle::Both);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

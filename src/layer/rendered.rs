@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use http::HeaderValue;
 
-use crate::time::compact;
+use crate::clock::micros::compact;
 use crate::{Limit, Policy};
 
 /// What the layer keeps rendered for a [`Policy`].

@@ -19,7 +19,8 @@ use crate::key::Key;
 /// read it from anywhere:
 ///
 /// ```
-/// use tower_ratelimit::{Policy, RateLimitLayer, TopOffenders};
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+/// use tower_ratelimit::layer::TopOffenders;
 ///
 /// let top = TopOffenders::new(100);
 /// let layer = RateLimitLayer::new("10/min".parse::<Policy>().unwrap()).top_offenders(top.clone());

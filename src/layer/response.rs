@@ -31,7 +31,7 @@ pub type LimitedFn = dyn Fn(&Decision, &Policy) -> Response<Bytes> + Send + Sync
 /// body (the quota headers and `Retry-After` are still added).
 ///
 /// ```
-/// use tower_ratelimit::LimitedResponse;
+/// use tower_ratelimit::layer::LimitedResponse;
 /// let plain = LimitedResponse::custom(|_decision, _policy| {
 ///     http::Response::builder()
 ///         .status(429)
@@ -131,6 +131,21 @@ pub(super) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes>
     // nothing from the client.
     let body = format!(r#"{{"error":"rate_limit_key_missing","detail":"{error}"}}"#);
     json(status, false, Bytes::from(body))
+}
+
+/// The answer to a request no policy was found for, when the layer refuses
+/// such requests ([`NoPolicy::Refuse`](super::NoPolicy::Refuse)).
+pub(super) fn no_policy() -> Response<Bytes> {
+    let body = concat!(
+        r#"{"title":"Internal Server Error","status":500,"#,
+        r#""detail":"The rate limiter found no policy for this request; the server's configuration must give it one or let it through unlimited.","#,
+        r#""error":"rate_limit_no_policy"}"#
+    );
+    json(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        true,
+        Bytes::from_static(body.as_bytes()),
+    )
 }
 
 /// The answer when the backend failed and the layer fails closed: a 503,

@@ -7,7 +7,7 @@
 //! and no body. A limited call gets status 8 (`RESOURCE_EXHAUSTED`) and
 //! `grpc-retry-pushback-ms`, the retry hint gRPC clients read; the quota
 //! headers and `retry-after` stay as metadata. Keys can come from metadata
-//! like any header (`UserHeader::new("x-tenant")`).
+//! like any header (`Header::new("x-tenant")`).
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};

@@ -33,9 +33,13 @@
 //!   `error`, once per layer, saying how to fix it;
 //! * a request with no key: `debug`, with what was missing.
 //!
-//! Without the features these are no-ops. [`Decided`] is always there: in
+//! Without the features these are no-ops. [`Origin`] is always there: in
 //! the extensions of each request the inner service gets, and of each
 //! response the limiter makes.
+
+#[cfg(feature = "metrics")]
+pub(crate) mod meters;
+pub(crate) mod offenders;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -48,68 +52,6 @@ use super::future::Checked;
 use crate::backend::BackendError;
 use crate::key::KeyError;
 use crate::{Decision, Origin, Policy, RequestHead};
-
-/// How the limiter decided a request: put in the extensions of the request
-/// the inner service gets (allowed, or let through because no decision could
-/// be had) and of each response the limiter makes itself (429, 503).
-///
-/// ```
-/// use tower_ratelimit::Decided;
-///
-/// async fn handler(req: axum::extract::Request) -> &'static str {
-///     match req.extensions().get::<Decided>() {
-///         Some(Decided::Store) => "limited by the shared store",
-///         Some(Decided::Fallback | Decided::BreakerOpen) => "limited locally: the store is down",
-///         Some(Decided::FailedOpen { .. }) => "not limited: the store is down",
-///         _ => "not limited",
-///     }
-/// }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Decided {
-    /// The backend decided.
-    Store,
-    /// A denial the backend made earlier, remembered until its retry-after
-    /// (no round trip).
-    Cached,
-    /// A [`Fallback`](crate::backend::Fallback)'s second backend decided:
-    /// the first failed.
-    Fallback,
-    /// A fallback decided without asking the first backend: its
-    /// [`Breaker`](crate::backend::Breaker) is open.
-    BreakerOpen,
-    /// No decision could be had, and the request was let through
-    /// ([`OnBackendError::Allow`](crate::OnBackendError::Allow)).
-    FailedOpen {
-        /// The backend was not asked: its breaker is open.
-        breaker_open: bool,
-    },
-    /// No decision could be had, and the request was refused with 503
-    /// ([`OnBackendError::Deny`](crate::OnBackendError::Deny)).
-    FailedClosed {
-        /// The backend was not asked: its breaker is open.
-        breaker_open: bool,
-    },
-    /// A policy in shadow mode would have refused the request; it was let
-    /// through.
-    Shadow,
-    /// On an allow list: not limited, the backend not asked.
-    AllowListed,
-    /// On a deny list: refused with 403, the backend not asked.
-    DenyListed,
-}
-
-impl From<Origin> for Decided {
-    fn from(origin: Origin) -> Self {
-        match origin {
-            Origin::Fallback => Decided::Fallback,
-            Origin::BreakerOpen => Decided::BreakerOpen,
-            Origin::Cached => Decided::Cached,
-            _ => Decided::Store,
-        }
-    }
-}
 
 /// What one request reports besides its outcome: where it went, and when
 /// its decision began.
@@ -363,5 +305,24 @@ pub(super) fn key_missing(config: &Config, report: &Report, error: &KeyError, re
         tracing::error!(%error, rejected, "no request can have a rate limit key");
     } else {
         tracing::debug!(%error, rejected, route = report.route(), "no rate limit key");
+    }
+}
+
+/// A request had no policy; `refused` says whether it was refused. The
+/// first one of a layer is logged as a warning: it is most often a mistake.
+pub(super) fn no_policy(config: &Config, report: &Report, refused: bool) {
+    let outcome = if refused {
+        "no_policy_refused"
+    } else {
+        "no_policy_unlimited"
+    };
+    count(config, outcome, report, LimitLabel::None);
+    #[cfg(feature = "tracing")]
+    if config.no_policy_logged.first() {
+        tracing::warn!(
+            route = report.route(),
+            refused,
+            "a request had no rate limit policy; set RateLimitLayer::on_no_policy to choose what such requests get (logged once)"
+        );
     }
 }

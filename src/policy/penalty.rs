@@ -19,12 +19,14 @@
 //! use tower_ratelimit::backend::MemoryBackend;
 //! use tower_ratelimit::clock::ManualClock;
 //! use tower_ratelimit::key::Key;
-//! use tower_ratelimit::{Micros, PenaltyBox, Policy};
+//! use tower_ratelimit::Policy;
+//! use tower_ratelimit::clock::Micros;
+//! use tower_ratelimit::policy::PenaltyBox;
 //!
 //! // 2 per minute; denied 3 times within a minute: banned 5 minutes, doubling, at most 1 hour.
 //! let penalty = PenaltyBox::new(3, Duration::from_secs(60), Duration::from_secs(300))?
 //!     .max_ban(Duration::from_secs(3600))?;
-//! let policy = "2/min".parse::<Policy>()?.with_penalty(penalty);
+//! let policy = "2/min".parse::<Policy>()?.to_builder().penalty(penalty).build().unwrap();
 //!
 //! let clock = ManualClock::new(Micros::ZERO);
 //! let backend = MemoryBackend::builder().clock(clock.clone()).build();

@@ -37,7 +37,7 @@ impl ResponseHead<'_> {
     /// reports (`x-tokens-used: 512`).
     ///
     /// ```
-    /// use tower_ratelimit::ResponseHead;
+    /// use tower_ratelimit::layer::ResponseHead;
     /// let res = http::Response::builder().header("x-tokens-used", "512").body(()).unwrap();
     /// assert_eq!(ResponseHead::from(&res).number("x-tokens-used"), Some(512));
     /// assert_eq!(ResponseHead::from(&res).number("x-other"), None);

@@ -5,10 +5,10 @@ use http::StatusCode;
 
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
+use super::observe::offenders::TopOffenders;
 use super::observe::RouteLabels;
-use super::offenders::TopOffenders;
 use super::response::LimitedResponse;
-use super::select::KeyPolicies;
+use super::select::{KeyPolicies, NoPolicy};
 use super::settle::Settlement;
 use super::shaping::Shaping;
 use crate::backend::{FailureLog, OnBackendError};
@@ -31,6 +31,23 @@ impl Default for OnKeyError {
     }
 }
 
+/// Shadow mode for a whole layer ([`RateLimitLayer::shadow`](crate::RateLimitLayer::shadow)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Shadow {
+    /// Enforce every policy that is not in shadow mode itself (the default).
+    #[default]
+    Off,
+    /// A dry run: every request is decided, counted and reported, none is
+    /// refused or delayed. Requests that would have been denied get no quota
+    /// headers (clients that obey them would slow down for a limit that is
+    /// not enforced); admitted ones get them as usual.
+    DryRun,
+    /// A dry run that also sends quota headers (and `Retry-After`) on the
+    /// requests it would have denied, as an enforced limit would.
+    DryRunWithHeaders,
+}
+
 /// Settings every request of a layer shares.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Config {
@@ -43,16 +60,18 @@ pub(crate) struct Config {
     /// Settles each counted request by its response.
     pub(crate) settlement: Option<Settlement>,
     /// Every policy in shadow mode, whatever it says.
-    pub(crate) shadow: bool,
-    /// Quota headers on requests a shadow policy would have denied.
-    pub(crate) shadow_headers: bool,
+    pub(crate) shadow: Shadow,
     pub(crate) lists: Option<Live<AccessLists>>,
     pub(crate) key_policies: Option<Live<KeyPolicies>>,
     pub(crate) offenders: Option<TopOffenders>,
     pub(crate) route_labels: RouteLabels,
     #[cfg(feature = "metrics")]
-    pub(crate) meters: super::meters::Meters,
+    pub(crate) meters: super::observe::meters::Meters,
     pub(crate) failures: FailureLog,
+    pub(crate) on_no_policy: NoPolicy,
+    /// The first request without a policy is logged, once per layer.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    pub(crate) no_policy_logged: OnceFlag,
     /// A misconfiguration (no peer address) is logged once per layer.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     pub(crate) misconfiguration_logged: OnceFlag,

@@ -9,15 +9,17 @@ use http::Method;
 use crate::key::Key;
 use crate::{Live, Policy, RequestHead};
 
-/// Chooses the policy for a request; `None` means the request is not limited.
+/// Chooses the policy for a request; `None` means it has none, and the
+/// layer does what [`NoPolicy`] says (by default, refuses it).
 ///
 /// A [`Policy`] is its own resolver: every request gets it. [`RoutePolicies`]
 /// picks one by route, [`policy_fn`] by anything in the request head — a tier
-/// an auth layer put in the extensions, say — and returning `None` leaves a
-/// request unlimited.
+/// an auth layer put in the extensions, say.
 ///
 /// ```
-/// use tower_ratelimit::{policy_fn, Policy, PolicyResolver, RequestHead};
+/// use tower_ratelimit::key::RequestHead;
+/// use tower_ratelimit::layer::{policy_fn, PolicyResolver};
+/// use tower_ratelimit::Policy;
 ///
 /// #[derive(Clone, Copy)]
 /// enum Tier { Free, Pro }
@@ -35,7 +37,7 @@ use crate::{Live, Policy, RequestHead};
 /// assert_eq!(policy.limits()[0].quota().limit(), 1000);
 /// ```
 pub trait PolicyResolver: Clone + Send + Sync + 'static {
-    /// The policy for `req`.
+    /// The policy for `req`, or `None` when it has none.
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy>;
 }
 
@@ -43,6 +45,36 @@ impl PolicyResolver for Policy {
     fn resolve(&self, _: &RequestHead<'_>) -> Option<Policy> {
         Some(self.clone())
     }
+}
+
+/// What the layer does with a request its [`PolicyResolver`] found no
+/// policy for ([`RateLimitLayer::on_no_policy`](crate::RateLimitLayer::on_no_policy)).
+///
+/// No policy is most often a mistake: a [`policy_fn`] reading a tier that
+/// an authentication layer sets, with that layer placed *inside* the
+/// limiter, finds no tier on any request. So by default such a request is
+/// refused with a 500 whose body says why, and the first one is logged
+/// (feature `tracing`); leaving requests unlimited is a choice the builder
+/// states.
+///
+/// ```
+/// use tower_ratelimit::layer::{NoPolicy, RoutePolicies};
+/// use tower_ratelimit::RateLimitLayer;
+///
+/// // Only /api/search is limited; every other route is served unlimited.
+/// let layer = RateLimitLayer::new(RoutePolicies::new().route("/api/search", "10/min".parse()?))
+///     .on_no_policy(NoPolicy::Unlimited);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoPolicy {
+    /// Refuse the request with 500 and a JSON body naming the problem (the
+    /// default).
+    #[default]
+    Refuse,
+    /// Pass the request on, unlimited and without quota headers.
+    Unlimited,
 }
 
 /// A closure as a policy resolver.
@@ -84,7 +116,9 @@ where
 /// request no route matches.
 ///
 /// ```
-/// use tower_ratelimit::{Policy, PolicyResolver, RequestHead, RoutePolicies};
+/// use tower_ratelimit::Policy;
+/// use tower_ratelimit::key::RequestHead;
+/// use tower_ratelimit::layer::{PolicyResolver, RoutePolicies};
 ///
 /// let table = RoutePolicies::new()
 ///     .route("/api/search", "10/min".parse::<Policy>().unwrap())
@@ -192,12 +226,13 @@ impl<P: PolicyResolver> PolicyResolver for Live<P> {
 /// [scoped](Policy::scoped)).
 ///
 /// ```
-/// use tower_ratelimit::key::{Key, UserHeader};
-/// use tower_ratelimit::{KeyPolicies, Live, Policy, RateLimitLayer};
+/// use tower_ratelimit::key::{Key, Header};
+/// use tower_ratelimit::{Live, Policy, RateLimitLayer};
+/// use tower_ratelimit::layer::KeyPolicies;
 ///
 /// let tenants = Live::new(KeyPolicies::new());
 /// let layer = RateLimitLayer::new("100/min".parse::<Policy>().unwrap())
-///     .key(UserHeader::new("x-tenant"))
+///     .key(Header::new("x-tenant"))
 ///     .key_policies(tenants.clone());
 /// // Acme signs for more, at runtime:
 /// tenants.update(|t| t.clone().set(Key::new("header:x-tenant", "acme"), "5000/min".parse().unwrap()));

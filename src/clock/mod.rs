@@ -7,8 +7,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use tower_ratelimit::clock::{Clock, ManualClock};
-//! use tower_ratelimit::Micros;
+//! use tower_ratelimit::clock::{Clock, ManualClock, Micros};
 //!
 //! let clock = ManualClock::new(Micros::ZERO);
 //! let seen_by_backend = clock.clone();
@@ -20,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::Micros;
+pub(crate) mod micros;
+
+pub use micros::Micros;
 
 /// A source of the current time.
 pub trait Clock: Send + Sync + 'static {

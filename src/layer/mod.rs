@@ -1,0 +1,75 @@
+//! The tower middleware, in tower-http's shape: a layer that builds a
+//! service, whose future runs one request through the limiter.
+//!
+//! [`RateLimitLayer`](crate::RateLimitLayer) (at the crate's root) is where
+//! you start; here are its parts, for when a key and a policy are not all you
+//! configure:
+//!
+//! * which policy a request gets: [`RoutePolicies`] (per route template),
+//!   [`policy_fn`], [`KeyPolicies`] (a key's own policy), or any
+//!   [`PolicyResolver`] — and what a request that gets none does
+//!   ([`NoPolicy`]);
+//! * what a request costs: [`Cost`], [`cost_fn`];
+//! * what is sent back: [`HeaderStyle`] (quota headers), [`LimitedResponse`]
+//!   (the 429), [`OnKeyError`] (a request with no key);
+//! * delaying instead of refusing: [`Shaping`]; settling by the response:
+//!   [`ResponseHead`]; a dry run: [`Shadow`];
+//! * who is never or always limited: [`AccessLists`]; who is refused most:
+//!   [`TopOffenders`];
+//! * the service and its future: [`RateLimit`], [`ResponseFuture`],
+//!   [`ResponseBody`].
+//!
+//! Metrics (feature `metrics`), through the `metrics` facade:
+//! `ratelimit_requests_total{outcome, route, limit}`,
+//! `ratelimit_near_limit_total{route, limit}` and
+//! `ratelimit_decision_seconds{backend}`; label values come from
+//! configuration, never from clients. Log events (feature `tracing`): one per
+//! decision, throttled warnings for backend failures.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_ratelimit::key::{ClientIp, Header, KeyExtractor};
+//! use tower_ratelimit::layer::{HeaderStyle, RoutePolicies, Shaping};
+//! use tower_ratelimit::RateLimitLayer;
+//!
+//! let layer = RateLimitLayer::new(
+//!     RoutePolicies::new()
+//!         .route("/api/search", "10/min".parse()?)
+//!         .fallback("600/min".parse()?),
+//! )
+//! .key(Header::new("x-user-id").or(ClientIp::new()))
+//! .headers(HeaderStyle::Both)
+//! .shape(Shaping::wait_up_to(Duration::from_millis(500)));
+//! # drop(layer);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod body;
+pub(crate) mod builder;
+mod config;
+mod cost;
+mod future;
+mod grpc;
+mod headers;
+mod lists;
+mod observe;
+mod permit;
+mod rendered;
+mod response;
+mod select;
+mod service;
+mod settle;
+mod shaping;
+
+pub use body::ResponseBody;
+pub use config::{OnKeyError, Shadow};
+pub use cost::{cost_fn, Cost, CostFn};
+pub use future::ResponseFuture;
+pub use headers::HeaderStyle;
+pub use lists::AccessLists;
+pub use observe::offenders::{Offender, TopOffenders};
+pub use response::{LimitedFn, LimitedResponse};
+pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};
+pub use service::RateLimit;
+pub use settle::ResponseHead;
+pub use shaping::Shaping;

@@ -1,0 +1,32 @@
+//! Building policies: the builder, the errors that name what is wrong, the
+//! limits of the syntax, and penalty boxes.
+//!
+//! The everyday types live at the crate's root: a [`Policy`](crate::Policy)
+//! is a set of named [`Limit`](crate::Limit)s, all or nothing, each an
+//! [`Algorithm`](crate::Algorithm) enforcing a [`Quota`](crate::Quota); a
+//! [`Live`](crate::Live) handle replaces one at runtime. Here is what you
+//! reach for when building them in code.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_ratelimit::policy::PenaltyBox;
+//! use tower_ratelimit::{Algorithm, Limit, Policy};
+//!
+//! let login = Policy::builder()
+//!     .limit("attempts", Algorithm::SlidingLog, "5/15min".parse()?)
+//!     .with(Limit::concurrent("in-flight", 2)?.lease(Duration::from_secs(30)))
+//!     .penalty(PenaltyBox::new(3, Duration::from_secs(600), Duration::from_secs(60))?)
+//!     .build()?;
+//! assert_eq!(login.limits().len(), 2);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub(crate) mod live;
+pub(crate) mod penalty;
+pub(crate) mod quota;
+pub(crate) mod set;
+
+pub use crate::algorithm::kind::UnknownAlgorithm;
+pub use penalty::{PenaltyBox, PenaltyError};
+pub use quota::{QuotaError, MAX_WINDOW};
+pub use set::{PolicyBuilder, PolicyError, MAX_LIMITS};
