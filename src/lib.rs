@@ -20,7 +20,7 @@
 //! | [`backend`] | where state lives: memory (default), Redis, a fallback, a breaker, a store of your own | sharing limits across servers |
 //! | [`decision`] | each limit's outcome, where a decision came from | reading decisions in a handler or a test |
 //! | [`algorithm`] | the six algorithms as pure state transitions | studying or replaying the math |
-//! | [`clock`] | the time the memory backend reads ([`Micros`](clock::Micros)) | tests that move time by hand |
+//! | [`clock`] | the time the memory backend reads ([`clock::Micros`]) | tests that move time by hand |
 //! | [`client`] | a layer that makes an HTTP client wait for its turn | calling a rate-limited API |
 //!
 //! # Guide
@@ -119,7 +119,7 @@
 //! | `axum` | yes | route templates (`MatchedPath`) for endpoint keys, per-route policies and metric labels; the peer address from `ConnectInfo` |
 //! | `tracing` | no | log events through `tracing`: each decision, backend failures (throttled), setups that cannot work |
 //! | `metrics` | no | counters and histograms through the `metrics` facade (`ratelimit_requests_total`, …; see [`layer`]) |
-//! | `redis` | no | [`RedisBackend`](backend::RedisBackend): standalone Redis and Valkey |
+//! | `redis` | no | `backend::RedisBackend`: standalone Redis and Valkey |
 //! | `redis-cluster` | no | the Redis backend on Redis Cluster (implies `redis`) |
 //!
 //! The map of the source — which file holds what, the invariants, and where

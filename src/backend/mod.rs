@@ -25,7 +25,7 @@
 //! Implement [`Backend::check`]: find the key's state for each of the
 //! policy's limits (a limit's [`identity`](crate::Limit::identity) keeps
 //! limits apart), apply the [`algorithm`](crate::algorithm)s, and answer with
-//! [`Decision::from_outcomes`] — one [`Outcome`](crate::Outcome) per limit,
+//! [`Decision::from_outcomes`] — one [`Outcome`](crate::decision::Outcome) per limit,
 //! made with [`Outcome::allowed`](crate::Outcome::allowed),
 //! [`denied`](crate::Outcome::denied) or [`never`](crate::Outcome::never). The
 //! crate applies the all-or-nothing rule and picks the deciding limit. Commit
@@ -37,6 +37,7 @@
 mod breaker;
 #[cfg(feature = "redis")]
 mod denials;
+mod either;
 mod error;
 mod fallback;
 mod memory;
@@ -49,6 +50,7 @@ use crate::key::Key;
 use crate::{Decision, Micros, Policy};
 
 pub use breaker::{Breaker, BreakerFuture};
+pub use either::{Either, EitherFuture};
 pub(crate) use error::FailureLog;
 pub use error::{BackendError, OnBackendError};
 pub use fallback::{Fallback, FallbackFuture};

@@ -171,7 +171,7 @@ pub(crate) const UNITS: &[Unit] = &[
 pub(crate) fn in_largest_unit(span: Micros) -> (u64, &'static Unit) {
     let unit = UNITS
         .iter()
-        .find(|u| span.0 % u.micros == 0)
+        .find(|u| span.0.is_multiple_of(u.micros))
         .unwrap_or(&UNITS[UNITS.len() - 1]);
     (span.0 / unit.micros, unit)
 }

@@ -108,7 +108,7 @@ impl Decision {
     }
 
     /// A request refused because its key is banned by the policy's
-    /// [penalty box](crate::penalty) for `remaining` more: each limit
+    /// [penalty box](crate::policy::PenaltyBox) for `remaining` more: each limit
     /// reports nothing left until then. How a
     /// [`Backend`](crate::backend::Backend) of your own answers during a ban.
     ///
@@ -268,7 +268,7 @@ impl Decision {
         }
     }
 
-    /// Whether the key is banned by the policy's [penalty box](crate::penalty):
+    /// Whether the key is banned by the policy's [penalty box](crate::policy::PenaltyBox):
     /// the retry-after is the ban's remaining time.
     pub fn is_banned(&self) -> bool {
         self.banned

@@ -8,10 +8,11 @@ use crate::Micros;
 ///
 /// Algorithms produce these; so does a [`Backend`](crate::backend::Backend)
 /// of your own, with [`Outcome::allowed`], [`Outcome::denied`] and
-/// [`Outcome::never`], before [`Decision::from_outcomes`] combines them.
+/// [`Outcome::never`], before [`Decision::from_outcomes`](crate::Decision::from_outcomes) combines them.
 ///
 /// ```
-/// use tower_ratelimit::{Micros, Outcome, Verdict};
+/// use tower_ratelimit::clock::Micros;
+/// use tower_ratelimit::decision::{Outcome, Verdict};
 ///
 /// let denied = Outcome::denied(10, 0, Micros::from_secs(60), Micros::from_secs(6));
 /// assert_eq!(denied.verdict(), Verdict::RetryAfter(Micros::from_secs(6)));

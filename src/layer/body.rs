@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use super::permit::Held;
 
 pin_project! {
-    /// The body of a response from [`RateLimit`](crate::RateLimit): the inner
+    /// The body of a response from [`RateLimit`](crate::layer::RateLimit): the inner
     /// service's body, or the limiter's own (a 429, a rejected key).
     pub struct ResponseBody<B> {
         #[pin]

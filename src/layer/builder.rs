@@ -98,7 +98,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// Layers given the same backend (clones of one, or one Redis) share the
     /// state of limits with the same [identity](crate::Limit::identity) for
     /// the same key: a named limit is one budget wherever it appears. Anonymous
-    /// limits (`"10/min".parse()`) in a [`RoutePolicies`](crate::RoutePolicies)
+    /// limits (`"10/min".parse()`) in a [`RoutePolicies`](crate::layer::RoutePolicies)
     /// are kept apart per route; given straight to two layers, keep them apart
     /// with [`Policy::scoped`] or by naming them (see [`Policy`]'s docs).
     pub fn backend<B2: Backend>(self, backend: B2) -> RateLimitLayer<K, P, B2, C> {
@@ -111,7 +111,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         }
     }
 
-    /// Weigh each request with `cost` (a constant, or [`cost_fn`](crate::cost_fn)).
+    /// Weigh each request with `cost` (a constant, or [`cost_fn`](crate::layer::cost_fn)).
     pub fn cost<C2: Cost>(self, cost: C2) -> RateLimitLayer<K, P, B, C2> {
         RateLimitLayer {
             key: self.key,

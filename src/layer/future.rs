@@ -26,7 +26,7 @@ use crate::key::Key;
 use crate::{Decision, Policy};
 
 pin_project! {
-    /// The future of a [`RateLimit`](crate::RateLimit) call: it awaits the
+    /// The future of a [`RateLimit`](crate::layer::RateLimit) call: it awaits the
     /// backend's decision, then (if allowed) the inner service, then adds the
     /// quota headers. With the memory backend the decision is ready at once.
     pub struct ResponseFuture<S, ReqB, B>

@@ -167,7 +167,7 @@ pub(super) fn unavailable() -> Response<Bytes> {
     response
 }
 
-/// The answer to a client on a deny list ([`AccessLists`](crate::AccessLists)).
+/// The answer to a client on a deny list ([`AccessLists`](crate::layer::AccessLists)).
 pub(super) fn forbidden() -> Response<Bytes> {
     let body = concat!(
         r#"{"title":"Forbidden","status":403,"#,

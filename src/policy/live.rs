@@ -1,44 +1,4 @@
 //! [`Live`]: a setting replaced at runtime, read without a lock.
-//!
-//! Policies ([`RoutePolicies`](crate::RoutePolicies), a [`Policy`](crate::Policy),
-//! any resolver), per-key policies ([`KeyPolicies`](crate::KeyPolicies)) and
-//! access lists ([`AccessLists`](crate::AccessLists)) can be given to a layer
-//! as a `Live` handle; keep a clone and [`replace`](Live::replace) the value
-//! whenever the configuration changes — no restart, no lock on the request
-//! path (each request reads the current value with a few atomic operations).
-//!
-//! ## What a change does to clients' state
-//!
-//! A limit's state is kept under its [identity](crate::Limit::identity):
-//! name, algorithm and quota. So:
-//!
-//! * a limit that stays the same (same name, algorithm and quota) keeps
-//!   every client's state across a change;
-//! * a limit whose quota or algorithm changes is a new limit: every client
-//!   starts on it with a full budget, and the old limit's state expires by
-//!   itself (within its window). Tightening `100/min` to `20/min` thus lets a
-//!   client that just spent 100 have 20 more at once; that is the price of
-//!   never misreading one algorithm's state as another's;
-//! * a [penalty box](crate::penalty)'s bans belong to the exact set of
-//!   limits they were earned under, so changing any limit of a policy lifts
-//!   its bans.
-//!
-//! ```
-//! use tower_ratelimit::{Live, Policy};
-//! use tower_ratelimit::key::RequestHead;
-//! use tower_ratelimit::layer::{PolicyResolver, RoutePolicies};
-//!
-//! let routes = Live::new(RoutePolicies::new().route("/api", "100/min".parse::<Policy>().unwrap()));
-//! // The layer gets a clone: `RateLimitLayer::new(routes.clone())`.
-//! let req = http::Request::get("/api").body(()).unwrap();
-//! let limit_of = |live: &Live<RoutePolicies>| {
-//!     live.resolve(&RequestHead::from(&req)).unwrap().limits()[0].quota().limit()
-//! };
-//! assert_eq!(limit_of(&routes), 100);
-//!
-//! routes.replace(RoutePolicies::new().route("/api", "20/min".parse().unwrap()));
-//! assert_eq!(limit_of(&routes), 20);
-//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -46,7 +6,47 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 /// A value shared by every clone of this handle, replaced at runtime and
-/// read lock-free. See the [module docs](crate::live).
+/// read lock-free.
+///
+/// Policies ([`RoutePolicies`](crate::layer::RoutePolicies), a [`Policy`](crate::Policy),
+/// any resolver), per-key policies ([`KeyPolicies`](crate::layer::KeyPolicies)) and
+/// access lists ([`AccessLists`](crate::layer::AccessLists)) can be given to a layer
+/// as a `Live` handle; keep a clone and [`replace`](Live::replace) the value
+/// whenever the configuration changes — no restart, no lock on the request
+/// path (each request reads the current value with a few atomic operations).
+///
+/// ## What a change does to clients' state
+///
+/// A limit's state is kept under its [identity](crate::Limit::identity):
+/// name, algorithm and quota. So:
+///
+/// * a limit that stays the same (same name, algorithm and quota) keeps
+///   every client's state across a change;
+/// * a limit whose quota or algorithm changes is a new limit: every client
+///   starts on it with a full budget, and the old limit's state expires by
+///   itself (within its window). Tightening `100/min` to `20/min` thus lets a
+///   client that just spent 100 have 20 more at once; that is the price of
+///   never misreading one algorithm's state as another's;
+/// * a [penalty box](crate::policy::PenaltyBox)'s bans belong to the exact set of
+///   limits they were earned under, so changing any limit of a policy lifts
+///   its bans.
+///
+/// ```
+/// use tower_ratelimit::{Live, Policy};
+/// use tower_ratelimit::key::RequestHead;
+/// use tower_ratelimit::layer::{PolicyResolver, RoutePolicies};
+///
+/// let routes = Live::new(RoutePolicies::new().route("/api", "100/min".parse::<Policy>().unwrap()));
+/// // The layer gets a clone: `RateLimitLayer::new(routes.clone())`.
+/// let req = http::Request::get("/api").body(()).unwrap();
+/// let limit_of = |live: &Live<RoutePolicies>| {
+///     live.resolve(&RequestHead::from(&req)).unwrap().limits()[0].quota().limit()
+/// };
+/// assert_eq!(limit_of(&routes), 100);
+///
+/// routes.replace(RoutePolicies::new().route("/api", "20/min".parse().unwrap()));
+/// assert_eq!(limit_of(&routes), 20);
+/// ```
 pub struct Live<T> {
     current: Arc<ArcSwap<T>>,
 }

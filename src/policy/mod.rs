@@ -14,7 +14,7 @@
 //!
 //! let login = Policy::builder()
 //!     .limit("attempts", Algorithm::SlidingLog, "5/15min".parse()?)
-//!     .with(Limit::concurrent("in-flight", 2)?.lease(Duration::from_secs(30)))
+//!     .with(Limit::concurrent("in-flight", 2)?.lease(Duration::from_secs(30))?)
 //!     .penalty(PenaltyBox::new(3, Duration::from_secs(600), Duration::from_secs(60))?)
 //!     .build()?;
 //! assert_eq!(login.limits().len(), 2);

@@ -1,50 +1,49 @@
 //! The penalty box: a client denied too often is banned for a while.
-//!
-//! A [`PenaltyBox`] belongs to a [`Policy`](crate::Policy)
-//! ([`PolicyBuilder::penalty`](crate::PolicyBuilder::penalty)); the backend
-//! applies it in the same atomic step as the policy's limits, so bans hold
-//! across servers that share a backend (Redis). The rule, exactly:
-//!
-//! * a **strike** is a request of cost > 0 the policy's limits deny;
-//! * the first strike opens a strike window of `within`; the `strikes`-th
-//!   strike inside it **bans** the key (and closes the window);
-//! * a ban lasts `ban`, doubled for each earlier ban still remembered, at
-//!   most `max_ban`; a ban is remembered until `max_ban` after it ends;
-//! * while banned, every request of the key under this policy is denied
-//!   with a retry-after of the ban's remaining time, without looking at the
-//!   limits (and strikes are not counted).
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower_ratelimit::backend::MemoryBackend;
-//! use tower_ratelimit::clock::ManualClock;
-//! use tower_ratelimit::key::Key;
-//! use tower_ratelimit::Policy;
-//! use tower_ratelimit::clock::Micros;
-//! use tower_ratelimit::policy::PenaltyBox;
-//!
-//! // 2 per minute; denied 3 times within a minute: banned 5 minutes, doubling, at most 1 hour.
-//! let penalty = PenaltyBox::new(3, Duration::from_secs(60), Duration::from_secs(300))?
-//!     .max_ban(Duration::from_secs(3600))?;
-//! let policy = "2/min".parse::<Policy>()?.to_builder().penalty(penalty).build().unwrap();
-//!
-//! let clock = ManualClock::new(Micros::ZERO);
-//! let backend = MemoryBackend::builder().clock(clock.clone()).build();
-//! let client = Key::new("ip", "198.51.100.7");
-//! let decisions: Vec<_> = (0..6).map(|_| backend.check_now(&client, &policy, 1)).collect();
-//! assert!(decisions[1].is_allowed() && !decisions[2].is_allowed());
-//! assert!(decisions[4].is_banned()); // the third denial
-//! assert_eq!(decisions[5].retry_after(), Some(Duration::from_secs(300)));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
 
 use std::fmt;
 use std::time::Duration;
 
 use crate::Micros;
 
-/// Ban a key denied `strikes` times within a window; see the
-/// [module docs](crate::penalty) for the exact rule.
+/// Ban a key denied `strikes` times within a window.
+///
+/// A [`PenaltyBox`] belongs to a [`Policy`](crate::Policy)
+/// ([`PolicyBuilder::penalty`](crate::policy::PolicyBuilder::penalty)); the backend
+/// applies it in the same atomic step as the policy's limits, so bans hold
+/// across servers that share a backend (Redis). The rule, exactly:
+///
+/// * a **strike** is a request of cost > 0 the policy's limits deny;
+/// * the first strike opens a strike window of `within`; the `strikes`-th
+///   strike inside it **bans** the key (and closes the window);
+/// * a ban lasts `ban`, doubled for each earlier ban still remembered, at
+///   most `max_ban`; a ban is remembered until `max_ban` after it ends;
+/// * while banned, every request of the key under this policy is denied
+///   with a retry-after of the ban's remaining time, without looking at the
+///   limits (and strikes are not counted).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_ratelimit::backend::MemoryBackend;
+/// use tower_ratelimit::clock::ManualClock;
+/// use tower_ratelimit::key::Key;
+/// use tower_ratelimit::Policy;
+/// use tower_ratelimit::clock::Micros;
+/// use tower_ratelimit::policy::PenaltyBox;
+///
+/// // 2 per minute; denied 3 times within a minute: banned 5 minutes, doubling, at most 1 hour.
+/// let penalty = PenaltyBox::new(3, Duration::from_secs(60), Duration::from_secs(300))?
+///     .max_ban(Duration::from_secs(3600))?;
+/// let policy = "2/min".parse::<Policy>()?.to_builder().penalty(penalty).build().unwrap();
+///
+/// let clock = ManualClock::new(Micros::ZERO);
+/// let backend = MemoryBackend::builder().clock(clock.clone()).build();
+/// let client = Key::new("ip", "198.51.100.7");
+/// let decisions: Vec<_> = (0..6).map(|_| backend.check_now(&client, &policy, 1)).collect();
+/// assert!(decisions[1].is_allowed() && !decisions[2].is_allowed());
+/// assert!(decisions[4].is_banned()); // the third denial
+/// assert_eq!(decisions[5].retry_after(), Some(Duration::from_secs(300)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PenaltyBox {
     strikes: u32,

@@ -55,7 +55,7 @@ impl Quota {
         if window.is_zero() {
             return Err(QuotaError::ZeroWindow);
         }
-        if window.subsec_nanos() % 1_000 != 0 {
+        if !window.subsec_nanos().is_multiple_of(1_000) {
             return Err(QuotaError::SubMicrosecondWindow(window));
         }
         if window > MAX_WINDOW {

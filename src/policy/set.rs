@@ -332,7 +332,7 @@ impl fmt::Debug for Limit {
 ///   that share one backend share the state of equal anonymous limits, as
 ///   they share everything else (scope them apart, or name their limits).
 ///
-/// [`RoutePolicies`]: crate::RoutePolicies
+/// [`RoutePolicies`]: crate::layer::RoutePolicies
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
@@ -402,7 +402,7 @@ impl Policy {
 
     /// This policy used in `scope`: its anonymous limits keep state apart
     /// from the same limits in any other scope, while named limits stay
-    /// shared. [`RoutePolicies`](crate::RoutePolicies) scopes each route's
+    /// shared. [`RoutePolicies`](crate::layer::RoutePolicies) scopes each route's
     /// policy by its route; scope a policy yourself to keep two layers on
     /// one backend apart.
     ///
@@ -598,7 +598,7 @@ impl PolicyBuilder {
         self
     }
 
-    /// Ban clients this policy denies too often (see [`crate::penalty`]).
+    /// Ban clients this policy denies too often (see [`PenaltyBox`](crate::policy::PenaltyBox)).
     pub fn penalty(mut self, penalty: PenaltyBox) -> Self {
         self.settings.penalty = Some(penalty);
         self

@@ -10,6 +10,9 @@ mod server;
 
 mod algorithms;
 mod backend_of_our_own;
+mod basic;
+#[path = "../../examples/basic.rs"]
+mod basic_example;
 mod breaker;
 mod client;
 #[allow(dead_code)]

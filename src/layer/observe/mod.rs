@@ -6,9 +6,9 @@
 //!   `allowed`, `limited`; `fallback_allowed`, `fallback_limited` (decided by
 //!   a [`Fallback`](crate::backend::Fallback)'s second backend);
 //!   `shadow_limited` (would have been refused; let through by shadow mode);
-//!   `banned` (refused by a [penalty box](crate::penalty); `limit` is
+//!   `banned` (refused by a [penalty box](crate::policy::PenaltyBox); `limit` is
 //!   `penalty-box`); `allow_listed`, `deny_listed`
-//!   ([`AccessLists`](crate::AccessLists)); `key_rejected`, `key_skipped`;
+//!   ([`AccessLists`](crate::layer::AccessLists)); `key_rejected`, `key_skipped`;
 //!   `backend_error_allowed`, `backend_error_denied`. `limit` is the deciding
 //!   limit's name, on decided requests only;
 //! * `ratelimit_near_limit_total{route, limit}`: admitted requests that left

@@ -1,0 +1,45 @@
+//! Requests for the layer in process, and over real HTTP.
+
+/// A GET from `peer` (as a server would record it) with these headers.
+pub fn request(peer: &str, headers: &[(&str, &[u8])]) -> http::Request<()> {
+    let mut builder = http::Request::get("/");
+    for (name, value) in headers {
+        builder = builder.header(*name, http::HeaderValue::from_bytes(value).unwrap());
+    }
+    let mut req = builder.body(()).unwrap();
+    let peer: std::net::SocketAddr = peer.parse().unwrap();
+    req.extensions_mut()
+        .insert(tower_ratelimit::key::PeerAddr(peer));
+    req
+}
+
+/// One request over a fresh HTTP/1 connection: status, headers, body text.
+pub async fn send(
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (http::StatusCode, http::HeaderMap, String) {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+    tokio::spawn(conn);
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let body = Full::new(bytes::Bytes::copy_from_slice(body.as_bytes()));
+    let res = sender.send_request(req.body(body).unwrap()).await.unwrap();
+    let (parts, body) = res.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}

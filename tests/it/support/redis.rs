@@ -1,0 +1,227 @@
+//! Real Redis servers of the tests' own: each test starts its own
+//! `redis-server` processes on free ports (and a Redis Cluster when it needs
+//! one) and stops them when dropped. No test touches a server it did not
+//! start.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// A `redis-server` (or `valkey-server`) process of our own.
+pub struct RedisServer {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tower-ratelimit-{tag}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Whether `program` can be run here.
+pub fn available(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl RedisServer {
+    /// Start `redis-server` on a free port.
+    pub fn start() -> Self {
+        Self::start_with("redis-server", &[])
+    }
+
+    /// Start `redis-server` on `port` (one a test reserved and left unused).
+    pub fn start_on_port(port: u16) -> Self {
+        Self::spawn("redis-server", port, temp_dir("redis"), &[])
+    }
+
+    /// A port nothing listens on (yet).
+    pub fn unused_port() -> u16 {
+        free_port()
+    }
+
+    /// Start `program` (redis-server or valkey-server) with extra arguments.
+    pub fn start_with(program: &str, extra: &[&str]) -> Self {
+        Self::spawn(program, free_port(), temp_dir("redis"), extra)
+    }
+
+    fn spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Self {
+        let child = Command::new(program)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {program}: {e} (scripts/test installs redis-server)")
+            });
+        let server = Self { child, port, dir };
+        server.wait_ready();
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Run `redis-cli` against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.cli(&["PING"]) == "PONG" {
+                return;
+            }
+            sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    /// EVALSHA calls the server has answered so far.
+    pub fn evalsha_calls(&self) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Microseconds on the server's clock.
+    pub fn time_micros(&self) -> u64 {
+        let out = self.cli(&["TIME"]);
+        let mut parts = out.lines().map(|l| l.trim().parse::<u64>().unwrap());
+        parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+    }
+
+    /// Freeze the process (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Let a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} failed");
+    }
+
+    /// Stop the process (as a crash would), keeping the port for a restart.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start again on the same port, empty (as after a failover that lost scripts and data).
+    pub fn restart(&mut self) {
+        self.kill();
+        let fresh = Self::spawn("redis-server", self.port, self.dir.clone(), &[]);
+        *self = fresh;
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of three primaries, no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                let conf = format!("nodes-{i}.conf");
+                RedisServer::start_with(
+                    "redis-server",
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !nodes
+            .iter()
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        {
+            assert!(Instant::now() < deadline, "cluster did not become ready");
+            sleep(Duration::from_millis(50));
+        }
+        Self { nodes }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
