@@ -78,7 +78,8 @@ pub(super) fn write(
         push_u64(&mut text, u64::from(deciding.remaining()));
         cuts[0] = text.len();
         // The wall clock, read here only: the one header that needs it.
-        let reset_at = unix_now() + deciding.reset_after_micros();
+        let limit = &policy.limits()[decision.decided_by().min(policy.limits().len() - 1)];
+        let reset_at = unix_now() + until_more(limit, deciding);
         push_u64(&mut text, reset_at.as_secs_ceil());
         cuts[1] = text.len();
     }
@@ -92,7 +93,7 @@ pub(super) fn write(
             text.extend_from_slice(b"\";r=");
             push_u64(&mut text, u64::from(outcome.remaining()));
             text.extend_from_slice(b";t=");
-            push_u64(&mut text, outcome.reset_after_micros().as_secs_ceil());
+            push_u64(&mut text, until_more(limit, outcome).as_secs_ceil());
         }
     }
     cuts[2] = text.len();
@@ -132,6 +133,19 @@ pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, ji
         .as_secs_ceil()
         .max(1);
     headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+}
+
+/// When more of `limit`'s quota is available (the IETF `t`, draft -10, and
+/// `X-RateLimit-Reset`): for a denied limit its retry-after, otherwise when
+/// it is replenished — never more than one window ahead, whatever the
+/// algorithm (a sliding window's state lasts two windows, a bucket with a
+/// burst refills for longer than one). `Retry-After` stays the exact
+/// retry-after of the whole decision.
+fn until_more(limit: &crate::Limit, outcome: crate::decision::Outcome) -> Micros {
+    let until = outcome
+        .retry_after_micros()
+        .unwrap_or(outcome.reset_after_micros());
+    until.min(limit.quota().window_micros())
 }
 
 fn unix_now() -> Micros {

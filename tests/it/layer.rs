@@ -267,6 +267,64 @@ async fn a_cost_that_never_fits_says_so() {
     );
 }
 
+/// Each limit's `t` in a `RateLimit` field, in order.
+fn reset_params(field: &str) -> Vec<u64> {
+    field
+        .split(", ")
+        .map(|item| item.rsplit_once(";t=").unwrap().1.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn quota_headers_never_point_past_one_window_and_t_is_the_retry_after_when_denied() {
+    for algorithm in Algorithm::ALL {
+        let quota = if algorithm.takes_burst() {
+            // A burst refills for two windows; a header still says at most one.
+            "5/min burst 10"
+        } else {
+            "5/min"
+        };
+        let policy = Policy::builder()
+            .limit("minute", algorithm, quota.parse().unwrap())
+            .build()
+            .unwrap();
+        let app = Router::new()
+            .route("/", get(|| async { "hi" }))
+            .layer(RateLimitLayer::new(policy).key(Header::new("x-user-id")));
+        let mut denied = None;
+        for _ in 0..12 {
+            let (status, headers, _) = read(app.clone().oneshot(user("u")).await.unwrap()).await;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            let t = reset_params(headers["ratelimit"].to_str().unwrap())[0];
+            assert!(t <= 60, "{algorithm}: t={t} past the 60 s window");
+            let reset: u64 = headers["x-ratelimit-reset"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(
+                reset <= now + 61,
+                "{algorithm}: reset {reset} past now {now} + 60"
+            );
+            if status == StatusCode::TOO_MANY_REQUESTS {
+                let retry: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+                assert_eq!(t, retry, "{algorithm}: t is when more quota is available");
+                denied = Some(retry);
+            }
+        }
+        let retry = denied.unwrap_or_else(|| panic!("{algorithm}: never denied"));
+        // Retry-After stays exact: under a minute for the rate's next unit,
+        // a whole window for the fixed window.
+        assert!(
+            (1..=60).contains(&retry),
+            "{algorithm}: retry-after {retry}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_request_without_a_policy_is_refused_unless_the_layer_says_unlimited() {
     // The trap: a tier an auth layer would set, but the auth layer sits
