@@ -255,3 +255,20 @@ fn memory_comes_back_after_a_flood_subsides() {
     );
     assert!(after < peak / 3, "{after} bytes after, {peak} at the peak");
 }
+
+#[tokio::test]
+async fn either_backend_decides_exactly_as_the_backend_it_holds() {
+    use tower_ratelimit::backend::{Backend, Either};
+    let policy: Policy = "2/min".parse().unwrap();
+    let key = Key::new("user", "alice");
+    let left: Either<MemoryBackend, MemoryBackend> = Either::Left(MemoryBackend::new());
+    let right: Either<MemoryBackend, MemoryBackend> = Either::Right(MemoryBackend::new());
+    for backend in [left, right] {
+        let mut admitted = Vec::new();
+        for _ in 0..3 {
+            admitted.push(backend.check(&key, &policy, 1).await.unwrap().is_allowed());
+        }
+        assert_eq!(admitted, [true, true, false]);
+        assert_eq!(backend.name(), "memory");
+    }
+}
