@@ -28,6 +28,7 @@ fn status_of(status: StatusCode) -> (u16, &'static str) {
         StatusCode::FORBIDDEN => (7, "this client may not use the service"),
         StatusCode::UNAUTHORIZED => (16, "no rate limit key"),
         StatusCode::BAD_REQUEST => (3, "no rate limit key"),
+        StatusCode::INTERNAL_SERVER_ERROR => (13, "no rate limit policy for this call"),
         _ => (2, "refused by the rate limiter"),
     }
 }
@@ -85,5 +86,15 @@ mod tests {
         assert_eq!(grpc.headers()["x-ratelimit-remaining"], "0");
         assert_eq!(grpc.headers()[CONTENT_TYPE], "application/grpc");
         assert!(grpc.body().is_empty());
+    }
+
+    #[test]
+    fn a_call_without_a_policy_is_internal() {
+        let grpc = refusal(super::super::response::no_policy());
+        assert_eq!(grpc.headers()["grpc-status"], "13");
+        assert_eq!(
+            grpc.headers()["grpc-message"],
+            "no rate limit policy for this call"
+        );
     }
 }

@@ -16,7 +16,7 @@ use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
 use super::rendered::{push_u64, Rendered};
-use crate::{Decision, Micros, Policy};
+use crate::{Decision, Micros, Outcome, Policy};
 
 /// Which quota headers responses carry.
 ///
@@ -78,8 +78,11 @@ pub(super) fn write(
         push_u64(&mut text, u64::from(deciding.remaining()));
         cuts[0] = text.len();
         // The wall clock, read here only: the one header that needs it.
-        let limit = &policy.limits()[decision.decided_by().min(policy.limits().len() - 1)];
-        let reset_at = unix_now() + until_more(limit, deciding);
+        let window = policy
+            .limits()
+            .get(decision.decided_by())
+            .map(|limit| limit.quota().window_micros());
+        let reset_at = unix_now() + until_more(window, deciding);
         push_u64(&mut text, reset_at.as_secs_ceil());
         cuts[1] = text.len();
     }
@@ -93,7 +96,8 @@ pub(super) fn write(
             text.extend_from_slice(b"\";r=");
             push_u64(&mut text, u64::from(outcome.remaining()));
             text.extend_from_slice(b";t=");
-            push_u64(&mut text, until_more(limit, outcome).as_secs_ceil());
+            let window = limit.quota().window_micros();
+            push_u64(&mut text, until_more(Some(window), outcome).as_secs_ceil());
         }
     }
     cuts[2] = text.len();
@@ -139,13 +143,14 @@ pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, ji
 /// `X-RateLimit-Reset`): for a denied limit its retry-after, otherwise when
 /// it is replenished — never more than one window ahead, whatever the
 /// algorithm (a sliding window's state lasts two windows, a bucket with a
-/// burst refills for longer than one). `Retry-After` stays the exact
-/// retry-after of the whole decision.
-fn until_more(limit: &crate::Limit, outcome: crate::decision::Outcome) -> Micros {
+/// burst refills for longer than one, a sliding window counter just past
+/// a boundary denies for up to a window and a unit). `Retry-After` stays
+/// the exact retry-after of the whole decision, even past one window.
+fn until_more(window: Option<Micros>, outcome: Outcome) -> Micros {
     let until = outcome
         .retry_after_micros()
         .unwrap_or(outcome.reset_after_micros());
-    until.min(limit.quota().window_micros())
+    window.map_or(until, |window| until.min(window))
 }
 
 fn unix_now() -> Micros {

@@ -273,3 +273,37 @@ fn shadow_lists_and_bans_are_counted_by_route() {
     ];
     assert_eq!(counts, owned(&expected));
 }
+
+/// Requests without a policy: counted, refused or passed as the layer says.
+#[test]
+fn requests_without_a_policy_are_counted_by_what_became_of_them() {
+    use tower_ratelimit::layer::{policy_fn, NoPolicy};
+
+    let counts = counts_of(|| async {
+        let none = policy_fn(|_| None);
+        let refusing = RateLimitLayer::new(none.clone()).key(Global);
+        let passing = RateLimitLayer::new(none)
+            .key(Global)
+            .on_no_policy(NoPolicy::Unlimited);
+        for (layer, expected) in [(refusing, 500), (passing, 200)] {
+            let app = axum::Router::new()
+                .route("/", axum::routing::get(|| async { "ok" }))
+                .layer(layer);
+            for _ in 0..2 {
+                let req = Request::get("/").body(axum::body::Body::empty()).unwrap();
+                assert_eq!(app.clone().oneshot(req).await.unwrap().status(), expected);
+            }
+        }
+    });
+    let expected = [
+        (
+            "ratelimit_requests_total{outcome=no_policy_refused,route=/}",
+            2,
+        ),
+        (
+            "ratelimit_requests_total{outcome=no_policy_unlimited,route=/}",
+            2,
+        ),
+    ];
+    assert_eq!(counts, owned(&expected));
+}

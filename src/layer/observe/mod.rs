@@ -9,6 +9,8 @@
 //!   `banned` (refused by a [penalty box](crate::policy::PenaltyBox); `limit` is
 //!   `penalty-box`); `allow_listed`, `deny_listed`
 //!   ([`AccessLists`](crate::layer::AccessLists)); `key_rejected`, `key_skipped`;
+//!   `no_policy_refused`, `no_policy_unlimited`
+//!   ([`NoPolicy`](crate::layer::NoPolicy));
 //!   `backend_error_allowed`, `backend_error_denied`. `limit` is the deciding
 //!   limit's name, on decided requests only;
 //! * `ratelimit_near_limit_total{route, limit}`: admitted requests that left
@@ -32,6 +34,8 @@
 //! * a server set up so that no request can have a key (no peer address):
 //!   `error`, once per layer, saying how to fix it;
 //! * a request with no key: `debug`, with what was missing.
+//! * the first request of a layer that had no policy: `warn`, once, saying
+//!   how to choose what such requests get.
 //!
 //! Without the features these are no-ops. [`Origin`] is always there: in
 //! the extensions of each request the inner service gets, and of each
