@@ -3,8 +3,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tower_layer::Layer;
-
 use super::config::{Config, OnKeyError, Shadow};
 use super::cost::Cost;
 use super::headers::HeaderStyle;
@@ -12,7 +10,6 @@ use super::lists::AccessLists;
 use super::observe::offenders::TopOffenders;
 use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy, PolicyResolver};
-use super::service::RateLimit;
 use super::settle::{ResponseHead, Settlement};
 use super::shaping::Shaping;
 use crate::backend::OnBackendError;
@@ -247,7 +244,7 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// Count each denied request's key in `top` (see [`TopOffenders`]);
     /// share one between layers to rank keys across them.
     pub fn top_offenders(mut self, top: TopOffenders) -> Self {
-        self.config_mut().offenders = Some(top);
+        self.config_mut().observer.offenders = Some(top);
         self
     }
 
@@ -255,13 +252,5 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         // Setters run while building, before clones are shared; a layer
         // configured after cloning gets its own copy.
         Arc::make_mut(&mut self.config)
-    }
-}
-
-impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P, B, C> {
-    type Service = RateLimit<S, K, P, B, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::new(self.clone()))
     }
 }

@@ -5,13 +5,12 @@ use http::StatusCode;
 
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
-use super::observe::offenders::TopOffenders;
-use super::observe::RouteLabels;
+use super::observe::Observer;
 use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy};
 use super::settle::Settlement;
 use super::shaping::Shaping;
-use crate::backend::{FailureLog, OnBackendError};
+use crate::backend::OnBackendError;
 use crate::{Live, Micros};
 
 /// What to do with a request no key can be derived for.
@@ -63,35 +62,7 @@ pub(crate) struct Config {
     pub(crate) shadow: Shadow,
     pub(crate) lists: Option<Live<AccessLists>>,
     pub(crate) key_policies: Option<Live<KeyPolicies>>,
-    pub(crate) offenders: Option<TopOffenders>,
-    pub(crate) route_labels: RouteLabels,
-    #[cfg(feature = "metrics")]
-    pub(crate) meters: super::observe::meters::Meters,
-    pub(crate) failures: FailureLog,
     pub(crate) on_no_policy: NoPolicy,
-    /// The first request without a policy is logged, once per layer.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    pub(crate) no_policy_logged: OnceFlag,
-    /// A misconfiguration (no peer address) is logged once per layer.
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-    pub(crate) misconfiguration_logged: OnceFlag,
-}
-
-/// Set once; a copy starts unset.
-#[derive(Debug, Default)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-pub(crate) struct OnceFlag(std::sync::atomic::AtomicBool);
-
-impl Clone for OnceFlag {
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-impl OnceFlag {
-    /// True the first time only.
-    pub(crate) fn first(&self) -> bool {
-        !self.0.swap(true, std::sync::atomic::Ordering::Relaxed)
-    }
+    /// Metrics, logs and offenders: what every request reports to.
+    pub(crate) observer: Observer,
 }

@@ -195,7 +195,12 @@ where
                     let decision = match result {
                         Ok(decision) => decision,
                         Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
-                            observe::backend_failed(this.config, &p.checked.report, "deny", &error);
+                            observe::backend_failed(
+                                &this.config.observer,
+                                &p.checked.report,
+                                "deny",
+                                &error,
+                            );
                             let mut response = response::unavailable();
                             response.extensions_mut().insert(Origin::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
@@ -207,7 +212,7 @@ where
                         }
                         Err(error) => {
                             observe::backend_failed(
-                                this.config,
+                                &this.config.observer,
                                 &p.checked.report,
                                 "allow",
                                 &error,
@@ -238,7 +243,19 @@ where
                     } else {
                         Fate::Limited
                     };
-                    observe::decided(this.config, &p.checked, p.backend, &decision, fate);
+                    let Checked {
+                        key,
+                        policy,
+                        report,
+                        ..
+                    } = &p.checked;
+                    observe::decided(
+                        &this.config.observer,
+                        (key, policy, report),
+                        p.backend,
+                        &decision,
+                        fate,
+                    );
                     let (decided, limited) = match fate {
                         Fate::Allowed => (decision.origin(), true),
                         // A dry run: reported as a denial, never enforced.
@@ -359,7 +376,7 @@ where
                         let decision = match settled {
                             Ok(settled) => settled,
                             Err(error) => {
-                                this.config.failures.warn("keep", &error);
+                                observe::settle_failed(&this.config.observer, &error);
                                 *decision
                             }
                         };

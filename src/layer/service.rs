@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
@@ -60,11 +61,20 @@ pub struct RateLimit<S, K, P, B, C> {
     layer: Arc<RateLimitLayer<K, P, B, C>>,
 }
 
-impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
-    pub(super) fn new(inner: S, layer: Arc<RateLimitLayer<K, P, B, C>>) -> Self {
-        Self { inner, layer }
-    }
+// Here rather than beside the builder, so that the builder knows nothing
+// of the service it makes.
+impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P, B, C> {
+    type Service = RateLimit<S, K, P, B, C>;
 
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            layer: Arc::new(self.clone()),
+        }
+    }
+}
+
+impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -109,7 +119,7 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
         let head = RequestHead::from(&req);
-        let report = Report::start(&config, &head);
+        let report = Report::start(&config.observer, &head);
         let policy = self.layer.policy.resolve(&head);
         let lists = config.lists.as_ref().map(Live::load);
         let wants_key = policy.is_some() || lists.as_ref().is_some_and(|l| l.has_keys());
@@ -120,13 +130,13 @@ where
             let ip = lists.ip_of(&head);
             match lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
                 Some(Listed::Denied) => {
-                    observe::listed(&config, &report, true);
+                    observe::listed(&config.observer, &report, true);
                     let mut response = response::forbidden();
                     response.extensions_mut().insert(Origin::DenyListed);
                     return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
                 }
                 Some(Listed::Allowed) => {
-                    observe::listed(&config, &report, false);
+                    observe::listed(&config.observer, &report, false);
                     req.extensions_mut().insert(Origin::AllowListed);
                     return ResponseFuture::unlimited(self.take_inner().call(req), config);
                 }
@@ -137,7 +147,7 @@ where
         // policy ends here.
         let (Some(policy), Some(key)) = (policy, key) else {
             let refused = config.on_no_policy == NoPolicy::Refuse;
-            observe::no_policy(&config, &report, refused);
+            observe::no_policy(&config.observer, &report, refused);
             if refused {
                 let response = response::no_policy();
                 return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
@@ -148,7 +158,7 @@ where
             Ok(key) => key,
             Err(error) => {
                 let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
-                observe::key_missing(&config, &report, &error, rejected);
+                observe::key_missing(&config.observer, &report, &error, rejected);
                 return match config.on_key_error {
                     OnKeyError::Skip => {
                         ResponseFuture::unlimited(self.take_inner().call(req), config)

@@ -51,11 +51,47 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::config::Config;
-use super::future::Checked;
-use crate::backend::BackendError;
-use crate::key::KeyError;
+use self::offenders::TopOffenders;
+use crate::backend::{BackendError, FailureLog};
+use crate::key::{Key, KeyError};
 use crate::{Decision, Origin, Policy, RequestHead};
+
+/// Where a layer's requests report: metric handles, route labels, the top
+/// offenders, and the log's throttles. The layer holds one and calls into
+/// it; it knows nothing of the layer's settings.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Observer {
+    route_labels: RouteLabels,
+    #[cfg(feature = "metrics")]
+    meters: meters::Meters,
+    pub(crate) offenders: Option<TopOffenders>,
+    failures: FailureLog,
+    /// The first request without a policy is logged, once per layer.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    no_policy_logged: OnceFlag,
+    /// A misconfiguration (no peer address) is logged once per layer.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    misconfiguration_logged: OnceFlag,
+}
+
+/// Set once; a copy starts unset.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+struct OnceFlag(std::sync::atomic::AtomicBool);
+
+impl Clone for OnceFlag {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+impl OnceFlag {
+    /// True the first time only.
+    fn first(&self) -> bool {
+        !self.0.swap(true, std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 /// What one request reports besides its outcome: where it went, and when
 /// its decision began.
@@ -67,11 +103,11 @@ pub(crate) struct Report {
 
 impl Report {
     /// Start reporting on `req` (nothing is read without the features).
-    pub(crate) fn start(config: &Config, req: &RequestHead<'_>) -> Self {
+    pub(crate) fn start(observer: &Observer, req: &RequestHead<'_>) -> Self {
         let observed = cfg!(any(feature = "metrics", feature = "tracing"));
         Self {
             route: if observed {
-                config.route_labels.of(req)
+                observer.route_labels.of(req)
             } else {
                 None
             },
@@ -177,9 +213,11 @@ fn limit_text<'a>(label: LimitLabel<'a>) -> &'a str {
 
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn count(config: &Config, outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
+fn count(observer: &Observer, outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
     #[cfg(feature = "metrics")]
-    config.meters.request(outcome, report.route.as_ref(), limit);
+    observer
+        .meters
+        .request(outcome, report.route.as_ref(), limit);
 }
 
 /// What became of a decided request.
@@ -196,20 +234,14 @@ pub(super) enum Fate {
 /// offenders.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn decided(
-    config: &Config,
-    checked: &Checked,
+    observer: &Observer,
+    (key, policy, report): (&Key, &Policy, &Report),
     backend: &'static str,
     decision: &Decision,
     fate: Fate,
 ) {
-    let Checked {
-        key,
-        policy,
-        report,
-        ..
-    } = checked;
     if fate != Fate::Allowed {
-        if let Some(top) = &config.offenders {
+        if let Some(top) = &observer.offenders {
             top.record(key);
         }
     }
@@ -223,18 +255,18 @@ pub(super) fn decided(
         Fate::Limited => "limited",
     };
     let limit = limit_label(policy, decision);
-    count(config, outcome, report, limit);
+    count(observer, outcome, report, limit);
     let latency = report.started.map(|t| t.elapsed());
     #[cfg(feature = "metrics")]
     {
         if let Some(latency) = latency.filter(|_| decision.origin() != Origin::Cached) {
-            config.meters.latency(backend, latency.as_secs_f64());
+            observer.meters.latency(backend, latency.as_secs_f64());
         }
         if fate == Fate::Allowed {
             let near = policy.limits().iter().zip(decision.outcomes());
             let near = near.filter(|(_, o)| u64::from(o.remaining()) * 5 < u64::from(o.limit()));
             for (limit, _) in near {
-                config
+                observer
                     .meters
                     .near_limit(report.route.as_ref(), limit.shared_name());
             }
@@ -268,20 +300,20 @@ pub(super) fn decided(
 }
 
 /// A request on an access list: `allow_listed` or `deny_listed`.
-pub(super) fn listed(config: &Config, report: &Report, denied: bool) {
+pub(super) fn listed(observer: &Observer, report: &Report, denied: bool) {
     let outcome = if denied {
         "deny_listed"
     } else {
         "allow_listed"
     };
-    count(config, outcome, report, LimitLabel::None);
+    count(observer, outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
     tracing::debug!(route = report.route(), outcome, "access list");
 }
 
 /// The backend failed and the layer did `action` (`allow` or `deny`).
 pub(super) fn backend_failed(
-    config: &Config,
+    observer: &Observer,
     report: &Report,
     action: &'static str,
     error: &BackendError,
@@ -291,21 +323,21 @@ pub(super) fn backend_failed(
     } else {
         "backend_error_allowed"
     };
-    count(config, outcome, report, LimitLabel::None);
-    config.failures.warn(action, error);
+    count(observer, outcome, report, LimitLabel::None);
+    observer.failures.warn(action, error);
 }
 
 /// A request had no key.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(super) fn key_missing(config: &Config, report: &Report, error: &KeyError, rejected: bool) {
+pub(super) fn key_missing(observer: &Observer, report: &Report, error: &KeyError, rejected: bool) {
     let outcome = if rejected {
         "key_rejected"
     } else {
         "key_skipped"
     };
-    count(config, outcome, report, LimitLabel::None);
+    count(observer, outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
-    if error.is_misconfiguration() && config.misconfiguration_logged.first() {
+    if error.is_misconfiguration() && observer.misconfiguration_logged.first() {
         tracing::error!(%error, rejected, "no request can have a rate limit key");
     } else {
         tracing::debug!(%error, rejected, route = report.route(), "no rate limit key");
@@ -314,19 +346,25 @@ pub(super) fn key_missing(config: &Config, report: &Report, error: &KeyError, re
 
 /// A request had no policy; `refused` says whether it was refused. The
 /// first one of a layer is logged as a warning: it is most often a mistake.
-pub(super) fn no_policy(config: &Config, report: &Report, refused: bool) {
+pub(super) fn no_policy(observer: &Observer, report: &Report, refused: bool) {
     let outcome = if refused {
         "no_policy_refused"
     } else {
         "no_policy_unlimited"
     };
-    count(config, outcome, report, LimitLabel::None);
+    count(observer, outcome, report, LimitLabel::None);
     #[cfg(feature = "tracing")]
-    if config.no_policy_logged.first() {
+    if observer.no_policy_logged.first() {
         tracing::warn!(
             route = report.route(),
             refused,
             "a request had no rate limit policy; set RateLimitLayer::on_no_policy to choose what such requests get (logged once)"
         );
     }
+}
+
+/// Settling a request failed: its reservation stands (logged like any
+/// backend failure, throttled).
+pub(super) fn settle_failed(observer: &Observer, error: &BackendError) {
+    observer.failures.warn("keep", error);
 }
