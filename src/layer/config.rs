@@ -3,6 +3,7 @@
 
 use http::StatusCode;
 
+use super::decide::Rules;
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
 use super::observe::Observer;
@@ -65,4 +66,15 @@ pub(crate) struct Config {
     pub(crate) on_no_policy: NoPolicy,
     /// Metrics, logs and offenders: what every request reports to.
     pub(crate) observer: Observer,
+}
+
+impl Config {
+    /// The settings that decide what to do with an answered request.
+    pub(super) fn rules(&self) -> Rules {
+        Rules {
+            on_backend_error: self.on_backend_error,
+            shadow: self.shadow != Shadow::Off,
+            shadow_headers: self.shadow == Shadow::DryRunWithHeaders,
+        }
+    }
 }

@@ -13,14 +13,13 @@ use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::config::Config;
-use super::config::Shadow;
-use super::observe::{Fate, Report};
+use super::decide::{decide, Action};
+use super::observe::Report;
 use super::permit::{self, Held};
 use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
-use crate::backend::OnBackendError;
 use crate::decision::Origin;
 use crate::key::Key;
 use crate::{Decision, Policy};
@@ -59,8 +58,9 @@ pin_project! {
         Call {
             #[pin]
             call: S::Future,
-            // The decision and policy to render headers from; none when unlimited.
-            limited: Option<(Decision, Policy)>,
+            // The decision and policy to write quota headers from; none
+            // when the request is unlimited or its headers are withheld.
+            quota: Option<(Decision, Policy)>,
             // What settling the request by its response takes, when the
             // layer settles and the request was counted.
             settling: Option<Box<Settling<B>>>,
@@ -71,7 +71,7 @@ pin_project! {
             #[pin]
             settle: B::Future,
             response: Option<S::Response>,
-            limited: Option<(Decision, Policy)>,
+            quota: Option<(Decision, Policy)>,
             permit: Option<Held>,
         },
         Respond {
@@ -81,7 +81,7 @@ pin_project! {
 }
 
 /// What the backend is asked about a request.
-pub(crate) struct Checked {
+pub(crate) struct Ask {
     pub(crate) key: Key,
     pub(crate) policy: Policy,
     pub(crate) cost: u32,
@@ -92,13 +92,58 @@ pub(crate) struct Checked {
 struct Pending<S, ReqB, B> {
     inner: S,
     req: Request<ReqB>,
-    checked: Checked,
-    backend: &'static str,
+    ask: Ask,
+    backend_name: &'static str,
     /// The backend, kept when the request may ask it again: to retry
     /// (shaping), to settle, or to renew and give back a permit.
-    again: Option<B>,
+    backend: Option<B>,
     /// Present when the layer shapes: how long it may wait.
     retry: Option<Box<Retry>>,
+}
+
+impl<S, ReqB, B> Pending<S, ReqB, B>
+where
+    S: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// Call the inner service with the request, told its `origin`. A
+    /// `counted` admission holds its permit (from before the call, so that a
+    /// call that fails or is dropped gives it back too) and is settled by
+    /// its response; `headers` says whether the decision is shown in quota
+    /// headers.
+    fn call(
+        mut self,
+        config: &Config,
+        decision: Option<Decision>,
+        origin: Origin,
+        counted: bool,
+        headers: bool,
+    ) -> State<S, ReqB, B> {
+        self.req.extensions_mut().insert(origin);
+        let Ask {
+            key, policy, cost, ..
+        } = self.ask;
+        let backend = self.backend.filter(|_| counted);
+        let permit = match (decision.and_then(|d| d.permit()), &backend) {
+            (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
+            _ => None,
+        };
+        let call = self.inner.call(self.req);
+        let settling = match (&config.settlement, backend) {
+            (Some(_), Some(backend)) => Some(Box::new(Settling {
+                backend,
+                key,
+                reserved: cost,
+            })),
+            _ => None,
+        };
+        State::Call {
+            call,
+            quota: decision.filter(|_| headers).map(|d| (d, policy)),
+            settling,
+            permit,
+        }
+    }
 }
 
 /// What settling an admitted request by its response takes.
@@ -121,26 +166,26 @@ where
     /// Decide with `backend`, then call `inner` if allowed.
     pub(crate) fn check(
         backend: &B,
-        checked: Checked,
+        ask: Ask,
         inner: S,
         req: Request<ReqB>,
         config: Arc<Config>,
     ) -> Self {
-        let in_flight = checked.policy.limits().iter().any(|l| l.is_concurrent());
-        let check = backend.check(&checked.key, &checked.policy, checked.cost);
+        let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
+        let check = backend.check(&ask.key, &ask.policy, ask.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 deadline: Instant::now() + shaping.max_wait,
                 waiting: None,
             })
         });
-        let again = retry.is_some() || config.settlement.is_some() || in_flight;
+        let asks_again = retry.is_some() || config.settlement.is_some() || in_flight;
         let pending = Pending {
             inner,
             req,
-            checked,
-            backend: backend.name(),
-            again: again.then(|| backend.clone()),
+            ask,
+            backend_name: backend.name(),
+            backend: asks_again.then(|| backend.clone()),
             retry,
         };
         Self {
@@ -156,7 +201,7 @@ where
         Self {
             state: State::Call {
                 call,
-                limited: None,
+                quota: None,
                 settling: None,
                 permit: None,
             },
@@ -169,7 +214,7 @@ where
     pub(crate) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
         Self {
             state: State::Respond {
-                response: Some(limiters(response, grpc)),
+                response: Some(as_grpc_if(grpc, response)),
             },
             config,
         }
@@ -188,137 +233,86 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Check { check, pending } => {
-                    let result = ready!(check.poll(cx));
+                    let answer = ready!(check.poll(cx));
                     let mut p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let decision = match result {
-                        Ok(decision) => decision,
-                        Err(error) if this.config.on_backend_error == OnBackendError::Deny => {
-                            observe::backend_failed(
-                                &this.config.observer,
-                                &p.checked.report,
-                                "deny",
-                                &error,
-                            );
-                            let mut response = response::unavailable();
-                            response.extensions_mut().insert(Origin::FailedClosed {
-                                breaker_open: error.is_breaker_open(),
-                            });
-                            return Poll::Ready(Ok(answer(
-                                response,
-                                grpc::is_grpc(p.req.headers()),
-                            )));
-                        }
-                        Err(error) => {
-                            observe::backend_failed(
-                                &this.config.observer,
-                                &p.checked.report,
-                                "allow",
-                                &error,
-                            );
-                            p.req.extensions_mut().insert(Origin::FailedOpen {
-                                breaker_open: error.is_breaker_open(),
-                            });
-                            let call = p.inner.call(p.req);
-                            this.state.set(State::Call {
-                                call,
-                                limited: None,
-                                settling: None,
-                                permit: None,
-                            });
-                            continue;
-                        }
-                    };
-                    let fate = if decision.is_allowed() {
-                        Fate::Allowed
-                    } else if this.config.shadow != Shadow::Off || p.checked.policy.is_shadow() {
-                        Fate::Shadowed
-                    } else if let Some(sleep) = wait_for(this.config, &mut p, &decision) {
-                        this.state.set(State::Wait {
+                    let config = &**this.config;
+                    let in_shadow = p.ask.policy.is_shadow();
+                    let action = decide(config.rules(), in_shadow, &answer, |decision| {
+                        let (shaping, retry) = (config.shaping.as_ref()?, p.retry.as_mut()?);
+                        shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
+                    });
+                    if let Some((decision, fate)) = action.reported() {
+                        let Ask {
+                            key,
+                            policy,
+                            report,
+                            ..
+                        } = &p.ask;
+                        let observer = &config.observer;
+                        observe::decided(
+                            observer,
+                            (key, policy, report),
+                            p.backend_name,
+                            decision,
+                            fate,
+                        );
+                    }
+                    let grpc = grpc::is_grpc(p.req.headers());
+                    let state = match action {
+                        Action::Wait(sleep) => State::Wait {
                             sleep,
                             pending: Some(p),
-                        });
-                        continue;
-                    } else {
-                        Fate::Limited
-                    };
-                    let Checked {
-                        key,
-                        policy,
-                        report,
-                        ..
-                    } = &p.checked;
-                    observe::decided(
-                        &this.config.observer,
-                        (key, policy, report),
-                        p.backend,
-                        &decision,
-                        fate,
-                    );
-                    let (decided, limited) = match fate {
-                        Fate::Allowed => (decision.origin(), true),
-                        // A dry run: reported as a denial, never enforced.
-                        Fate::Shadowed => (
-                            Origin::Shadow,
-                            this.config.shadow == Shadow::DryRunWithHeaders,
-                        ),
-                        Fate::Limited => {
-                            let config = &this.config;
+                        },
+                        Action::Admit {
+                            decision,
+                            origin,
+                            counted,
+                            headers,
+                        } => p.call(config, Some(*decision), origin, counted, headers),
+                        Action::FailOpen(error) => {
+                            observe::backend_failed(
+                                &config.observer,
+                                &p.ask.report,
+                                "allow",
+                                error,
+                            );
+                            let origin = Origin::FailedOpen {
+                                breaker_open: error.is_breaker_open(),
+                            };
+                            p.call(config, None, origin, false, false)
+                        }
+                        Action::Refuse(decision) => {
                             let mut response = config.limited.respond(
-                                &decision,
-                                &p.checked.policy,
+                                decision,
+                                &p.ask.policy,
                                 config.headers,
                                 config.retry_jitter,
                             );
                             response.extensions_mut().insert(decision.origin());
-                            return Poll::Ready(Ok(answer(
-                                response,
-                                grpc::is_grpc(p.req.headers()),
-                            )));
+                            return Poll::Ready(Ok(refusal(response, grpc)));
+                        }
+                        Action::FailClosed(error) => {
+                            observe::backend_failed(&config.observer, &p.ask.report, "deny", error);
+                            let mut response = response::unavailable();
+                            response.extensions_mut().insert(Origin::FailedClosed {
+                                breaker_open: error.is_breaker_open(),
+                            });
+                            return Poll::Ready(Ok(refusal(response, grpc)));
                         }
                     };
-                    p.req.extensions_mut().insert(decided);
-                    // Held from before the call, so that a call that fails
-                    // or is dropped gives it back too.
-                    let permit = match (fate, decision.permit(), &p.again) {
-                        (Fate::Allowed, Some(name), Some(backend)) => Some(permit::hold(
-                            backend,
-                            &p.checked.key,
-                            &p.checked.policy,
-                            p.checked.cost,
-                            name,
-                        )),
-                        _ => None,
-                    };
-                    let call = p.inner.call(p.req);
-                    // Only a request that was counted is settled.
-                    let settles = this.config.settlement.is_some();
-                    let settling = match (fate, settles, p.again) {
-                        (Fate::Allowed, true, Some(backend)) => Some(Box::new(Settling {
-                            backend,
-                            key: p.checked.key,
-                            reserved: p.checked.cost,
-                        })),
-                        _ => None,
-                    };
-                    let limited = limited.then_some((decision, p.checked.policy));
-                    this.state.set(State::Call {
-                        call,
-                        limited,
-                        settling,
-                        permit,
-                    });
+                    this.state.set(state);
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));
                     let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let backend = p.again.as_ref().expect("only shaped requests wait");
-                    let Checked {
+                    let backend = p.backend.as_ref().expect("only shaped requests wait");
+                    let Ask {
                         key, policy, cost, ..
-                    } = &p.checked;
+                    } = &p.ask;
                     let check = backend.check(key, policy, *cost);
                     this.state.set(State::Check {
                         check,
@@ -327,68 +321,54 @@ where
                 }
                 StateProj::Call {
                     call,
-                    limited,
+                    quota,
                     settling,
                     permit,
                 } => {
-                    let mut response = ready!(call.poll(cx))?;
+                    let response = ready!(call.poll(cx))?;
                     let settle = settling.take().and_then(|s| {
                         let settlement = this.config.settlement.as_ref()?;
                         let actual =
                             settlement.actual(&ResponseHead::from(&response), s.reserved)?;
-                        let (_, policy) = limited.as_ref()?;
+                        let (_, policy) = quota.as_ref()?;
                         Some(s.backend.settle(&s.key, policy, s.reserved, actual))
                     });
                     if let Some(settle) = settle {
-                        let (limited, permit) = (limited.take(), permit.take());
+                        let (quota, permit) = (quota.take(), permit.take());
                         this.state.set(State::Settle {
                             settle,
                             response: Some(response),
-                            limited,
+                            quota,
                             permit,
                         });
                         continue;
                     }
-                    if let Some((decision, policy)) = limited {
-                        headers::write(
-                            response.headers_mut(),
-                            this.config.headers,
-                            policy,
-                            decision,
-                        );
-                    }
-                    let permit = permit.take();
-                    return Poll::Ready(Ok(response.map(|b| ResponseBody::holding(b, permit))));
+                    let quota = quota.as_ref().map(|(d, p)| (d, p));
+                    return Poll::Ready(Ok(finish(this.config, response, quota, permit.take())));
                 }
                 StateProj::Settle {
                     settle,
                     response,
-                    limited,
+                    quota,
                     permit,
                 } => {
                     let settled = ready!(settle.poll(cx));
-                    let mut response = response
+                    let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    if let Some((decision, policy)) = limited {
-                        // The state after settling; if that failed, the
-                        // reservation stands and the first decision is shown.
-                        let decision = match settled {
-                            Ok(settled) => settled,
-                            Err(error) => {
-                                observe::settle_failed(&this.config.observer, &error);
-                                *decision
-                            }
-                        };
-                        headers::write(
-                            response.headers_mut(),
-                            this.config.headers,
-                            policy,
-                            &decision,
-                        );
-                    }
-                    let permit = permit.take();
-                    return Poll::Ready(Ok(response.map(|b| ResponseBody::holding(b, permit))));
+                    // The state after settling; if that failed, the
+                    // reservation stands and the first decision is shown.
+                    let settled = match settled {
+                        Ok(settled) => Some(settled),
+                        Err(error) => {
+                            observe::settle_failed(&this.config.observer, &error);
+                            None
+                        }
+                    };
+                    let quota = quota
+                        .as_ref()
+                        .map(|(first, policy)| (settled.as_ref().unwrap_or(first), policy));
+                    return Poll::Ready(Ok(finish(this.config, response, quota, permit.take())));
                 }
                 StateProj::Respond { response } => {
                     let response = response
@@ -401,9 +381,23 @@ where
     }
 }
 
+/// The one tail of every served request: its quota headers (if it has a
+/// decision to show) and a body that holds its permit until it ends.
+fn finish<B>(
+    config: &Config,
+    mut response: Response<B>,
+    quota: Option<(&Decision, &Policy)>,
+    permit: Option<Held>,
+) -> Response<ResponseBody<B>> {
+    if let Some((decision, policy)) = quota {
+        headers::write(response.headers_mut(), config.headers, policy, decision);
+    }
+    response.map(|b| ResponseBody::holding(b, permit))
+}
+
 /// The limiter's own answer, as a gRPC status for a gRPC request (looked
 /// at only when refusing, never on an admission).
-fn limiters(response: Response<Bytes>, grpc: bool) -> Response<Bytes> {
+fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
     if grpc {
         grpc::refusal(response)
     } else {
@@ -411,17 +405,7 @@ fn limiters(response: Response<Bytes>, grpc: bool) -> Response<Bytes> {
     }
 }
 
-fn answer<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
-    limiters(response, grpc).map(ResponseBody::limiter)
-}
-
-/// For a shaped request the limit denied: how long to sleep before asking
-/// again, if it may wait.
-fn wait_for<S, ReqB, B>(
-    config: &Config,
-    pending: &mut Pending<S, ReqB, B>,
-    decision: &Decision,
-) -> Option<Pin<Box<Sleep>>> {
-    let (shaping, retry) = (config.shaping.as_ref()?, pending.retry.as_mut()?);
-    shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
+/// A refusal the limiter makes itself, as the future's output.
+fn refusal<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
+    as_grpc_if(grpc, response).map(ResponseBody::limiter)
 }

@@ -16,7 +16,7 @@ use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
 use super::rendered::{push_u64, Rendered};
-use crate::{Decision, Micros, Outcome, Policy};
+use crate::{Algorithm, Decision, Limit, Micros, Outcome, Policy};
 
 /// Which quota headers responses carry.
 ///
@@ -78,11 +78,8 @@ pub(super) fn write(
         push_u64(&mut text, u64::from(deciding.remaining()));
         cuts[0] = text.len();
         // The wall clock, read here only: the one header that needs it.
-        let window = policy
-            .limits()
-            .get(decision.decided_by())
-            .map(|limit| limit.quota().window_micros());
-        let reset_at = unix_now() + until_more(window, deciding);
+        let horizon = policy.limits().get(decision.decided_by()).map(horizon);
+        let reset_at = unix_now() + until_more(horizon, deciding);
         push_u64(&mut text, reset_at.as_secs_ceil());
         cuts[1] = text.len();
     }
@@ -96,8 +93,10 @@ pub(super) fn write(
             text.extend_from_slice(b"\";r=");
             push_u64(&mut text, u64::from(outcome.remaining()));
             text.extend_from_slice(b";t=");
-            let window = limit.quota().window_micros();
-            push_u64(&mut text, until_more(Some(window), outcome).as_secs_ceil());
+            push_u64(
+                &mut text,
+                until_more(Some(horizon(limit)), outcome).as_secs_ceil(),
+            );
         }
     }
     cuts[2] = text.len();
@@ -139,18 +138,33 @@ pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, ji
     headers.insert(RETRY_AFTER, HeaderValue::from(secs));
 }
 
-/// When more of `limit`'s quota is available (the IETF `t`, draft -10, and
-/// `X-RateLimit-Reset`): for a denied limit its retry-after, otherwise when
-/// it is replenished — never more than one window ahead, whatever the
-/// algorithm (a sliding window's state lasts two windows, a bucket with a
-/// burst refills for longer than one, a sliding window counter just past
-/// a boundary denies for up to a window and a unit). `Retry-After` stays
-/// the exact retry-after of the whole decision, even past one window.
-fn until_more(window: Option<Micros>, outcome: Outcome) -> Micros {
-    let until = outcome
-        .retry_after_micros()
-        .unwrap_or(outcome.reset_after_micros());
-    window.map_or(until, |window| until.min(window))
+/// When more of a limit's quota is available (the IETF `t`, draft -10, and
+/// `X-RateLimit-Reset`): for a denied limit its exact retry-after (as
+/// `Retry-After`), otherwise when it is replenished, but never later than
+/// the longest its next unit can take (`horizon`). A sliding window's state
+/// lasts two windows and a bucket with a burst refills for longer than one,
+/// but a client that waits one window finds room again under every
+/// algorithm except the sliding window counter, whose next unit can take a
+/// window and one unit's share.
+fn until_more(horizon: Option<Micros>, outcome: Outcome) -> Micros {
+    if let Some(retry) = outcome.retry_after_micros() {
+        return retry;
+    }
+    let replenished = outcome.reset_after_micros();
+    horizon.map_or(replenished, |horizon| replenished.min(horizon))
+}
+
+/// The longest the next unit of `limit` can take to come back (see
+/// [`until_more`]).
+fn horizon(limit: &Limit) -> Micros {
+    let quota = limit.quota();
+    let window = quota.window_micros();
+    if limit.algorithm() == Algorithm::SlidingWindow {
+        let share = window.as_u64().div_ceil(u64::from(quota.limit().max(1)));
+        window.saturating_add(Micros::new(share))
+    } else {
+        window
+    }
 }
 
 fn unix_now() -> Micros {

@@ -48,6 +48,7 @@ mod body;
 pub(crate) mod builder;
 mod config;
 mod cost;
+mod decide;
 mod future;
 mod grpc;
 mod headers;

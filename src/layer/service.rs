@@ -12,7 +12,7 @@ use super::body::ResponseBody;
 use super::builder::RateLimitLayer;
 use super::config::OnKeyError;
 use super::cost::Cost;
-use super::future::{Checked, ResponseFuture};
+use super::future::{Ask, ResponseFuture};
 use super::lists::Listed;
 use super::observe::Report;
 use super::select::{NoPolicy, PolicyResolver};
@@ -176,12 +176,12 @@ where
         };
         let cost = self.layer.cost.cost(&RequestHead::from(&req));
         let inner = self.take_inner();
-        let request = Checked {
+        let ask = Ask {
             key,
             policy,
             cost,
             report,
         };
-        ResponseFuture::check(&self.layer.backend, request, inner, req, config)
+        ResponseFuture::check(&self.layer.backend, ask, inner, req, config)
     }
 }

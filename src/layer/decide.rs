@@ -1,0 +1,201 @@
+//! What to do with a request once the backend has answered: a plain
+//! function of the answer and the layer's settings, which the response
+//! future then carries out.
+
+use super::observe::Fate;
+use crate::backend::{BackendError, OnBackendError};
+use crate::decision::Origin;
+use crate::Decision;
+
+/// What becomes of a request the backend answered about, with the part of
+/// the answer each case needs.
+#[derive(Debug)]
+pub(super) enum Action<'a, W> {
+    /// Call the inner service. `counted`: the decision admitted it (a permit
+    /// is held, the request is settled by its response); otherwise shadow
+    /// mode let it through. `headers`: quota headers are sent.
+    Admit {
+        decision: &'a Decision,
+        origin: Origin,
+        counted: bool,
+        headers: bool,
+    },
+    /// Wait, then ask again (shaping): what the waiting takes.
+    Wait(W),
+    /// Refuse with 429.
+    Refuse(&'a Decision),
+    /// No decision could be had: call the inner service, unlimited and
+    /// without quota headers.
+    FailOpen(&'a BackendError),
+    /// No decision could be had: refuse with 503.
+    FailClosed(&'a BackendError),
+}
+
+impl<W> Action<'_, W> {
+    /// What is reported of a decided request: its decision and fate (none
+    /// while it waits, or when no decision could be had).
+    pub(super) fn reported(&self) -> Option<(&Decision, Fate)> {
+        match self {
+            Action::Admit {
+                decision, counted, ..
+            } => Some((
+                decision,
+                if *counted {
+                    Fate::Allowed
+                } else {
+                    Fate::Shadowed
+                },
+            )),
+            Action::Refuse(decision) => Some((decision, Fate::Limited)),
+            Action::Wait(_) | Action::FailOpen(_) | Action::FailClosed(_) => None,
+        }
+    }
+}
+
+/// The layer's settings that decide what to do.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rules {
+    pub(super) on_backend_error: OnBackendError,
+    /// Every policy of the layer in shadow mode.
+    pub(super) shadow: bool,
+    /// Quota headers on requests shadow mode let through.
+    pub(super) shadow_headers: bool,
+}
+
+/// What to do with a request whose policy (in shadow mode or not) the
+/// backend answered about with `answer`; `wait` says how a denied request
+/// may wait for room (shaping), if it may.
+pub(super) fn decide<W>(
+    rules: Rules,
+    policy_in_shadow: bool,
+    answer: &Result<Decision, BackendError>,
+    wait: impl FnOnce(&Decision) -> Option<W>,
+) -> Action<'_, W> {
+    let decision = match answer {
+        Ok(decision) => decision,
+        Err(error) => {
+            return match rules.on_backend_error {
+                OnBackendError::Deny => Action::FailClosed(error),
+                _ => Action::FailOpen(error),
+            };
+        }
+    };
+    if decision.is_allowed() {
+        return Action::Admit {
+            decision,
+            origin: decision.origin(),
+            counted: true,
+            headers: true,
+        };
+    }
+    if rules.shadow || policy_in_shadow {
+        // A dry run: reported as a denial, never enforced.
+        return Action::Admit {
+            decision,
+            origin: Origin::Shadow,
+            counted: false,
+            headers: rules.shadow_headers,
+        };
+    }
+    match wait(decision) {
+        Some(waiting) => Action::Wait(waiting),
+        None => Action::Refuse(decision),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::Outcome;
+    use crate::{Micros, Policy};
+
+    const RULES: Rules = Rules {
+        on_backend_error: OnBackendError::Allow,
+        shadow: false,
+        shadow_headers: false,
+    };
+
+    fn answer(allowed: bool) -> Result<Decision, BackendError> {
+        let policy: Policy = "10/min".parse().unwrap();
+        let outcome = if allowed {
+            Outcome::allowed(10, 9, Micros::from_secs(60))
+        } else {
+            Outcome::denied(10, 0, Micros::from_secs(60), Micros::from_secs(6))
+        };
+        Ok(Decision::from_outcomes(&policy, [outcome]).unwrap())
+    }
+
+    #[test]
+    fn an_admission_is_called_with_headers() {
+        let allowed = answer(true);
+        let action = decide(RULES, false, &allowed, |_| Some(()));
+        assert!(matches!(
+            action,
+            Action::Admit {
+                origin: Origin::Primary,
+                counted: true,
+                headers: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_denial_waits_if_it_may_and_is_refused_otherwise() {
+        let denied = answer(false);
+        assert!(matches!(
+            decide(RULES, false, &denied, |_| Some(7)),
+            Action::Wait(7)
+        ));
+        assert!(matches!(
+            decide(RULES, false, &denied, |_| None::<()>),
+            Action::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn shadow_mode_lets_a_denial_through_uncounted_and_never_waits() {
+        let denied = answer(false);
+        let by_policy = decide(RULES, true, &denied, |_| Some(()));
+        assert!(matches!(
+            by_policy,
+            Action::Admit {
+                origin: Origin::Shadow,
+                counted: false,
+                headers: false,
+                ..
+            }
+        ));
+        let rules = Rules {
+            shadow: true,
+            shadow_headers: true,
+            ..RULES
+        };
+        let by_layer = decide(rules, false, &denied, |_| Some(()));
+        assert!(matches!(
+            by_layer,
+            Action::Admit {
+                headers: true,
+                counted: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_failure_is_answered_by_the_failure_rule() {
+        let failed = Err(BackendError::new("connection refused"));
+        assert!(matches!(
+            decide(RULES, false, &failed, |_| Some(())),
+            Action::FailOpen(_)
+        ));
+        let closed = Rules {
+            on_backend_error: OnBackendError::Deny,
+            ..RULES
+        };
+        assert!(matches!(
+            decide(closed, false, &failed, |_| Some(())),
+            Action::FailClosed(_)
+        ));
+    }
+}
