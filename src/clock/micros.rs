@@ -11,7 +11,7 @@ use std::time::Duration;
 /// arithmetic, exact, and the same in Rust as in the Redis scripts. The
 /// public edges that people configure — quotas, `Retry-After`, shaping —
 /// take and give [`Duration`]; `Micros` is what the explicit-time entry points
-/// (`check_at`, [`ManualClock`](crate::clock::ManualClock), the algorithms'
+/// ([`ManualClock`](crate::clock::ManualClock), the algorithms'
 /// `check` and `consume`) use, so that a replayed trace decides exactly as
 /// production did.
 ///

@@ -192,12 +192,22 @@ impl<C: Clock> MemoryBackend<C> {
     /// go backwards for a key; the clock guarantees that for
     /// [`check_now`](Self::check_now), and a small step back (threads
     /// racing for a shard) changes nothing.
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook. Replay a trace of your own with a
+    /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[doc(hidden)]
     pub fn check_at(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
         self.inner.store.check(key, policy, cost, now)
     }
 
     /// Correct a request counted at `reserved` to its `actual` cost, at
     /// `now`: see [`Backend::settle`].
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook. Replay a trace of your own with a
+    /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[doc(hidden)]
     pub fn settle_at(
         &self,
         key: &Key,
@@ -211,6 +221,11 @@ impl<C: Clock> MemoryBackend<C> {
 
     /// Give back (`renew`: false) or renew a permit at `now`: see
     /// [`Backend::release`] and [`Backend::renew`].
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook. Replay a trace of your own with a
+    /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[doc(hidden)]
     pub fn permit_at(
         &self,
         key: &Key,

@@ -99,6 +99,10 @@ impl RedisBackend {
     /// Decide as [`Backend::check`] does, at `now` (since the Unix epoch)
     /// instead of Redis's clock: for replaying a trace; production decisions
     /// use the server's `TIME`.
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook, deciding at a time the test chooses.
+    #[doc(hidden)]
     pub async fn check_at(
         &self,
         key: &Key,
@@ -111,6 +115,10 @@ impl RedisBackend {
 
     /// Settle as [`Backend::settle`] does, at `now` (see
     /// [`check_at`](Self::check_at)).
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook, deciding at a time the test chooses.
+    #[doc(hidden)]
     pub async fn settle_at(
         &self,
         key: &Key,
@@ -125,6 +133,10 @@ impl RedisBackend {
 
     /// Release (`renew`: false) or renew a permit as [`Backend::release`]
     /// and [`Backend::renew`] do, at `now` (see [`check_at`](Self::check_at)).
+    ///
+    /// Not part of the public API (hidden from the docs): the conformance
+    /// suite's hook, deciding at a time the test chooses.
+    #[doc(hidden)]
     pub async fn permit_at(
         &self,
         key: &Key,
