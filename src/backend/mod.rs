@@ -22,17 +22,27 @@
 //!
 //! ## A backend of your own
 //!
-//! Implement [`Backend::check`]: find the key's state for each of the
+//! To keep state somewhere else, implement [`StateStore`] — read, change
+//! and write back one key's states atomically — and wrap it in a
+//! [`StoreBackend`]: the algorithms, all or nothing, counted denials,
+//! penalty boxes, permits, settling and a key cap come with it, decided by
+//! the memory backend's own code (see the [`StateStore`] docs; a
+//! `Mutex<HashMap>` store is 20 lines).
+//!
+//! To decide somewhere else (a store with its own scripts, like Redis),
+//! implement [`Backend::check`]: find the key's state for each of the
 //! policy's limits (a limit's [`identity`](crate::Limit::identity) keeps
-//! limits apart), apply the [`algorithm`](crate::algorithm)s, and answer with
-//! [`Decision::from_outcomes`] — one [`Outcome`](crate::decision::Outcome) per limit,
-//! made with [`Outcome::allowed`](crate::Outcome::allowed),
-//! [`denied`](crate::Outcome::denied) or [`never`](crate::Outcome::never). The
-//! crate applies the all-or-nothing rule and picks the deciding limit. Commit
-//! the cost only when every limit allows it (or, for a policy that
-//! [counts denied requests](crate::Policy::counts_denied), always), and do the
-//! check and the commit atomically. Fail with [`BackendError`]: the layer
-//! then does what it was told ([`OnBackendError`]).
+//! limits apart), apply the [`algorithm`](crate::algorithm)s, and answer
+//! with [`Decision::from_outcomes`] — one
+//! [`Outcome`](crate::decision::Outcome) per limit, made with
+//! [`Outcome::allowed`](crate::decision::Outcome::allowed),
+//! [`denied`](crate::decision::Outcome::denied) or
+//! [`never`](crate::decision::Outcome::never). The crate applies the
+//! all-or-nothing rule and picks the deciding limit. Commit the cost only
+//! when every limit allows it (or, for a policy that
+//! [counts denied requests](crate::Policy::counts_denied), always), and do
+//! the check and the commit atomically. Fail with [`BackendError`]: the
+//! layer then does what it was told ([`OnBackendError`]).
 
 mod breaker;
 #[cfg(feature = "redis")]
@@ -43,6 +53,7 @@ mod fallback;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod store;
 
 use std::future::Future;
 
@@ -57,6 +68,7 @@ pub use fallback::{Fallback, FallbackFuture};
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};
+pub use store::{KeyStates, StateStore, StoreBackend};
 
 /// Stores per-key state and decides requests against a policy.
 pub trait Backend: Clone + Send + Sync + 'static {

@@ -40,6 +40,7 @@ mod shaping;
 #[path = "../../examples/simulate.rs"]
 mod simulate;
 mod simulation;
+mod state_store;
 mod websocket;
 #[allow(dead_code)]
 #[path = "../../examples/websocket.rs"]

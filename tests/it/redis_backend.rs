@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
 use crate::support::{available, RedisServer};
 use proptest::prelude::*;
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::policy::PenaltyBox;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A Redis server of the test's own, a runtime, a backend on that server,
@@ -31,57 +31,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// A policy of one to three limits from (algorithm, limit, window seconds, burst).
-fn policy(limits: &[(usize, u32, u64, Option<u32>)], count_denied: bool) -> Policy {
-    let mut builder = Policy::builder().count_denied(count_denied);
-    for (i, &(alg, limit, secs, burst)) in limits.iter().enumerate() {
-        let algorithm = Algorithm::ALL[alg];
-        let mut quota = Quota::new(limit, Duration::from_secs(secs)).unwrap();
-        if let (Some(b), true) = (burst, algorithm.takes_burst()) {
-            quota = quota.with_burst(b).unwrap();
-        }
-        builder = builder.limit(format!("l{i}"), algorithm, quota);
-    }
-    builder.build().unwrap()
-}
-
-fn limit_strategy() -> impl Strategy<Value = (usize, u32, u64, Option<u32>)> {
-    (
-        0usize..6,
-        1u32..=12,
-        prop_oneof![Just(1u64), Just(10), Just(60)],
-        prop::option::of(1u32..=15),
-    )
-}
-
-/// A penalty box from (strikes, window seconds, ban seconds, doublings).
-fn penalty((strikes, within, ban, doublings): (u32, u64, u64, u32)) -> PenaltyBox {
-    let s = Duration::from_secs;
-    PenaltyBox::new(strikes, s(within), s(ban))
-        .and_then(|p| p.max_ban(s(ban << doublings)))
-        .unwrap()
-}
-
-fn penalty_strategy() -> impl Strategy<Value = Option<(u32, u64, u64, u32)>> {
-    prop::option::of((1u32..=4, 1u64..=30, 1u64..=20, 0u32..=3))
-}
-
-/// What a user can observe of a decision, limit by limit.
-fn observed(d: &tower_ratelimit::Decision) -> impl PartialEq + std::fmt::Debug {
-    let outcomes: Vec<_> = d
-        .outcomes()
-        .map(|o| (o.verdict(), o.remaining(), o.reset_after_micros().as_u64()))
-        .collect();
-    (
-        d.is_allowed(),
-        d.verdict(),
-        d.is_banned(),
-        d.permit(),
-        d.decided_by(),
-        outcomes,
-    )
 }
 
 /// Replay `trace` (gap, cost) from `start` through both backends under

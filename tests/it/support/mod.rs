@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unused_imports)]
 
+pub mod conformance;
 pub mod http;
 pub mod redis;
 

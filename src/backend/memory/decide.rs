@@ -1,0 +1,227 @@
+//! One decision on one key's states, under whatever lock guards them: the
+//! all-or-nothing check and commit, counted denials, the penalty box, room
+//! for a new key, settling, permits. The memory backend runs it on a shard
+//! of its tables; a [`StoreBackend`](crate::backend::StoreBackend) on the
+//! states an outside store keeps for one key. One code, one meaning.
+
+use super::shard::{fingerprint, Entries, Shard, TimedLog};
+use super::AtCapacity;
+use crate::algorithm::{Form, State};
+use crate::policy::MAX_LIMITS;
+use crate::{Decision, Limit, Micros, Outcome, Policy};
+
+/// A check under one limit (not of requests in flight), no penalty box,
+/// denials not counted: the common case on its own path. The same shard
+/// steps as [`check`], without its per-limit arrays and reports; the same
+/// outcome (`None`: not this case, or a full table, left to [`check`]).
+#[inline]
+pub(crate) fn check_one<S, L>(
+    shard: &mut Shard<S, L>,
+    policy: &Policy,
+    base: u64,
+    cost: u32,
+    now: Micros,
+    at_capacity: AtCapacity,
+) -> Option<Outcome>
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied()) else {
+        return None;
+    };
+    if limit.is_concurrent() {
+        return None; // its admissions carry a permit
+    }
+    let fp = fingerprint(base, limit.id());
+    let (outcome, slot) = shard.check(limit, fp, now, cost);
+    if cost > 0 && outcome.is_allowed() {
+        match slot {
+            Some(slot) => shard.consume_at(limit, slot, now, cost),
+            None if matches!(at_capacity, AtCapacity::Deny)
+                && shard
+                    .lacks_room(policy.limits(), &[(fp, None)], now)
+                    .is_some() =>
+            {
+                return None
+            }
+            None => shard.consume_new(limit, fp, now, cost),
+        }
+    }
+    Some(outcome)
+}
+
+/// Decide a request of `cost` under every limit of `policy` for the key
+/// whose base hash is `base`: a ban first, then each limit, all or nothing;
+/// commit when allowed (or when the policy counts denials), then strike a
+/// denied key in the penalty box.
+pub(crate) fn check<S, L>(
+    shard: &mut Shard<S, L>,
+    policy: &Policy,
+    base: u64,
+    cost: u32,
+    now: Micros,
+    at_capacity: AtCapacity,
+) -> Decision
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    let limits = policy.limits();
+    // Each limit's fingerprint, and its slot if the key is known.
+    let mut found = [(0u64, None); MAX_LIMITS];
+    for (f, limit) in found.iter_mut().zip(limits) {
+        f.0 = fingerprint(base, limit.id());
+    }
+    let found = &mut found[..limits.len()];
+
+    let penalty = policy.penalty().zip(policy.penalty_id());
+    if let Some((penalty, id)) = penalty {
+        if let Some(until) = shard.penalty(base, id).banned_until(penalty, now) {
+            return Decision::banned(policy, until.saturating_sub(now));
+        }
+    }
+    let mut decision = Decision::empty();
+    for (f, limit) in found.iter_mut().zip(limits) {
+        let (outcome, slot) = shard.check(limit, f.0, now, cost);
+        f.1 = slot;
+        decision.push(outcome);
+    }
+    decision.decide();
+
+    let mut committed = false;
+    if cost > 0 && (decision.is_allowed() || policy.counts_denied()) {
+        let lacking = match at_capacity {
+            AtCapacity::Deny => shard.lacks_room(limits, found, now),
+            AtCapacity::EvictSoonestExpiring => None,
+        };
+        if let Some((index, retry_at)) = lacking {
+            decision.exhaust_capacity(index, retry_at.saturating_sub(now));
+        } else {
+            // Known keys first, by slot; then new ones, whose insertion
+            // may move other entries.
+            for (&(_, slot), limit) in found.iter().zip(limits) {
+                if let Some(slot) = slot {
+                    shard.consume_at(limit, slot, now, cost);
+                }
+            }
+            for (&(fp, slot), limit) in found.iter().zip(limits) {
+                if slot.is_none() {
+                    shard.consume_new(limit, fp, now, cost);
+                }
+            }
+            committed = true;
+            if limits.iter().any(Limit::is_concurrent) {
+                decision = decision.with_permit(now);
+            }
+        }
+    }
+    if !decision.is_allowed() {
+        // Report what each limit holds now. A limit that denied already
+        // reports that, unless the denial was counted; a limit that would
+        // have allowed reported the state after a consumption that did
+        // not happen.
+        for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
+            let reported = decision.outcome(i).is_some_and(|o| o.is_allowed());
+            if reported || committed {
+                decision.report_state(i, shard.check(limit, fp, now, 0).0);
+            }
+        }
+        // A strike is the client's own denial: not a peek, not a full table.
+        let struck = cost > 0 && !decision.is_capacity_exhausted();
+        if let Some((penalty, id)) = penalty.filter(|_| struck) {
+            let mut state = shard.penalty(base, id);
+            if let Some(ban) = state.strike(penalty, now) {
+                decision.ban(ban);
+            }
+            shard.set_penalty(base, id, state, now);
+        }
+    }
+    decision
+}
+
+/// Correct a request counted at `reserved` to its `actual` cost: give the
+/// difference back, or charge it up to each limit's capacity (the work is
+/// done). Permits are given back when their request ends, not settled.
+pub(crate) fn settle<S, L>(
+    shard: &mut Shard<S, L>,
+    policy: &Policy,
+    base: u64,
+    (reserved, actual): (u32, u32),
+    now: Micros,
+) -> Decision
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    after_each(shard, policy, base, now, |shard, limit, fp| {
+        if limit.is_concurrent() {
+            // Given back when the request ends.
+        } else if actual < reserved {
+            shard.refund(limit, fp, now, reserved - actual);
+        } else if actual > reserved {
+            match shard.check(limit, fp, now, 0).1 {
+                Some(slot) => shard.consume_at(limit, slot, now, actual - reserved),
+                None => shard.consume_new(limit, fp, now, actual - reserved),
+            }
+        }
+    })
+}
+
+/// Give back (`renew`: false) or renew the permit taken at `permit` on each
+/// limit of requests in flight.
+pub(crate) fn permit<S, L>(
+    shard: &mut Shard<S, L>,
+    policy: &Policy,
+    base: u64,
+    (permit, cost, renew): (Micros, u32, bool),
+    now: Micros,
+) -> Decision
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    let mut held = true;
+    let decision = after_each(shard, policy, base, now, |shard, limit, fp| {
+        let (true, Form::Log(log)) = (limit.is_concurrent(), limit.rule().form()) else {
+            return;
+        };
+        let found = shard.logs.find(fp).is_some_and(|i| {
+            let timed = shard.logs.at_mut(i);
+            let found = log.release(&mut timed.log, now, permit, cost);
+            if found && renew {
+                log.consume(&mut timed.log, now, cost);
+            }
+            timed.expires_at = timed.log.expires_at(log.window());
+            found
+        });
+        held &= found;
+    });
+    if renew && held {
+        decision.with_permit(now)
+    } else {
+        decision
+    }
+}
+
+/// Run `change` on each limit's state, then report what each holds.
+fn after_each<S, L>(
+    shard: &mut Shard<S, L>,
+    policy: &Policy,
+    base: u64,
+    now: Micros,
+    mut change: impl FnMut(&mut Shard<S, L>, &Limit, u64),
+) -> Decision
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    let mut decision = Decision::empty();
+    for limit in policy.limits() {
+        let fp = fingerprint(base, limit.id());
+        change(shard, limit, fp);
+        decision.push(shard.check(limit, fp, now, 0).0);
+    }
+    decision.decide();
+    decision
+}

@@ -1,0 +1,238 @@
+//! The states of the keys behind one lock, and the steps a decision takes
+//! on them: check a limit, count or give back units, keep a penalty box's
+//! strikes and bans, find room for a new key.
+//!
+//! A shard is generic over where its entries live: the memory backend's
+//! bounded tables ([`Table`]), or one key's few entries that an outside
+//! store keeps ([`KeyStates`](crate::backend::KeyStates)). The decision
+//! code (`decide.rs`) runs on either, so both decide exactly alike.
+
+use super::table::{Expires, Table};
+use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
+use crate::penalty::PenaltyState;
+use crate::{Limit, Micros, Outcome};
+
+/// Entries by a 64-bit fingerprint (never 0): what a shard needs of the
+/// place its states live.
+pub(crate) trait Entries<V> {
+    /// The slot holding `fp`; valid until the next insertion.
+    fn find(&self, fp: u64) -> Option<usize>;
+    /// The value in `slot`.
+    fn at(&self, slot: usize) -> &V;
+    /// The value in `slot`, to change.
+    fn at_mut(&mut self, slot: usize) -> &mut V;
+    /// Insert `fp`, which must be absent.
+    fn insert(&mut self, fp: u64, value: V, now: Micros) -> &mut V;
+    /// Whether `needed` new entries, the first at `fp`, fit.
+    fn has_room(&mut self, fp: u64, needed: usize, now: Micros) -> bool;
+    /// When an entry near `fp` is likely to make room.
+    fn soonest_expiry_near(&self, fp: u64) -> Micros;
+}
+
+impl<V: Expires> Entries<V> for Table<V> {
+    #[inline]
+    fn find(&self, fp: u64) -> Option<usize> {
+        Table::find(self, fp)
+    }
+    #[inline]
+    fn at(&self, slot: usize) -> &V {
+        Table::at(self, slot)
+    }
+    #[inline]
+    fn at_mut(&mut self, slot: usize) -> &mut V {
+        Table::at_mut(self, slot)
+    }
+    #[inline]
+    fn insert(&mut self, fp: u64, value: V, now: Micros) -> &mut V {
+        Table::insert(self, fp, value, now)
+    }
+    fn has_room(&mut self, fp: u64, needed: usize, now: Micros) -> bool {
+        Table::has_room(self, fp, needed, now)
+    }
+    fn soonest_expiry_near(&self, fp: u64) -> Micros {
+        Table::soonest_expiry_near(self, fp)
+    }
+}
+
+/// Fixed-size states and sliding logs, by fingerprint.
+#[derive(Default)]
+pub(crate) struct Shard<S = Table<State>, L = Table<TimedLog>> {
+    pub(crate) states: S,
+    pub(crate) logs: L,
+}
+
+/// A sliding log with the time it empties, so the table can reclaim it
+/// without knowing its window.
+#[derive(Default)]
+pub(crate) struct TimedLog {
+    pub(crate) expires_at: Micros,
+    pub(crate) log: SlidingLogState,
+}
+
+impl Expires for TimedLog {
+    fn expires_at(&self) -> Micros {
+        self.expires_at
+    }
+}
+
+impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
+    /// What `limit` says about `cost` for fingerprint `fp`, and the slot
+    /// holding its state if there is one.
+    #[inline]
+    pub(crate) fn check(
+        &mut self,
+        limit: &Limit,
+        fp: u64,
+        now: Micros,
+        cost: u32,
+    ) -> (Outcome, Option<usize>) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                let slot = self.states.find(fp);
+                let state = slot.map_or_else(State::default, |i| *self.states.at(i));
+                (rule.check(state, now, cost), slot)
+            }
+            Form::Log(log) => {
+                let slot = self.logs.find(fp);
+                let outcome = match slot {
+                    Some(i) => log.check(&mut self.logs.at_mut(i).log, now, cost),
+                    None => log.check(&mut SlidingLogState::default(), now, cost),
+                };
+                (outcome, slot)
+            }
+        }
+    }
+
+    /// A key's state under a penalty box (fresh if there is none).
+    pub(crate) fn penalty(&self, base: u64, id: u64) -> PenaltyState {
+        let [strikes, bans] = penalty_fingerprints(base, id);
+        let state = |fp| {
+            self.states
+                .find(fp)
+                .map_or_else(State::default, |i| *self.states.at(i))
+        };
+        PenaltyState {
+            strikes: state(strikes),
+            bans: state(bans),
+        }
+    }
+
+    pub(crate) fn set_penalty(&mut self, base: u64, id: u64, state: PenaltyState, now: Micros) {
+        let [strikes, bans] = penalty_fingerprints(base, id);
+        for (fp, value) in [(strikes, state.strikes), (bans, state.bans)] {
+            match self.states.find(fp) {
+                Some(i) => *self.states.at_mut(i) = value,
+                None if !value.is_expired(now) => *self.states.insert(fp, value, now) = value,
+                None => {}
+            }
+        }
+    }
+
+    /// Give back `units` of `limit`'s state at `fp`, if it has one.
+    pub(crate) fn refund(&mut self, limit: &Limit, fp: u64, now: Micros, units: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                if let Some(slot) = self.states.find(fp) {
+                    let state = self.states.at_mut(slot);
+                    *state = rule.refund(*state, now, units);
+                }
+            }
+            Form::Log(log) => {
+                if let Some(slot) = self.logs.find(fp) {
+                    let timed = self.logs.at_mut(slot);
+                    log.refund(&mut timed.log, now, units);
+                    timed.expires_at = timed.log.expires_at(log.window());
+                }
+            }
+        }
+    }
+
+    /// Count `cost` in the state at `slot`.
+    #[inline]
+    pub(crate) fn consume_at(&mut self, limit: &Limit, slot: usize, now: Micros, cost: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                let state = self.states.at_mut(slot);
+                *state = rule.consume(*state, now, cost);
+            }
+            Form::Log(log) => consume_log(log, self.logs.at_mut(slot), now, cost),
+        }
+    }
+
+    /// Count `cost` for a key `limit` holds no state for yet.
+    pub(crate) fn consume_new(&mut self, limit: &Limit, fp: u64, now: Micros, cost: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => {
+                let state = rule.consume(State::default(), now, cost);
+                self.states.insert(fp, state, now);
+            }
+            Form::Log(log) => {
+                let timed = self.logs.insert(fp, TimedLog::default(), now);
+                consume_log(log, timed, now, cost);
+            }
+        }
+    }
+
+    /// For [`AtCapacity::Deny`]: the first limit whose new state finds no
+    /// room, and when room is likely.
+    pub(crate) fn lacks_room(
+        &mut self,
+        limits: &[Limit],
+        found: &[(u64, Option<usize>)],
+        now: Micros,
+    ) -> Option<(usize, Micros)> {
+        // (count of new entries, first new one) for states and for logs.
+        let mut new_states = (0, None);
+        let mut new_logs = (0, None);
+        for (i, (limit, &(fp, slot))) in limits.iter().zip(found).enumerate() {
+            let counter = match limit.rule().form() {
+                Form::Fixed(_) => &mut new_states,
+                Form::Log(_) => &mut new_logs,
+            };
+            if slot.is_none() {
+                counter.0 += 1;
+                counter.1 = counter.1.or(Some((i, fp)));
+            }
+        }
+        if let (n, Some((i, fp))) = new_states {
+            if !self.states.has_room(fp, n, now) {
+                return Some((i, self.states.soonest_expiry_near(fp)));
+            }
+        }
+        if let (n, Some((i, fp))) = new_logs {
+            if !self.logs.has_room(fp, n, now) {
+                return Some((i, self.logs.soonest_expiry_near(fp)));
+            }
+        }
+        None
+    }
+}
+
+fn consume_log(log: &SlidingLog, timed: &mut TimedLog, now: Micros, cost: u32) {
+    log.consume(&mut timed.log, now, cost);
+    timed.expires_at = timed.log.expires_at(log.window());
+}
+
+/// A limit's own fingerprint of a key: a bijective mix of the key's base
+/// hash with the limit's identity, never 0 (0 marks an empty slot).
+#[inline]
+pub(crate) fn fingerprint(base: u64, limit_id: u64) -> u64 {
+    let mut x = base ^ limit_id;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x.max(1)
+}
+
+/// Where a penalty box keeps a key's strikes and bans: two more
+/// fingerprints in the states table, apart from the limits' as theirs are
+/// from each other.
+#[inline]
+pub(crate) fn penalty_fingerprints(base: u64, penalty_id: u64) -> [u64; 2] {
+    [
+        fingerprint(base, penalty_id),
+        fingerprint(base, penalty_id ^ 0x9e37_79b9_7f4a_7c15),
+    ]
+}

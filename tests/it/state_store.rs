@@ -1,0 +1,164 @@
+//! A store of our own over a plain `Mutex<HashMap>`, made a whole backend by
+//! `StoreBackend`: it decides exactly as the memory backend does.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+use tower_ratelimit::backend::{Backend, KeyStates, MemoryBackend, StateStore, StoreBackend};
+use tower_ratelimit::clock::{ManualClock, Micros};
+use tower_ratelimit::key::Key;
+
+use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
+
+/// The whole store: a map from key to its states, under one lock.
+#[derive(Clone, Default)]
+struct Map(Arc<Mutex<HashMap<Key, KeyStates>>>);
+
+impl StateStore for Map {
+    fn update<R>(&self, key: &Key, change: impl FnOnce(&mut KeyStates) -> R) -> R {
+        let mut map = self.0.lock().unwrap();
+        let states = map.entry(key.clone()).or_default();
+        let answer = change(states);
+        if states.is_empty() {
+            map.remove(key);
+        }
+        answer
+    }
+
+    fn keys(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// Both backends on one manual clock.
+fn both() -> (
+    ManualClock,
+    StoreBackend<Map, ManualClock>,
+    MemoryBackend<ManualClock>,
+) {
+    let clock = ManualClock::new(Micros::ZERO);
+    let store = StoreBackend::new(Map::default()).clock(clock.clone());
+    let memory = MemoryBackend::builder().clock(clock.clone()).build();
+    (clock, store, memory)
+}
+
+fn now<F: std::future::Future>(future: F) -> F::Output {
+    // Both backends answer with a ready future.
+    futures_util::FutureExt::now_or_never(future).expect("a ready future")
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The same trace of checks and settlements, through a store of our own
+    /// and through the memory backend, gives identical decisions, for every
+    /// algorithm, mix of limits, counted denials and penalty box.
+    #[test]
+    fn a_store_of_our_own_decides_exactly_as_memory_does(
+        limits in prop::collection::vec(limit_strategy(), 1..=3),
+        count_denied in any::<bool>(),
+        penalized in penalty_strategy(),
+        trace in prop::collection::vec(
+            (prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14, prop::option::of(0u32..=8)),
+            1..60,
+        ),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let mut policy = policy(&limits, count_denied);
+        if let Some(p) = penalized {
+            policy = policy.to_builder().penalty(penalty(p)).build().unwrap();
+        }
+        let (clock, store, memory) = both();
+        let key = Key::new("user", "conformance");
+        let mut at = start;
+        for (i, &(gap, cost, settle)) in trace.iter().enumerate() {
+            at += gap;
+            clock.set(Micros::new(at));
+            let expected = memory.check_now(&key, &policy, cost);
+            let actual = store.check_now(&key, &policy, cost);
+            prop_assert_eq!(observed(&actual), observed(&expected), "check {} at {} cost {} under {:?}", i, at, cost, policy);
+            if let (Some(used), true) = (settle, expected.is_allowed() && !count_denied) {
+                at += gap / 3;
+                clock.set(Micros::new(at));
+                let expected = now(memory.settle(&key, &policy, cost, used)).unwrap();
+                let actual = now(store.settle(&key, &policy, cost, used)).unwrap();
+                prop_assert_eq!(observed(&actual), observed(&expected), "settle {} of {} to {}", i, cost, used);
+            }
+        }
+    }
+}
+
+#[test]
+fn permits_are_taken_renewed_and_given_back_as_in_memory() {
+    use std::time::Duration;
+    use tower_ratelimit::{Limit, Policy};
+    let policy = Policy::builder()
+        .with(
+            Limit::concurrent("flight", 2)
+                .unwrap()
+                .lease(Duration::from_secs(5))
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let (clock, store, memory) = both();
+    clock.set(Micros::from_secs(1_000));
+    let key = Key::new("user", "in-flight");
+    let first = store.check_now(&key, &policy, 1);
+    assert_eq!(
+        observed(&first),
+        observed(&memory.check_now(&key, &policy, 1))
+    );
+    assert_eq!(
+        observed(&store.check_now(&key, &policy, 1)),
+        observed(&memory.check_now(&key, &policy, 1))
+    );
+    assert!(
+        !store.check_now(&key, &policy, 1).is_allowed(),
+        "two in flight at most"
+    );
+    let permit = first.permit().unwrap();
+    clock.set(Micros::from_secs(1_002));
+    let renewed = now(store.renew(&key, &policy, permit, 1)).unwrap();
+    assert_eq!(
+        observed(&renewed),
+        observed(&now(memory.renew(&key, &policy, permit, 1)).unwrap())
+    );
+    let released = now(store.release(&key, &policy, renewed.permit().unwrap(), 1)).unwrap();
+    assert_eq!(released.deciding().remaining(), 1, "one given back");
+    assert!(store.check_now(&key, &policy, 1).is_allowed());
+}
+
+#[test]
+fn a_full_store_refuses_new_keys_and_forgets_expired_ones() {
+    let (clock, store, _) = both();
+    let store = store.max_keys(2);
+    let policy: tower_ratelimit::Policy = "5/s".parse().unwrap();
+    clock.set(Micros::from_secs(100));
+    for user in ["a", "b"] {
+        assert!(store
+            .check_now(&Key::new("user", user), &policy, 1)
+            .is_allowed());
+    }
+    let third = store.check_now(&Key::new("user", "c"), &policy, 1);
+    assert!(!third.is_allowed() && third.is_capacity_exhausted());
+    assert!(
+        store
+            .check_now(&Key::new("user", "a"), &policy, 1)
+            .is_allowed(),
+        "known keys go on"
+    );
+    assert_eq!(store.store().keys(), 2);
+    // Once their states expire, the keys are forgotten at their next
+    // decision, and a new key finds room.
+    clock.set(Micros::from_secs(110));
+    for user in ["a", "b"] {
+        let peek = store.check_now(&Key::new("user", user), &policy, 0);
+        assert!(peek.is_allowed());
+    }
+    assert_eq!(store.store().keys(), 0);
+    assert!(store
+        .check_now(&Key::new("user", "c"), &policy, 1)
+        .is_allowed());
+}
