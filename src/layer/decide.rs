@@ -34,6 +34,7 @@ pub(super) enum Action<'a, W> {
 impl<W> Action<'_, W> {
     /// What is reported of a decided request: its decision and fate (none
     /// while it waits, or when no decision could be had).
+    #[inline(always)]
     pub(super) fn reported(&self) -> Option<(&Decision, Fate)> {
         match self {
             Action::Admit {
@@ -65,6 +66,7 @@ pub(super) struct Rules {
 /// What to do with a request whose policy (in shadow mode or not) the
 /// backend answered about with `answer`; `wait` says how a denied request
 /// may wait for room (shaping), if it may.
+#[inline(always)]
 pub(super) fn decide<W>(
     rules: Rules,
     policy_in_shadow: bool,

@@ -111,10 +111,11 @@ where
     /// call that fails or is dropped gives it back too) and is settled by
     /// its response; `headers` says whether the decision is shown in quota
     /// headers.
+    #[inline(always)]
     fn call(
         mut self,
         config: &Config,
-        decision: Option<Decision>,
+        decision: Option<&Decision>,
         origin: Origin,
         counted: bool,
         headers: bool,
@@ -139,7 +140,7 @@ where
         };
         State::Call {
             call,
-            quota: decision.filter(|_| headers).map(|d| (d, policy)),
+            quota: decision.filter(|_| headers).map(|d| (*d, policy)),
             settling,
             permit,
         }
@@ -259,7 +260,6 @@ where
                             fate,
                         );
                     }
-                    let grpc = grpc::is_grpc(p.req.headers());
                     let state = match action {
                         Action::Wait(sleep) => State::Wait {
                             sleep,
@@ -270,7 +270,7 @@ where
                             origin,
                             counted,
                             headers,
-                        } => p.call(config, Some(*decision), origin, counted, headers),
+                        } => p.call(config, Some(decision), origin, counted, headers),
                         Action::FailOpen(error) => {
                             observe::backend_failed(
                                 &config.observer,
@@ -291,7 +291,7 @@ where
                                 config.retry_jitter,
                             );
                             response.extensions_mut().insert(decision.origin());
-                            return Poll::Ready(Ok(refusal(response, grpc)));
+                            return Poll::Ready(Ok(refusal(response, &p.req)));
                         }
                         Action::FailClosed(error) => {
                             observe::backend_failed(&config.observer, &p.ask.report, "deny", error);
@@ -299,7 +299,7 @@ where
                             response.extensions_mut().insert(Origin::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
                             });
-                            return Poll::Ready(Ok(refusal(response, grpc)));
+                            return Poll::Ready(Ok(refusal(response, &p.req)));
                         }
                     };
                     this.state.set(state);
@@ -405,7 +405,8 @@ fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
     }
 }
 
-/// A refusal the limiter makes itself, as the future's output.
-fn refusal<B>(response: Response<Bytes>, grpc: bool) -> Response<ResponseBody<B>> {
-    as_grpc_if(grpc, response).map(ResponseBody::limiter)
+/// A refusal the limiter makes itself to `req`, as the future's output (a
+/// gRPC status for a gRPC request: looked at only when refusing).
+fn refusal<B, ReqB>(response: Response<Bytes>, req: &Request<ReqB>) -> Response<ResponseBody<B>> {
+    as_grpc_if(grpc::is_grpc(req.headers()), response).map(ResponseBody::limiter)
 }

@@ -78,8 +78,8 @@ pub(super) fn write(
         push_u64(&mut text, u64::from(deciding.remaining()));
         cuts[0] = text.len();
         // The wall clock, read here only: the one header that needs it.
-        let horizon = policy.limits().get(decision.decided_by()).map(horizon);
-        let reset_at = unix_now() + until_more(horizon, deciding);
+        let limit = policy.limits().get(decision.decided_by());
+        let reset_at = unix_now() + until_more(limit, deciding);
         push_u64(&mut text, reset_at.as_secs_ceil());
         cuts[1] = text.len();
     }
@@ -93,10 +93,7 @@ pub(super) fn write(
             text.extend_from_slice(b"\";r=");
             push_u64(&mut text, u64::from(outcome.remaining()));
             text.extend_from_slice(b";t=");
-            push_u64(
-                &mut text,
-                until_more(Some(horizon(limit)), outcome).as_secs_ceil(),
-            );
+            push_u64(&mut text, until_more(Some(limit), outcome).as_secs_ceil());
         }
     }
     cuts[2] = text.len();
@@ -138,24 +135,30 @@ pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, ji
     headers.insert(RETRY_AFTER, HeaderValue::from(secs));
 }
 
-/// When more of a limit's quota is available (the IETF `t`, draft -10, and
+/// When more of `limit`'s quota is available (the IETF `t`, draft -10, and
 /// `X-RateLimit-Reset`): for a denied limit its exact retry-after (as
 /// `Retry-After`), otherwise when it is replenished, but never later than
-/// the longest its next unit can take (`horizon`). A sliding window's state
-/// lasts two windows and a bucket with a burst refills for longer than one,
-/// but a client that waits one window finds room again under every
-/// algorithm except the sliding window counter, whose next unit can take a
-/// window and one unit's share.
-fn until_more(horizon: Option<Micros>, outcome: Outcome) -> Micros {
+/// the longest its next unit can take. A sliding window's state lasts two
+/// windows and a bucket with a burst refills for longer than one, but a
+/// client that waits one window finds room again under every algorithm
+/// except the sliding window counter, whose next unit can take a window and
+/// one unit's share.
+#[inline]
+fn until_more(limit: Option<&Limit>, outcome: Outcome) -> Micros {
     if let Some(retry) = outcome.retry_after_micros() {
         return retry;
     }
     let replenished = outcome.reset_after_micros();
-    horizon.map_or(replenished, |horizon| replenished.min(horizon))
+    match limit {
+        // Within a window (the common case): nothing to cap.
+        Some(limit) if replenished > limit.quota().window_micros() => {
+            replenished.min(horizon(limit))
+        }
+        _ => replenished,
+    }
 }
 
-/// The longest the next unit of `limit` can take to come back (see
-/// [`until_more`]).
+/// The longest the next unit of `limit` can take to come back.
 fn horizon(limit: &Limit) -> Micros {
     let quota = limit.quota();
     let window = quota.window_micros();

@@ -20,7 +20,6 @@ mod client;
 mod client_example;
 mod distributed;
 mod faults;
-mod grpc;
 mod hostile;
 mod http;
 mod keys;

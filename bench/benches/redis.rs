@@ -3,9 +3,10 @@
 //! command (the ceiling for one round trip per decision), and Redis memory
 //! per key. Starts its own `redis-server` on a free port.
 //!
-//! Run: `cargo bench --features redis --bench redis`
+//! Run: `cargo bench -p tower-ratelimit-bench --features redis --bench redis`
 
-#[path = "../tests/it/support/mod.rs"]
+#[allow(dead_code)] // the tests' Redis processes; this bench needs one server
+#[path = "../../tests/it/support/redis.rs"]
 mod support;
 
 use std::process::Command;

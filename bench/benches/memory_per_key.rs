@@ -6,9 +6,9 @@
 //! accounting (`MemoryBackend::memory_bytes`: table slots plus sliding-log
 //! entries). Governor is measured with IP-address keys and with string keys.
 //!
-//! Run: `cargo bench --bench memory_per_key` (add `-- 1000000` for one size).
+//! Run: `cargo bench -p tower-ratelimit-bench --bench memory_per_key` (add `-- 1000000` for one size).
 //!
-//! `cargo bench --bench memory_per_key -- flood` instead sends 10 million
+//! `cargo bench -p tower-ratelimit-bench --bench memory_per_key -- flood` instead sends 10 million
 //! distinct keys through a backend capped at 1 million and prints resident
 //! memory when the cap is first reached and at the end: a key flood must not
 //! grow memory past what the cap holds.

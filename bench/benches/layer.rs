@@ -6,7 +6,7 @@
 //! so each request is polled to completion with a no-op waker: no runtime
 //! in the measurement.
 //!
-//! Run: `cargo bench --bench layer`
+//! Run: `cargo bench -p tower-ratelimit-bench --bench layer`
 
 use std::hint::black_box;
 use std::time::Duration;

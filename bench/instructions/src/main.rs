@@ -13,7 +13,7 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
-#[path = "../../support/requests.rs"]
+#[path = "../../benches/support/requests.rs"]
 mod requests;
 use requests::{hello, now, request};
 

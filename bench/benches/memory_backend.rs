@@ -5,7 +5,7 @@
 //! figure is wall time per decision, both threads together); 100,000 keys
 //! round-robin from one thread. Keys are strings for both (`user-<n>`).
 //!
-//! Run: `cargo bench --bench memory_backend`
+//! Run: `cargo bench -p tower-ratelimit-bench --bench memory_backend`
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
