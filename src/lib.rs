@@ -149,9 +149,10 @@ pub use algorithm::kind::Algorithm;
 pub use decision::answer::Decision;
 pub use layer::builder::RateLimitLayer;
 pub use limiter::Limiter;
+pub use policy::limit::Limit;
 pub use policy::live::Live;
 pub use policy::quota::Quota;
-pub use policy::set::{Limit, Policy};
+pub use policy::set::Policy;
 
 // Short paths for the crate's own code; not public.
 use clock::Micros;

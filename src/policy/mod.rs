@@ -21,12 +21,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod builder;
+mod error;
+pub(crate) mod limit;
 pub(crate) mod live;
 pub(crate) mod penalty;
 pub(crate) mod quota;
 pub(crate) mod set;
 
 pub use crate::algorithm::kind::UnknownAlgorithm;
+pub use builder::PolicyBuilder;
+pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use quota::{QuotaError, MAX_WINDOW};
-pub use set::{PolicyBuilder, PolicyError, MAX_LIMITS};
+pub use set::MAX_LIMITS;

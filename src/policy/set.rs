@@ -1,287 +1,20 @@
-//! Policies: one or more named limits that a request must all pass.
+//! [`Policy`]: one or more named limits that a request must all pass.
 
 use std::any::Any;
-use std::collections::hash_map::DefaultHasher;
 use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 
-use crate::algorithm::{Algorithm, Rule};
+use super::builder::PolicyBuilder;
+use super::error::PolicyError;
+use super::limit::{hash, Limit};
+use crate::algorithm::Algorithm;
 use crate::penalty::PenaltyBox;
-use crate::quota::{Quota, QuotaError};
+use crate::quota::Quota;
 
 /// The most limits one policy may hold. Decisions keep one outcome per
 /// limit inline, without allocating.
 pub const MAX_LIMITS: usize = 8;
-
-/// One named limit: an algorithm enforcing a quota.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Limit {
-    name: Arc<str>,
-    algorithm: Algorithm,
-    quota: Quota,
-    rule: Rule,
-    /// Given a name by the user, rather than named after its quota.
-    named: bool,
-    /// Counts requests in flight (see [`Limit::concurrent`]), not requests
-    /// made.
-    concurrent: bool,
-    /// `name:algorithm:quota`, after the scope for an anonymous limit: what
-    /// identifies this limit's state in a backend, the same in every process.
-    identity: Box<str>,
-    /// A hash of `identity`, for backends that key by number.
-    id: u64,
-}
-
-impl Limit {
-    /// A limit named `name` enforcing `quota` with `algorithm`.
-    ///
-    /// Names appear in the `RateLimit` headers, so they must be 1 to 64
-    /// characters of printable ASCII without `"` or `\`. A burst is only
-    /// accepted by the bucket algorithms.
-    pub fn new(
-        name: impl Into<Arc<str>>,
-        algorithm: Algorithm,
-        quota: Quota,
-    ) -> Result<Self, PolicyError> {
-        let name = name.into();
-        let printable = |c: char| (c.is_ascii_graphic() && c != '"' && c != '\\') || c == ' ';
-        if name.is_empty() || name.len() > 64 || !name.chars().all(printable) {
-            return Err(PolicyError::InvalidName(name.to_string()));
-        }
-        Self::with_name(name, true, algorithm, quota)
-    }
-
-    /// A limit of `permits` requests *in flight* at once (the IETF quota
-    /// unit `concurrent-requests`): a request holds a permit from its
-    /// admission until its response body has been sent or dropped.
-    ///
-    /// Each permit is a lease ([`DEFAULT_LEASE`](Self::DEFAULT_LEASE), or
-    /// [`lease`](Self::lease)), renewed while the request lasts, so a permit
-    /// whose holder died (a crashed server, on Redis) comes back by itself
-    /// after at most one lease. It can sit in a policy beside rate limits,
-    /// all or nothing. A permit is a sliding-log entry that leaves early when
-    /// released, so the memory and Redis backends keep it exactly as they
-    /// keep a log.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_ratelimit::{Algorithm, Limit, Policy};
-    ///
-    /// let slow = Policy::builder()
-    ///     .with(Limit::concurrent("in-flight", 2)?.lease(Duration::from_secs(15))?)
-    ///     .limit("rate", Algorithm::Gcra, "10/s".parse()?)
-    ///     .build()?;
-    /// assert!(slow.limits()[0].is_concurrent());
-    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:2/15s");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn concurrent(name: impl Into<Arc<str>>, permits: u32) -> Result<Self, PolicyError> {
-        let quota = Quota::new(permits, Self::DEFAULT_LEASE)?;
-        let limit = Self::new(name, Algorithm::SlidingLog, quota)?;
-        Ok(limit.with_kind(true))
-    }
-
-    /// How long a permit of a [`concurrent`](Self::concurrent) limit lasts
-    /// unless renewed, by default.
-    pub const DEFAULT_LEASE: std::time::Duration = std::time::Duration::from_secs(30);
-
-    /// This limit of requests in flight with permits leased for `lease`
-    /// (renewed every half lease while the request lasts): how long a permit
-    /// whose holder died stays taken. An error for a limit of requests made,
-    /// or a lease the quota syntax cannot hold.
-    pub fn lease(self, lease: std::time::Duration) -> Result<Self, PolicyError> {
-        if !self.concurrent {
-            return Err(PolicyError::LeaseNotInFlight(self.name.to_string()));
-        }
-        let quota = Quota::new(self.quota.limit(), lease)?;
-        let limit = Self::with_name(self.name, self.named, Algorithm::SlidingLog, quota)?;
-        Ok(limit.with_kind(true))
-    }
-
-    /// The same limit, counting requests in flight (or not).
-    fn with_kind(self, concurrent: bool) -> Self {
-        let identity = identity_of(&self.name, self.kind_name(concurrent), self.quota);
-        Self {
-            id: hash(&identity),
-            identity: identity.into(),
-            concurrent,
-            ..self
-        }
-    }
-
-    /// What the identity calls this kind of limit: its algorithm, or
-    /// `concurrent`.
-    fn kind_name(&self, concurrent: bool) -> String {
-        if concurrent {
-            "concurrent".to_owned()
-        } else {
-            self.algorithm.to_string()
-        }
-    }
-
-    /// Whether the limit counts requests in flight ([`Limit::concurrent`]).
-    pub fn is_concurrent(&self) -> bool {
-        self.concurrent
-    }
-
-    /// A limit named after its quota, whose state is kept apart by the scope
-    /// it is used in (see the [`Policy`] docs).
-    pub(crate) fn anonymous(algorithm: Algorithm, quota: Quota) -> Result<Self, PolicyError> {
-        Self::with_name(quota.to_string().into(), false, algorithm, quota)
-    }
-
-    fn with_name(
-        name: Arc<str>,
-        named: bool,
-        algorithm: Algorithm,
-        quota: Quota,
-    ) -> Result<Self, PolicyError> {
-        if quota.burst().is_some() && !algorithm.takes_burst() {
-            return Err(PolicyError::BurstNotSupported {
-                limit: name.to_string(),
-                algorithm,
-            });
-        }
-        let identity = identity_of(&name, algorithm.to_string(), quota);
-        Ok(Self {
-            rule: Rule::new(algorithm, quota),
-            id: hash(&identity),
-            identity: identity.into(),
-            named,
-            concurrent: false,
-            name,
-            algorithm,
-            quota,
-        })
-    }
-
-    /// This limit with `1 / servers` of its quota (rounded up, at least 1;
-    /// the burst too), under the same identity: each server's share while
-    /// they cannot share state.
-    fn share(&self, servers: u32) -> Self {
-        let part = |n: u32| n.div_ceil(servers.max(1)).max(1);
-        let quota = self.quota;
-        let scaled = Quota::new(part(quota.limit()), quota.window())
-            .and_then(|q| match quota.burst() {
-                Some(burst) => q.with_burst(part(burst)),
-                None => Ok(q),
-            })
-            // A smaller limit over the same window is always valid; keep
-            // the whole quota should that ever change.
-            .unwrap_or(quota);
-        Self {
-            rule: Rule::new(self.algorithm, scaled),
-            quota: scaled,
-            ..self.clone()
-        }
-    }
-
-    /// This limit used in `scope`: an anonymous limit's identity becomes
-    /// `"scope"name:algorithm:quota` (the scope quoted and escaped; no name
-    /// contains `"`, so no named limit's identity can be the same); a named
-    /// limit stays as it is.
-    fn in_scope(&self, scope: &str) -> Self {
-        if self.named {
-            return self.clone();
-        }
-        let mut identity = String::with_capacity(scope.len() + self.identity.len() + 2);
-        identity.push('"');
-        for c in scope.chars() {
-            if matches!(c, '"' | '\\') {
-                identity.push('\\');
-            }
-            identity.push(c);
-        }
-        identity.push('"');
-        identity.push_str(&identity_of(
-            &self.name,
-            self.kind_name(self.concurrent),
-            self.quota,
-        ));
-        Self {
-            id: hash(&identity),
-            identity: identity.into(),
-            ..self.clone()
-        }
-    }
-
-    /// The limit's name: the one it was given, or its quota's text.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Whether the limit was given a name (and so shares its state with
-    /// every limit of that name, algorithm and quota on the same backend),
-    /// rather than named after its quota.
-    pub fn is_named(&self) -> bool {
-        self.named
-    }
-
-    /// The name, shared (for labels that outlive a request).
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) fn shared_name(&self) -> &Arc<str> {
-        &self.name
-    }
-
-    /// The algorithm enforcing it.
-    pub fn algorithm(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    /// Its quota.
-    pub fn quota(&self) -> Quota {
-        self.quota
-    }
-
-    /// The requests (or cost) the limit holds at once: the burst for the
-    /// bucket algorithms, otherwise the limit per window.
-    pub fn capacity(&self) -> u32 {
-        if self.algorithm.takes_burst() {
-            self.quota.capacity()
-        } else {
-            self.quota.limit()
-        }
-    }
-
-    pub(crate) fn rule(&self) -> &Rule {
-        &self.rule
-    }
-
-    /// `name:algorithm:quota` (for an anonymous limit in a scope,
-    /// `"scope"name:algorithm:quota`), stable across processes and releases:
-    /// what keeps limits' state apart in a shared backend (the Redis backend
-    /// puts it in its keys; a [`Backend`](crate::backend::Backend) of your own
-    /// can too).
-    ///
-    /// ```
-    /// use tower_ratelimit::{Algorithm, Limit, Policy};
-    /// let limit = Limit::new("burst", Algorithm::Gcra, "10/s burst 20".parse().unwrap()).unwrap();
-    /// assert_eq!(limit.identity(), "burst:gcra:10/s burst 20");
-    ///
-    /// let scoped = "2/min".parse::<Policy>().unwrap().scoped("GET /a");
-    /// assert_eq!(scoped.limits()[0].identity(), "\"GET /a\"2/min:sliding-window:2/min");
-    /// ```
-    pub fn identity(&self) -> &str {
-        &self.identity
-    }
-
-    /// A hash of [`identity`](Self::identity), within this process.
-    pub(crate) fn id(&self) -> u64 {
-        self.id
-    }
-}
-
-impl fmt::Debug for Limit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Limit({:?}: {} {})",
-            self.name, self.algorithm, self.quota
-        )
-    }
-}
 
 /// Limits a request must all pass. Cheap to clone: one reference count
 /// (policies are cloned for every request).
@@ -352,10 +85,10 @@ struct PolicyInner {
 
 /// What a policy says besides its limits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Settings {
-    count_denied: bool,
-    shadow: bool,
-    penalty: Option<PenaltyBox>,
+pub(super) struct Settings {
+    pub(super) count_denied: bool,
+    pub(super) shadow: bool,
+    pub(super) penalty: Option<PenaltyBox>,
 }
 
 impl PartialEq for Policy {
@@ -499,7 +232,10 @@ impl Policy {
             .downcast_ref()
     }
 
-    fn build_from(limits: Vec<Limit>, settings: Settings) -> Result<Policy, PolicyError> {
+    pub(super) fn build_from(
+        limits: Vec<Limit>,
+        settings: Settings,
+    ) -> Result<Policy, PolicyError> {
         if limits.is_empty() {
             return Err(PolicyError::Empty);
         }
@@ -507,11 +243,11 @@ impl Policy {
             return Err(PolicyError::TooManyLimits(limits.len()));
         }
         for (i, limit) in limits.iter().enumerate() {
-            if limits[..i].iter().any(|other| other.name == limit.name) {
-                return Err(PolicyError::DuplicateName(limit.name.to_string()));
+            if limits[..i].iter().any(|other| other.name() == limit.name()) {
+                return Err(PolicyError::DuplicateName(limit.name().to_string()));
             }
-            if limit.concurrent && settings.count_denied {
-                return Err(PolicyError::CountDeniedInFlight(limit.name.to_string()));
+            if limit.is_concurrent() && settings.count_denied {
+                return Err(PolicyError::CountDeniedInFlight(limit.name().to_string()));
             }
         }
         let penalty_identity = settings.penalty.map(|penalty| {
@@ -553,149 +289,4 @@ impl FromStr for Policy {
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         Self::parse_with(text, Algorithm::default())
     }
-}
-
-/// Builds a [`Policy`]; every problem is reported by [`PolicyBuilder::build`].
-#[derive(Clone, Debug, Default)]
-#[must_use]
-pub struct PolicyBuilder {
-    limits: Vec<Result<Limit, PolicyError>>,
-    settings: Settings,
-}
-
-impl PolicyBuilder {
-    /// Add a limit named `name` enforcing `quota` with `algorithm`.
-    pub fn limit(mut self, name: impl Into<Arc<str>>, algorithm: Algorithm, quota: Quota) -> Self {
-        self.limits.push(Limit::new(name, algorithm, quota));
-        self
-    }
-
-    /// Add `limit` as it is (a [`Limit::concurrent`], say).
-    pub fn with(mut self, limit: Limit) -> Self {
-        self.limits.push(Ok(limit));
-        self
-    }
-
-    /// Whether denied requests count against every limit (default: no).
-    ///
-    /// When they do, a client that keeps sending while denied stays denied: a
-    /// denied request is counted as if admitted, but never past a limit's
-    /// capacity, so a client that stops is free again after at most one
-    /// window (or one full refill).
-    pub fn count_denied(mut self, count: bool) -> Self {
-        self.settings.count_denied = count;
-        self
-    }
-
-    /// Shadow mode (a dry run): requests are decided, counted and reported
-    /// (metrics, logs, optionally headers) as usual, but a request the
-    /// policy denies is let through, never delayed. Its limits consume only
-    /// what an enforced policy would have admitted, so the reports show what
-    /// enforcing would do. Roll a new limit out this way, then turn shadow
-    /// off (with [`Policy::to_builder`]) without losing its state.
-    pub fn shadow(mut self, shadow: bool) -> Self {
-        self.settings.shadow = shadow;
-        self
-    }
-
-    /// Ban clients this policy denies too often (see [`PenaltyBox`](crate::policy::PenaltyBox)).
-    pub fn penalty(mut self, penalty: PenaltyBox) -> Self {
-        self.settings.penalty = Some(penalty);
-        self
-    }
-
-    /// The policy, or the first problem: no limits, more than [`MAX_LIMITS`],
-    /// a repeated name, or an invalid limit.
-    pub fn build(self) -> Result<Policy, PolicyError> {
-        let limits = self.limits.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Policy::build_from(limits, self.settings)
-    }
-}
-
-/// Why a policy or limit was rejected.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PolicyError {
-    /// The policy has no limits.
-    Empty,
-    /// More than [`MAX_LIMITS`] limits.
-    TooManyLimits(usize),
-    /// Two limits share a name.
-    DuplicateName(String),
-    /// A name that cannot appear in a header.
-    InvalidName(String),
-    /// A burst on an algorithm without one (fixed window, sliding log, sliding window).
-    BurstNotSupported {
-        /// The limit's name.
-        limit: String,
-        /// Its algorithm.
-        algorithm: Algorithm,
-    },
-    /// A quota in the text was invalid.
-    Quota(QuotaError),
-    /// Denied requests cannot count against a limit of requests in flight:
-    /// a refused request is never in flight.
-    CountDeniedInFlight(String),
-    /// A lease was given to a limit of requests made; only a limit of
-    /// requests in flight ([`Limit::concurrent`]) holds leases.
-    LeaseNotInFlight(String),
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Empty => f.write_str("invalid policy: it has no limits"),
-            Self::TooManyLimits(n) => write!(
-                f,
-                "invalid policy: {n} limits, more than the maximum of {MAX_LIMITS}"
-            ),
-            Self::DuplicateName(name) => {
-                write!(f, "invalid policy: two limits are named {name:?}")
-            }
-            Self::InvalidName(name) => write!(
-                f,
-                "invalid limit name {name:?}: use 1 to 64 printable ASCII characters without '\"' or '\\'"
-            ),
-            Self::BurstNotSupported { limit, algorithm } => write!(
-                f,
-                "invalid limit {limit:?}: {algorithm} has no burst; use token-bucket, leaky-bucket or gcra"
-            ),
-            Self::Quota(e) => e.fmt(f),
-            Self::CountDeniedInFlight(limit) => write!(
-                f,
-                "invalid policy: it counts denied requests, but {limit:?} counts requests in flight, which a refused request never is"
-            ),
-            Self::LeaseNotInFlight(limit) => write!(
-                f,
-                "invalid limit {limit:?}: only a limit of requests in flight (Limit::concurrent) takes a lease"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PolicyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Self::Quota(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<QuotaError> for PolicyError {
-    fn from(e: QuotaError) -> Self {
-        Self::Quota(e)
-    }
-}
-
-/// A limit's identity outside any scope: `name:algorithm:quota`.
-fn identity_of(name: &str, kind: String, quota: Quota) -> String {
-    format!("{name}:{kind}:{quota}")
-}
-
-/// A hash of a limit's identity, for backends that key by number.
-fn hash(identity: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    identity.hash(&mut hasher);
-    hasher.finish()
 }
