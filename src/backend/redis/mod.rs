@@ -12,7 +12,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
-use self::leases::{Leases, Spend};
+use self::leases::Leases;
 use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
 use super::{Backend, BackendError};
@@ -241,95 +241,6 @@ impl RedisBackend {
         })
     }
 
-    /// A request admitted from its lease (`spent`), which runs low: top the
-    /// lease up on its own, so that no request waits for it (nor for a Redis
-    /// that is down). Outside a runtime, the request waits.
-    fn top_up(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        want: u32,
-        spent: Decision,
-    ) -> Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>> {
-        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
-        let top_up = async move {
-            if let Some(leases) = &this.leases {
-                // A failure leaves the lease as it is.
-                let _ = this.lease(leases, &key, &policy, (0, want, 0)).await;
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(top_up);
-                Box::pin(std::future::ready(Ok(spent)))
-            }
-            Err(_) => Box::pin(async move {
-                top_up.await;
-                Ok(spent)
-            }),
-        }
-    }
-
-    /// What Redis is asked when the lease did not simply admit the request.
-    async fn after_spend(
-        &self,
-        spend: Spend,
-        key: &Key,
-        policy: &Policy,
-        cost: u32,
-    ) -> Result<Decision, BackendError> {
-        let (Some(leases), spend) = (&self.leases, spend) else {
-            return self.decide(key, policy, Ask::Check(cost), None).await;
-        };
-        let spend = match spend {
-            // The lease another request is taking, rather than a call of
-            // this request's own: at most one timeout.
-            Spend::Wait(arrived) => {
-                tokio::time::timeout(self.timeout, arrived)
-                    .await
-                    .map_err(|_| {
-                        BackendError::new(format!("no lease from Redis within {:?}", self.timeout))
-                    })?;
-                match leases.spend(key, policy, cost) {
-                    Spend::Spent(spent) => return Ok(spent),
-                    Spend::Refill { want, spent } => {
-                        return self.top_up(key, policy, want, spent).await;
-                    }
-                    Spend::Wait(_) => Spend::Alone,
-                    other => other,
-                }
-            }
-            other => other,
-        };
-        match spend {
-            Spend::Lease { want, back } => {
-                self.lease(leases, key, policy, (cost, want, back)).await
-            }
-            _ => self.decide(key, policy, Ask::Check(cost), None).await,
-        }
-    }
-
-    /// Decide a request of `cost` taking a lease of `want` units, giving
-    /// `back` back (see [`Leases`]); keep what it leaves to spend.
-    async fn lease(
-        &self,
-        leases: &Leases,
-        key: &Key,
-        policy: &Policy,
-        (cost, want, back): (u32, u32, u32),
-    ) -> Result<Decision, BackendError> {
-        let ask = Ask::Lease { cost, want, back };
-        let taking = leases.taking(key, policy, cost == 0);
-        let result = self.call(key, policy, ask, None).await;
-        let left = |(decision, granted): &(Decision, u64)| {
-            let left = u32::try_from(*granted).unwrap_or(0).saturating_sub(cost);
-            (left, decision.is_allowed().then_some(*decision))
-        };
-        let (units, decision) = result.as_ref().map_or((0, None), left);
-        taking.done(units, decision);
-        result.map(|(decision, _)| decision)
-    }
-
     async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
         match &self.conn {
             Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
@@ -392,17 +303,9 @@ impl Backend for RedisBackend {
         if let Some(denied) = self.denials.as_ref().and_then(|d| d.get(key, policy, cost)) {
             return Box::pin(std::future::ready(Ok(denied)));
         }
-        let spend = match &self.leases {
-            Some(leases) if cost > 0 && Leases::eligible(policy) => {
-                match leases.spend(key, policy, cost) {
-                    Spend::Spent(spent) => return Box::pin(std::future::ready(Ok(spent))),
-                    Spend::Refill { want, spent } => {
-                        return self.top_up(key, policy, want, spent);
-                    }
-                    other => other,
-                }
-            }
-            _ => Spend::Alone,
+        let spend = match self.spend_leased(key, policy, cost) {
+            Ok(spend) => spend,
+            Err(answered) => return answered,
         };
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
