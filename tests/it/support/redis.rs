@@ -61,11 +61,24 @@ impl RedisServer {
     }
 
     /// Start `program` (redis-server or valkey-server) with extra arguments.
+    /// A free port can be taken by another test between being found and
+    /// being bound: a server that exits at once is started again elsewhere.
     pub fn start_with(program: &str, extra: &[&str]) -> Self {
+        for _ in 0..4 {
+            if let Some(server) = Self::try_spawn(program, free_port(), temp_dir("redis"), extra) {
+                return server;
+            }
+        }
         Self::spawn(program, free_port(), temp_dir("redis"), extra)
     }
 
     fn spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Self {
+        Self::try_spawn(program, port, dir, extra)
+            .unwrap_or_else(|| panic!("{program} on port {port} did not start"))
+    }
+
+    /// The server, once it answers; `None` if it exited (its port taken).
+    fn try_spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Option<Self> {
         let child = Command::new(program)
             .args([
                 "--port",
@@ -86,9 +99,8 @@ impl RedisServer {
             .unwrap_or_else(|e| {
                 panic!("cannot start {program}: {e} (scripts/test installs redis-server)")
             });
-        let server = Self { child, port, dir };
-        server.wait_ready();
-        server
+        let mut server = Self { child, port, dir };
+        server.wait_ready().then_some(server)
     }
 
     pub fn url(&self) -> String {
@@ -105,15 +117,19 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
-    fn wait_ready(&self) {
+    /// Whether the server answers within 10 s (false at once if it exited).
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if self.cli(&["PING"]) == "PONG" {
-                return;
+                return true;
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
             }
             sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not start", self.port);
+        false
     }
 
     /// EVALSHA calls the server has answered so far.
