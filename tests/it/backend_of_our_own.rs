@@ -21,6 +21,7 @@ use tower_ratelimit::key::{Key, KeyError, KeyExtractor};
 use tower_ratelimit::layer::{NoPolicy, PolicyResolver};
 use tower_ratelimit::{Decision, Policy, RateLimitLayer};
 
+use crate::support::http::ok;
 use crate::support::Broken;
 
 /// A backend of our own: GCRA state in a `HashMap`, on a clock we move by
@@ -80,10 +81,6 @@ impl PolicyResolver for WritesOnly {
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
         (req.method != http::Method::GET).then(|| self.0.clone())
     }
-}
-
-fn ok() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
-    service_fn(|_: Request<()>| ready(Ok::<_, Infallible>(Response::new(Full::from("ok")))))
 }
 
 fn post(host: &str) -> Request<()> {

@@ -3,36 +3,15 @@
 //! that look like structure, address rotation inside one IPv6 /64. No panic,
 //! no bypass, no collision, no 5xx; every answer a 200, 400 or 429.
 
-use std::convert::Infallible;
-use std::future::ready;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
-use http_body_util::Full;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use http::HeaderValue;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::{ClientIp, Header, KeyExtractor};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
+use crate::support::http::{ok, statuses};
 use crate::support::request;
-
-fn ok() -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
-    service_fn(|_: Request<()>| ready(Ok::<_, Infallible>(Response::new(Full::from("ok")))))
-}
-
-/// Statuses of `n` copies of one request.
-async fn statuses<S>(svc: &S, make: impl Fn() -> Request<()>, n: usize) -> Vec<u16>
-where
-    S: Service<Request<()>, Response = Response<tower_ratelimit::layer::ResponseBody<Full<Bytes>>>>
-        + Clone,
-    S::Error: std::fmt::Debug,
-{
-    let mut out = Vec::new();
-    for _ in 0..n {
-        out.push(svc.clone().oneshot(make()).await.unwrap().status().as_u16());
-    }
-    out
-}
 
 #[tokio::test]
 async fn a_megabyte_header_is_no_key_and_no_trouble() {

@@ -686,16 +686,15 @@ fn the_layer_is_clone_and_debug() {
 }
 
 /// Statuses of `n` requests to `path` from one user.
+/// Statuses of `n` requests from alice to `path`.
 async fn statuses(app: &Router, path: &str, n: usize) -> Vec<u16> {
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let req = Request::get(path)
+    let alice = || {
+        Request::get(path)
             .header("x-user-id", "alice")
             .body(Body::empty())
-            .unwrap();
-        out.push(app.clone().oneshot(req).await.unwrap().status().as_u16());
-    }
-    out
+            .unwrap()
+    };
+    crate::support::http::statuses(app, alice, n).await
 }
 
 fn routes_app(layer: RateLimitLayer<Header, RoutePolicies>) -> Router {

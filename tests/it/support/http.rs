@@ -43,3 +43,28 @@ pub async fn send(
         String::from_utf8(body.to_vec()).unwrap(),
     )
 }
+
+/// A service that answers every request 200 "ok".
+pub fn ok() -> impl tower::Service<
+    http::Request<()>,
+    Response = http::Response<http_body_util::Full<bytes::Bytes>>,
+    Error = std::convert::Infallible,
+> + Clone {
+    tower::service_fn(|_: http::Request<()>| {
+        std::future::ready(Ok(http::Response::new(http_body_util::Full::from("ok"))))
+    })
+}
+
+/// The statuses of `n` requests `make` makes, each through a clone of `svc`.
+pub async fn statuses<S, Req, ResB>(svc: &S, make: impl Fn() -> Req, n: usize) -> Vec<u16>
+where
+    S: tower::Service<Req, Response = http::Response<ResB>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    use tower::ServiceExt;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(svc.clone().oneshot(make()).await.unwrap().status().as_u16());
+    }
+    out
+}
