@@ -16,12 +16,13 @@ use super::config::Config;
 use super::decide::{decide, Action};
 use super::observe::Report;
 use super::permit::{self, Held};
+use super::response::Refused;
 use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
 use crate::decision::Origin;
-use crate::key::Key;
+use crate::key::{Key, RequestHead};
 use crate::{Decision, Policy};
 
 pin_project! {
@@ -284,9 +285,14 @@ where
                             p.call(config, None, origin, false, false)
                         }
                         Action::Refuse(decision) => {
-                            let mut response = config.limited.respond(
+                            let refused = Refused {
                                 decision,
-                                &p.ask.policy,
+                                policy: &p.ask.policy,
+                                key: &p.ask.key,
+                                request: &RequestHead::from(&p.req),
+                            };
+                            let mut response = config.limited.respond(
+                                &refused,
                                 config.headers,
                                 config.retry_jitter,
                             );

@@ -69,7 +69,7 @@ pub use future::ResponseFuture;
 pub use headers::HeaderStyle;
 pub use lists::AccessLists;
 pub use observe::offenders::{Offender, TopOffenders};
-pub use response::{LimitedFn, LimitedResponse};
+pub use response::{LimitedFn, LimitedResponse, Refused};
 pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};
 pub use service::RateLimit;
 pub use settle::ResponseHead;

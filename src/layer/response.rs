@@ -10,11 +10,42 @@ use http::{Response, StatusCode};
 
 use super::headers::{self, HeaderStyle};
 use super::rendered::{push_u64, Rendered};
-use crate::key::KeyError;
+use crate::key::{Key, KeyError, RequestHead};
 use crate::{Decision, Micros, Policy, Verdict};
 
 /// A function that renders the response to a limited request.
-pub type LimitedFn = dyn Fn(&Decision, &Policy) -> Response<Bytes> + Send + Sync;
+pub type LimitedFn = dyn Fn(&Refused<'_>) -> Response<Bytes> + Send + Sync;
+
+/// What a custom refusal ([`LimitedResponse::custom`]) is told: the
+/// decision, the policy, the key the request was counted against, and the
+/// request's head.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Refused<'a> {
+    /// What the policy said.
+    pub decision: &'a Decision,
+    /// The policy that refused the request.
+    pub policy: &'a Policy,
+    /// Who the request was counted against (redact it before logging:
+    /// [`Key::redacted`]).
+    pub key: &'a Key,
+    /// The refused request's method, target, headers and extensions.
+    pub request: &'a RequestHead<'a>,
+}
+
+impl Refused<'_> {
+    /// The name of the limit that refused the request (`penalty-box` for a
+    /// ban).
+    pub fn limit_name(&self) -> &str {
+        if self.decision.is_banned() {
+            return "penalty-box";
+        }
+        self.policy
+            .limits()
+            .get(self.decision.decided_by())
+            .map_or("", |limit| limit.name())
+    }
+}
 
 /// How a limited request is answered.
 ///
@@ -32,10 +63,13 @@ pub type LimitedFn = dyn Fn(&Decision, &Policy) -> Response<Bytes> + Send + Sync
 ///
 /// ```
 /// use tower_ratelimit::layer::LimitedResponse;
-/// let plain = LimitedResponse::custom(|_decision, _policy| {
+///
+/// // Plain text, naming the limit and the path.
+/// let plain = LimitedResponse::custom(|refused| {
+///     let text = format!("{} is limited by {}", refused.request.uri.path(), refused.limit_name());
 ///     http::Response::builder()
 ///         .status(429)
-///         .body(bytes::Bytes::from_static(b"slow down"))
+///         .body(bytes::Bytes::from(text))
 ///         .unwrap()
 /// });
 /// ```
@@ -51,17 +85,19 @@ pub enum LimitedResponse {
 }
 
 impl LimitedResponse {
-    /// Answer limited requests with `f`.
+    /// Answer limited requests with `f`, which sees what refused them
+    /// ([`Refused`]).
     pub fn custom<F>(f: F) -> Self
     where
-        F: Fn(&Decision, &Policy) -> Response<Bytes> + Send + Sync + 'static,
+        F: Fn(&Refused<'_>) -> Response<Bytes> + Send + Sync + 'static,
     {
         Self::Custom(Arc::new(f))
     }
 
-    fn render(&self, decision: &Decision, policy: &Policy) -> Response<Bytes> {
+    fn render(&self, refused: &Refused<'_>) -> Response<Bytes> {
+        let (decision, policy) = (refused.decision, refused.policy);
         let problem = match self {
-            Self::Custom(f) => return f(decision, policy),
+            Self::Custom(f) => return f(refused),
             Self::Json => false,
             Self::ProblemJson => true,
         };
@@ -111,12 +147,12 @@ impl LimitedResponse {
     /// headers in `style`, and `Retry-After` with up to `jitter` added.
     pub(super) fn respond(
         &self,
-        decision: &Decision,
-        policy: &Policy,
+        refused: &Refused<'_>,
         style: HeaderStyle,
         jitter: Micros,
     ) -> Response<Bytes> {
-        let mut response = self.render(decision, policy);
+        let (decision, policy) = (refused.decision, refused.policy);
+        let mut response = self.render(refused);
         headers::write(response.headers_mut(), style, policy, decision);
         if let Some(retry) = decision.retry_after_micros() {
             headers::write_retry_after(response.headers_mut(), retry, jitter);

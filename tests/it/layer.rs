@@ -22,7 +22,7 @@ use tower_ratelimit::layer::HeaderStyle;
 use tower_ratelimit::layer::{
     cost_fn, policy_fn, LimitedResponse, NoPolicy, OnKeyError, RoutePolicies,
 };
-use tower_ratelimit::{Algorithm, Decision, Policy, Quota, RateLimitLayer};
+use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 fn policy(text: &str) -> Policy {
     text.parse().unwrap()
@@ -231,11 +231,14 @@ async fn problem_json_and_custom_responses() {
     assert_eq!(headers["content-type"], "application/problem+json");
     assert!(body.starts_with(r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"Rate limit \"1/min\" exceeded","error":"rate_limit_exceeded","limit":1,"window":"1m","retry_after_seconds":"#), "{body}");
 
-    let custom = LimitedResponse::custom(|decision: &Decision, policy: &Policy| {
-        let name = policy.limits()[decision.decided_by()].name().to_owned();
+    let custom = LimitedResponse::custom(|refused| {
+        let name = refused.limit_name();
+        // It sees whom the request was counted against, and the request.
+        let who = refused.key.namespace();
+        let path = refused.request.uri.path();
         Response::builder()
             .status(StatusCode::TOO_MANY_REQUESTS)
-            .body(Bytes::from(format!("slow down ({name})")))
+            .body(Bytes::from(format!("slow down ({name}, {who}, {path})")))
             .unwrap()
     });
     let layer = RateLimitLayer::new(policy("1/min"))
@@ -248,7 +251,10 @@ async fn problem_json_and_custom_responses() {
     let (status, headers, body) = read(svc.clone().oneshot(user("a")).await.unwrap()).await;
     assert_eq!(
         (status, body.as_str()),
-        (StatusCode::TOO_MANY_REQUESTS, "slow down (1/min)")
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            "slow down (1/min, global, /)"
+        )
     );
     assert!(headers.contains_key("retry-after") && headers.contains_key("ratelimit"));
 }
