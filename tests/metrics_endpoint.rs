@@ -3,7 +3,7 @@
 #![cfg(feature = "metrics")]
 
 #[allow(dead_code)]
-#[path = "../examples/server.rs"]
+#[path = "../examples/server/main.rs"]
 mod server;
 #[path = "it/support/mod.rs"]
 mod support;

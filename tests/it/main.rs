@@ -5,7 +5,7 @@
 mod support;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../examples/server.rs"]
+#[path = "../../examples/server/main.rs"]
 mod server;
 
 mod algorithms;

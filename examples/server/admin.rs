@@ -1,0 +1,184 @@
+//! The operating surface: `/metrics`, `/admin/*` (limits, top offenders), `/` and `/api/quota`.
+
+use super::*;
+
+/// The process's Prometheus recorder, installed by the first app built
+/// (`None` if another recorder was installed first).
+pub(super) fn prometheus() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let latency = [1e-6, 1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 0.025, 0.1];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Full("ratelimit_decision_seconds".into()),
+                    &latency,
+                )
+                .ok()?
+                .install_recorder()
+                .ok()?;
+            // Histograms are drained periodically; the exporter leaves that to us.
+            let upkeep = handle.clone();
+            std::thread::spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
+            Some(handle)
+        })
+        .as_ref()
+}
+
+/// The most denied keys, redacted (`?n=`: how many, default 20).
+pub(super) async fn top_offenders<B>(
+    State(state): State<AppState<B>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
+    let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(20);
+    let top = state.top.top(usize::min(n, 100));
+    Json(Value::Array(
+        top.into_iter()
+            .map(|o| json!({ "key": o.key, "denied": o.count, "error": o.error }))
+            .collect(),
+    ))
+}
+
+/// What `policy` enforces, as JSON.
+pub(super) fn describe(policy: &Policy) -> Value {
+    let limits: Vec<Value> = policy
+        .limits()
+        .iter()
+        .map(|l| json!({ "name": l.name(), "algorithm": l.algorithm().to_string(), "quota": l.quota().to_string() }))
+        .collect();
+    json!({
+        "limits": limits,
+        "shadow": policy.is_shadow(),
+        "penalty_box": policy.penalty().map(|p| json!({
+            "strikes": p.strikes(),
+            "within_seconds": p.within().as_secs(),
+            "ban_seconds": p.ban().as_secs(),
+            "max_ban_seconds": p.longest_ban().as_secs(),
+        })),
+    })
+}
+
+/// Every route's limits now.
+pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
+    let routes = state.routes.iter().map(|route| match &route.live {
+        Some(live) => {
+            json!({ "route": route.path, "replaceable": true, "policy": describe(&live.current()) })
+        }
+        None => json!({ "route": route.path, "replaceable": false, "about": route.about }),
+    });
+    Json(Value::Array(routes.collect()))
+}
+
+/// `PUT /admin/limits/{route}`: replace a route's limits, live.
+pub(super) async fn replace_limits<B>(
+    State(state): State<AppState<B>>,
+    Path(route): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    let error =
+        |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
+    let presented = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let authorized = match (&state.admin_token, presented) {
+        (Some(token), Some(presented)) => same_secret(token.as_bytes(), presented.as_bytes()),
+        _ => false,
+    };
+    if !authorized {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "a valid bearer token is required".into(),
+        );
+    }
+    let path = format!("/{}", route.trim_start_matches('/'));
+    let Some(route) = state.routes.iter().find(|r| r.path == path) else {
+        return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}"));
+    };
+    let Some(live) = &route.live else {
+        return error(
+            StatusCode::CONFLICT,
+            format!("{path}'s limits follow the caller's tier"),
+        );
+    };
+    let old = live.current();
+    // One unnamed quota for a route of one limit keeps the limit's name
+    // (and so its metrics label); unnamed limits are kept to this route.
+    let text = match &old.limits() {
+        [limit] if !body.contains('=') => format!("{} = {}", limit.name(), body.trim()),
+        _ => body.trim().to_owned(),
+    };
+    let policy = match Policy::parse_with(&text, state.algorithm) {
+        Ok(policy) => policy.scoped(&path),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    // The route keeps its own settings (shadow mode, penalty box).
+    let mut builder = policy.to_builder().shadow(old.is_shadow());
+    if let Some(penalty) = old.penalty() {
+        builder = builder.penalty(*penalty);
+    }
+    let policy = match builder.build() {
+        Ok(policy) => policy,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let described = describe(&policy);
+    live.replace(policy);
+    Json(json!({ "route": path, "policy": described })).into_response()
+}
+
+/// Equal secrets, compared in time that does not depend on where they differ.
+pub(super) fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub(super) async fn index<B>(State(state): State<AppState<B>>) -> String {
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\nPOST /api/login  form user=<name>&password=<pw> (demo is right): 5 failures per 15 min per IP and user\nGET /api/tokens?n=<k>  reports x-tokens-used: k; 1000 tokens/min per user, reserved 100, settled after\nGET /api/slow?ms=<n>  a body streamed over n ms; at most 2 in flight per user\n");
+    for route in state.routes.iter() {
+        text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
+    }
+    text
+}
+
+/// Each route's limits for the caller, peeked with cost 0.
+pub(super) async fn quota<B: Backend>(
+    State(state): State<AppState<B>>,
+    req: Request,
+) -> Json<Value> {
+    let mut routes = Vec::new();
+    for route in state.routes.iter() {
+        let (key, policy) = {
+            let head = RequestHead::from(&req);
+            ((route.peek_key)(&head), (route.policy)(&head))
+        };
+        let (Ok(key), Some(policy)) = (key, policy) else {
+            routes.push(json!({ "route": route.path, "limits": null }));
+            continue;
+        };
+        let decision = match state.backend.check(&key, &policy, 0).await {
+            Ok(decision) => decision,
+            Err(e) => {
+                routes.push(json!({ "route": route.path, "error": e.to_string() }));
+                continue;
+            }
+        };
+        let limits: Vec<Value> = policy
+            .limits()
+            .iter()
+            .zip(decision.outcomes())
+            .map(|(limit, outcome)| {
+                json!({
+                    "name": limit.name(),
+                    "limit": outcome.limit(),
+                    "remaining": outcome.remaining(),
+                    "reset_seconds": outcome.reset_after().as_secs_f64().ceil() as u64,
+                })
+            })
+            .collect();
+        routes.push(json!({ "route": route.path, "limits": limits }));
+    }
+    Json(Value::Array(routes))
+}

@@ -1,0 +1,120 @@
+//! What the environment configures: `ADDR`, `REDIS_URL`, `ALGORITHM`, the failure rule, lists, the admin token.
+
+use super::*;
+
+/// What the environment configures.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `ALGORITHM`: the algorithm of every limit (default sliding-window).
+    pub algorithm: Algorithm,
+    /// `TRUSTED_PROXIES`: comma-separated CIDRs (default none).
+    pub trusted_proxies: Vec<IpNet>,
+    /// `ON_STORE_FAILURE`: what decides while Redis is down (default local).
+    pub on_store_failure: StoreFailure,
+    /// `STORE_TIMEOUT_MS`: how long a Redis decision may take (default 50).
+    pub store_timeout: std::time::Duration,
+    /// `SERVERS`: how many servers share the limits; while Redis is down,
+    /// each enforces its share (default 1).
+    pub servers: u32,
+    /// `SHADOW=1`: every limit in shadow mode.
+    pub shadow: bool,
+    /// `DENY_CIDRS`: clients refused with 403.
+    pub deny_cidrs: Vec<IpNet>,
+    /// `ALLOW_CIDRS`: clients never limited.
+    pub allow_cidrs: Vec<IpNet>,
+    /// `ADMIN_TOKEN`: when set, limits can be replaced over HTTP with it.
+    pub admin_token: Option<String>,
+    /// `LEASED=1`: on Redis, every limit is leased (shares for `SERVERS`).
+    pub leased: bool,
+}
+
+/// What decides while the store is down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Each server's memory, to its share of each limit.
+    Local,
+    /// Nothing: requests pass unlimited.
+    Open,
+    /// Nothing: requests are refused with 503.
+    Closed,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::SlidingWindow,
+            trusted_proxies: Vec::new(),
+            on_store_failure: StoreFailure::Local,
+            store_timeout: std::time::Duration::from_millis(50),
+            servers: 1,
+            shadow: false,
+            deny_cidrs: Vec::new(),
+            allow_cidrs: Vec::new(),
+            admin_token: None,
+            leased: false,
+        }
+    }
+}
+
+/// `name`'s comma-separated networks.
+pub(super) fn networks(name: &str) -> Result<Vec<IpNet>, String> {
+    std::env::var(name)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().map_err(|e| format!("{name}: {s:?}: {e}")))
+        .collect()
+}
+
+/// `name`'s value parsed, or `default` when it is unset.
+pub(super) fn env_or<T>(
+    name: &str,
+    default: T,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, String> {
+    match std::env::var(name) {
+        Ok(text) => parse(text.trim()).ok_or_else(|| format!("{name}: {text:?} is not valid")),
+        Err(_) => Ok(default),
+    }
+}
+
+impl Config {
+    /// Read the environment, with a clear error for bad values.
+    pub fn from_env() -> Result<Self, String> {
+        let algorithm = match std::env::var("ALGORITHM") {
+            Ok(name) => name.parse().map_err(|e| format!("ALGORITHM: {e}"))?,
+            Err(_) => Algorithm::SlidingWindow,
+        };
+        let trusted_proxies = networks("TRUSTED_PROXIES")?;
+        let on_store_failure = env_or("ON_STORE_FAILURE", StoreFailure::Local, |v| match v {
+            "local" => Some(StoreFailure::Local),
+            "open" => Some(StoreFailure::Open),
+            "closed" => Some(StoreFailure::Closed),
+            _ => None,
+        })
+        .map_err(|e| format!("{e} (expected local, open or closed)"))?;
+        let store_timeout = env_or("STORE_TIMEOUT_MS", 50, |v| v.parse().ok())?;
+        let servers = env_or("SERVERS", 1, |v| v.parse().ok().filter(|n| *n > 0))?;
+        let flag = |v: &str| match v {
+            "1" | "true" => Some(true),
+            "0" | "false" | "" => Some(false),
+            _ => None,
+        };
+        let shadow = env_or("SHADOW", false, flag)?;
+        let leased = env_or("LEASED", false, flag)?;
+        let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+        Ok(Self {
+            algorithm,
+            trusted_proxies,
+            on_store_failure,
+            store_timeout: std::time::Duration::from_millis(store_timeout),
+            servers,
+            shadow,
+            deny_cidrs: networks("DENY_CIDRS")?,
+            allow_cidrs: networks("ALLOW_CIDRS")?,
+            admin_token,
+            leased,
+        })
+    }
+}

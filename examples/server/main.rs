@@ -1,0 +1,289 @@
+//! The demo server: every kind of limit the crate offers, on one axum app.
+//!
+//! ```sh
+//! cargo run --example server
+//! ALGORITHM=gcra ADDR=127.0.0.1:8080 cargo run --example server
+//! TRUSTED_PROXIES=10.0.0.0/8,192.168.0.0/16 cargo run --example server
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example server --features redis
+//! REDIS_URL=redis://10.0.0.1:7000,redis://10.0.0.2:7000 cargo run --example server --features redis-cluster
+//! ```
+//!
+//! With `REDIS_URL` every limit lives in Redis, so any number of copies of
+//! this server share them. A URL list (comma-separated) or a
+//! `redis+cluster://host:port` URL means Redis Cluster. While Redis is down
+//! (a decision takes longer than `STORE_TIMEOUT_MS`, default 50), requests
+//! are decided by `ON_STORE_FAILURE`:
+//!
+//! * `local` (default): each server limits on its own, to its share of each
+//!   limit — the limit divided by `SERVERS` (default 1), rounded up;
+//! * `open`: let requests through unlimited;
+//! * `closed`: refuse them with 503.
+//!
+//! With `LEASED=1` each server leases shares of every limit from Redis (see
+//! `RedisBackendBuilder::leased`, sized for `SERVERS`) and spends them
+//! locally: one Redis call per share instead of one per request.
+//!
+//! On one Redis server, a circuit breaker stops asking it after 5 failures
+//! in a row, so an outage costs the timeout a handful of times, not on every
+//! request; one probe at a time finds Redis again. On a cluster there is no
+//! breaker, so that one primary down only affects the keys in its slots.
+//!
+//! | route | limit |
+//! |---|---|
+//! | `GET /`, `GET /health` | none |
+//! | `GET /api/user` | 100/min per user (`x-user-id`, else client IP) |
+//! | `GET /api/ip` | 30/min per client IP |
+//! | `GET /api/search` | 10/min per user per endpoint |
+//! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401 |
+//! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
+//! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
+//! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
+//! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
+//! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
+//!
+//! `/api/ip` also has a penalty box: a client denied 10 times within a
+//! minute is banned for 5 minutes, doubling on repeat up to an hour.
+//!
+//! Operating it:
+//!
+//! | route or variable | what |
+//! |---|---|
+//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency |
+//! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20) |
+//! | `GET /admin/limits` | each route's limits now |
+//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`); 401 without the token; 404 when `ADMIN_TOKEN` is unset |
+//! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
+//! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
+//!
+//! ```sh
+//! SHADOW=1 DENY_CIDRS=203.0.113.0/24 ADMIN_TOKEN=s3cret cargo run --example server
+//! curl -X PUT -H 'authorization: Bearer s3cret' --data '20/min' localhost:3000/admin/limits/api/ip
+//! curl localhost:3000/metrics | grep ratelimit_
+//! ```
+
+// One file per concern; `#[path]` so that the same files serve the example
+// binary and the tests that include it as a module.
+#[path = "admin.rs"]
+mod admin;
+#[path = "config.rs"]
+mod config;
+#[path = "login.rs"]
+mod login;
+#[path = "routes.rs"]
+mod routes;
+#[path = "slow.rs"]
+mod slow;
+#[path = "tokens.rs"]
+mod tokens;
+
+use admin::*;
+pub use config::{Config, StoreFailure};
+use routes::*;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use ipnet::IpNet;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde_json::{json, Value};
+use tower_ratelimit::backend::OnBackendError;
+use tower_ratelimit::backend::{Backend, MemoryBackend};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::key::RequestHead;
+use tower_ratelimit::key::{key_fn, ApiKey, ClientIp, Endpoint, Header, KeyError, KeyExtractor};
+use tower_ratelimit::layer::{policy_fn, AccessLists, PolicyResolver, Shadow, TopOffenders};
+use tower_ratelimit::policy::PenaltyBox;
+use tower_ratelimit::{Algorithm, Live, Policy, Quota, RateLimitLayer};
+
+/// The demo app, every route's limits kept in `backend`.
+pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
+    let routes: Arc<[Route]> = routes(config).into();
+    let top = TopOffenders::new(100);
+    let lists = (!config.deny_cidrs.is_empty() || !config.allow_cidrs.is_empty()).then(|| {
+        let lists = AccessLists::new().client_ip(client_ip(config));
+        let lists = config
+            .deny_cidrs
+            .iter()
+            .fold(lists, |l, net| l.deny_network(*net));
+        config
+            .allow_cidrs
+            .iter()
+            .fold(lists, |l, net| l.allow_network(*net))
+    });
+    let metrics = prometheus();
+    let mut app = Router::new()
+        .route("/", get(index::<B>))
+        .route("/health", get(|| async { "ok" }))
+        .route("/api/quota", get(quota::<B>))
+        .route(
+            "/metrics",
+            get(move || async move {
+                match metrics {
+                    Some(handle) => handle.render().into_response(),
+                    None => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "another metrics recorder is installed\n",
+                    )
+                        .into_response(),
+                }
+            }),
+        )
+        .route("/admin/top", get(top_offenders::<B>))
+        .route("/admin/limits", get(list_limits::<B>));
+    if config.admin_token.is_some() {
+        app = app.route("/admin/limits/{*route}", put(replace_limits::<B>));
+    }
+    let common = Common {
+        backend: backend.clone(),
+        on_error: match config.on_store_failure {
+            StoreFailure::Closed => OnBackendError::Deny,
+            StoreFailure::Local | StoreFailure::Open => OnBackendError::Allow,
+        },
+        shadow: config.shadow,
+        top: top.clone(),
+        lists,
+    };
+    for route in routes.iter() {
+        let (key, policy) = (route.key.clone(), route.policy.clone());
+        let limiter = common.layer(key_fn(move |r| key(r)), policy_fn(move |r| policy(r)));
+        let path = route.path;
+        let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
+        let handler = if path == "/api/key" {
+            handler.layer(middleware::from_fn(authenticate))
+        } else {
+            handler
+        };
+        app = app.route(path, handler);
+    }
+    let app = app
+        .route("/api/login", login::route(config, &common))
+        .route("/api/tokens", tokens::route(config, &common))
+        .route("/api/slow", slow::route(config, &common));
+    app.with_state(AppState {
+        backend,
+        routes,
+        top,
+        admin_token: config.admin_token.as_deref().map(Arc::from),
+        algorithm: config.algorithm,
+    })
+}
+
+/// What every limited route's layer shares.
+struct Common<B> {
+    backend: B,
+    on_error: OnBackendError,
+    shadow: bool,
+    top: TopOffenders,
+    lists: Option<AccessLists>,
+}
+
+impl<B: Backend> Common<B> {
+    /// A layer keyed by `key` with `policy`, on the shared backend, with
+    /// the failure rule, shadow mode, top offenders and lists.
+    fn layer<K: KeyExtractor, P: PolicyResolver>(
+        &self,
+        key: K,
+        policy: P,
+    ) -> RateLimitLayer<K, P, B> {
+        let layer = RateLimitLayer::new(policy)
+            .key(key)
+            .backend(self.backend.clone())
+            .on_backend_error(self.on_error)
+            .shadow(if self.shadow {
+                Shadow::DryRun
+            } else {
+                Shadow::Off
+            })
+            .top_offenders(self.top.clone());
+        match &self.lists {
+            Some(lists) => layer.lists(lists.clone()),
+            None => layer,
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let config = Config::from_env()?;
+    let addr: SocketAddr = std::env::var("ADDR")
+        .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
+        .parse()
+        .map_err(|e| format!("ADDR: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let (app, store) = match std::env::var("REDIS_URL") {
+        Ok(url) => (redis_app(&config, &url).await?, "Redis"),
+        Err(_) => (app(&config, MemoryBackend::new()), "in memory"),
+    };
+    println!(
+        "tower-ratelimit demo on http://{addr} ({} algorithm, {store})",
+        config.algorithm
+    );
+    for route in routes(&config) {
+        println!("  GET {:<13} {}", route.path, route.about);
+    }
+    println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The app on Redis: a cluster when `url` lists several nodes or says
+/// `redis+cluster://`, else one server.
+#[cfg(feature = "redis")]
+pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    use tower_ratelimit::backend::RedisBackend;
+    let nodes: Vec<String> = url
+        .split(',')
+        .map(|u| u.trim().replacen("redis+cluster://", "redis://", 1))
+        .collect();
+    if nodes.len() > 1 || url.starts_with("redis+cluster://") {
+        #[cfg(feature = "redis-cluster")]
+        {
+            // No breaker: one covers a whole backend, and a cluster with one
+            // primary down should fall back only for that primary's keys.
+            let mut cluster = RedisBackend::cluster_builder(nodes).timeout(config.store_timeout);
+            if config.leased {
+                cluster = cluster.leased(config.servers);
+            }
+            let cluster = cluster.connect().await?;
+            return Ok(on_store_failure(config, cluster));
+        }
+        #[cfg(not(feature = "redis-cluster"))]
+        return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
+    }
+    // Lazily connected: the server starts even while Redis is down, and
+    // decides by ON_STORE_FAILURE until it is up.
+    let mut redis = RedisBackend::builder(&nodes[0]).timeout(config.store_timeout);
+    if config.leased {
+        redis = redis.leased(config.servers);
+    }
+    let redis = redis.connect_lazy()?;
+    Ok(on_store_failure(config, redis.with_breaker()))
+}
+
+/// The app on `store`, decided by `ON_STORE_FAILURE` while it fails.
+#[cfg(feature = "redis")]
+fn on_store_failure<B: Backend>(config: &Config, store: B) -> Router {
+    match config.on_store_failure {
+        StoreFailure::Local => {
+            let local = MemoryBackend::builder().servers(config.servers).build();
+            app(config, store.or_fallback(local))
+        }
+        StoreFailure::Open | StoreFailure::Closed => app(config, store),
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+pub async fn redis_app(_: &Config, _: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
+}
