@@ -5,7 +5,13 @@
 //! [`Decision`]. The in-memory backend ([`MemoryBackend`]) answers at once
 //! with a ready future; a networked one (`RedisBackend`, feature `redis`)
 //! answers later; [`Fallback`] decides with a second backend while the first
-//! fails; [`Breaker`] stops asking a backend known to be down.
+//! fails; [`Breaker`] stops asking a backend known to be down; [`Either`]
+//! holds one of two, chosen at run time; [`StoreBackend`] decides on the
+//! state a store of your own keeps ([`StateStore`]).
+//!
+//! Use this module when limits must hold across servers (Redis), survive a
+//! store's outage (fallback, breaker), or live in your own store; the layer
+//! and the [`Limiter`](crate::Limiter) use the memory backend by default.
 //!
 //! ```
 //! use tower_ratelimit::backend::{Backend, MemoryBackend};
