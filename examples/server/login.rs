@@ -1,10 +1,12 @@
 //! `POST /api/login`: 5 failed logins per 15 minutes per client IP and
 //! user; successes never count.
+//!
+//! The limiter's key and the handler read the same form, parsed once: a
+//! form that repeats a field is refused with 400, so no client can be
+//! counted as one user and authenticated as another.
 
-use std::collections::HashMap;
-
-use axum::body::{to_bytes, Body};
-use axum::extract::{Form, Request};
+use axum::body::to_bytes;
+use axum::extract::{Extension, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -16,9 +18,12 @@ use tower_ratelimit::Policy;
 use super::routes::client_ip;
 use super::{Common, Config};
 
-/// The user a login form names, for the key.
+/// A login form, parsed once for the key and the handler alike.
 #[derive(Clone)]
-struct LoginUser(Vec<u8>);
+struct LoginForm {
+    user: Vec<u8>,
+    password: Vec<u8>,
+}
 
 /// Login forms are small; a larger body is refused before anything else.
 const MAX_FORM: usize = 4 * 1024;
@@ -29,13 +34,14 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
 ) -> MethodRouter<S> {
     let ip = client_ip(config);
     let key = key_fn(move |r| {
-        let user = r
+        let form = r
             .extensions
-            .get::<LoginUser>()
+            .get::<LoginForm>()
+            .filter(|f| !f.user.is_empty())
             .ok_or(KeyError::Missing("the form's user field"))?;
         Ok(Key::composite(&[
             ip.extract(r)?,
-            Key::new("login-user", &user.0),
+            Key::new("login-user", &form.user),
         ]))
     });
     let policy =
@@ -45,11 +51,13 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
     post(login)
         .layer(limiter)
-        .layer(middleware::from_fn(read_user))
+        .layer(middleware::from_fn(read_form))
 }
 
-/// Read the form's user (the key needs it) and hand the body on.
-async fn read_user(req: Request, next: Next) -> Response {
+/// Read the form once (the key and the handler both need it) and keep it
+/// in the request's extensions; a form too large or with a repeated field
+/// is refused here.
+async fn read_form(req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
     let Ok(bytes) = to_bytes(body, MAX_FORM).await else {
         return (
@@ -58,20 +66,36 @@ async fn read_user(req: Request, next: Next) -> Response {
         )
             .into_response();
     };
-    let user = form_field(&bytes, b"user").filter(|u| !u.is_empty());
-    if let Some(user) = user {
-        parts.extensions.insert(LoginUser(user));
+    match parse(&bytes) {
+        Ok(form) => {
+            parts.extensions.insert(form);
+            next.run(Request::from_parts(parts, axum::body::Body::empty()))
+                .await
+        }
+        Err(problem) => (StatusCode::BAD_REQUEST, problem).into_response(),
     }
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
 }
 
-/// Field `name` of an `a=1&b=2` form, percent-decoded (`+` is a
-/// space), as bytes: two different user names never read as one.
-fn form_field(body: &[u8], name: &[u8]) -> Option<Vec<u8>> {
-    body.split(|b| *b == b'&').find_map(|pair| {
-        let eq = pair.iter().position(|b| *b == b'=')?;
-        (decode(&pair[..eq]) == name).then(|| decode(&pair[eq + 1..]))
+/// The `user` and `password` of an `a=1&b=2` form, percent-decoded (`+`
+/// is a space), as bytes: two different user names never read as one. A
+/// field given twice is an error: which one counts would be a guess.
+fn parse(body: &[u8]) -> Result<LoginForm, &'static str> {
+    let (mut user, mut password) = (None, None);
+    for pair in body.split(|b| *b == b'&').filter(|p| !p.is_empty()) {
+        let eq = pair.iter().position(|b| *b == b'=').unwrap_or(pair.len());
+        let field = match &decode(&pair[..eq])[..] {
+            b"user" => &mut user,
+            b"password" => &mut password,
+            _ => continue,
+        };
+        if field.is_some() {
+            return Err("a login form names each field once\n");
+        }
+        *field = Some(decode(pair.get(eq + 1..).unwrap_or_default()));
+    }
+    Ok(LoginForm {
+        user: user.unwrap_or_default(),
+        password: password.unwrap_or_default(),
     })
 }
 
@@ -101,10 +125,11 @@ fn decode(text: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The password `demo` is right for every user.
-async fn login(Form(form): Form<HashMap<String, String>>) -> Response {
-    let user = form.get("user").map_or("", String::as_str);
-    if form.get("password").map(String::as_str) == Some("demo") {
+/// The password `demo` is right for every user: checked against exactly
+/// the form the limiter keyed the request by.
+async fn login(Extension(form): Extension<LoginForm>) -> Response {
+    if form.password == b"demo" {
+        let user = String::from_utf8_lossy(&form.user);
         format!("welcome, {user}\n").into_response()
     } else {
         (StatusCode::UNAUTHORIZED, "wrong user name or password\n").into_response()

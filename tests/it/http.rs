@@ -441,6 +441,41 @@ async fn failed_logins_are_limited_per_ip_and_user() {
 
 /// `GET /api/tokens?n=<k>`: 1000 tokens a minute per user, each request
 /// settled to the tokens it reports.
+/// The attack that walked through the login limit: the limiter keyed the
+/// first `user=` of the form and the handler authenticated the last.
+#[tokio::test]
+async fn a_repeated_form_field_can_neither_walk_through_nor_log_in() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let form = [("content-type", "application/x-www-form-urlencoded")];
+    let post =
+        |body: String| async move { send(addr, Method::POST, "/api/login", &form, &body).await };
+    // Guesses at one victim, each under a different decoy: never a 401,
+    // every one refused before a password is looked at.
+    for i in 0..30 {
+        let (status, _, _) = post(format!("user=decoy{i}&user=victim&password=g{i}")).await;
+        assert_eq!(status, 400, "guess {i}");
+    }
+    // The victim's own failures lock the victim out...
+    for _ in 0..5 {
+        assert_eq!(post("user=victim&password=wrong".into()).await.0, 401);
+    }
+    assert_eq!(post("user=victim&password=demo".into()).await.0, 429);
+    // ... and no decoy in front of the right password gets past it.
+    assert_eq!(
+        post("user=zz&user=victim&password=demo".into()).await.0,
+        400
+    );
+    assert_eq!(
+        post("user=victim&password=demo&password=demo".into())
+            .await
+            .0,
+        400
+    );
+    // Other fields may come and go.
+    let (status, _, body) = post("remember=1&user=carol&password=demo".into()).await;
+    assert_eq!((status.as_u16(), body.as_str()), (200, "welcome, carol\n"));
+}
+
 #[tokio::test]
 async fn token_budgets_are_settled_after_each_response() {
     let addr = start(Algorithm::SlidingWindow, &[]).await;
