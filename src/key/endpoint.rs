@@ -13,6 +13,10 @@ use crate::RequestHead;
 /// limits each client per endpoint: `(Header::new("x-user-id"), Endpoint)`.
 /// A request that matched no route has no endpoint key.
 ///
+/// `HEAD` shares `GET`'s budget (a server answers it by running the `GET`
+/// handler), and methods outside the standard nine share one budget
+/// (`OTHER`): a client cannot open a new budget by inventing a method.
+///
 /// ```
 /// use axum::{routing::get, Router};
 /// use tower_ratelimit::key::{ClientIp, Endpoint};
@@ -33,11 +37,28 @@ impl KeyExtractor for Endpoint {
             .ok_or(KeyError::Missing("matched route"))?;
         // A method is a token (no spaces), so the first space ends it.
         let value = [
-            req.method.as_str().as_bytes(),
+            budget_of(req.method).as_bytes(),
             b" ",
             route.as_str().as_bytes(),
         ]
         .concat();
         Ok(Key::new("endpoint", value))
+    }
+}
+
+/// The method whose budget a request of `method` spends: `HEAD` is `GET`'s,
+/// and every method outside the standard ones is one, `OTHER`.
+fn budget_of(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET | Method::HEAD => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
     }
 }

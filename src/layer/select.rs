@@ -158,7 +158,8 @@ impl RoutePolicies {
     }
 
     /// Limit `method` requests to `route` with `policy`; these win over
-    /// [`route`](Self::route) entries for the same route.
+    /// [`route`](Self::route) entries for the same route. `HEAD` requests
+    /// spend a `GET` entry's budget.
     pub fn route_method(self, method: Method, route: impl Into<String>, policy: Policy) -> Self {
         self.insert(Some(method), route.into(), policy)
     }
@@ -196,10 +197,15 @@ impl PolicyResolver for RoutePolicies {
         #[cfg(not(feature = "axum"))]
         let route = req.uri.path();
         let entry = self.routes.get(route);
+        // HEAD is answered by the GET handler: it spends GET's budget.
+        let method = match *req.method {
+            Method::HEAD => &Method::GET,
+            ref method => method,
+        };
         let by_method = entry.and_then(|e| {
             e.by_method
                 .iter()
-                .find(|(m, _)| m == req.method)
+                .find(|(m, _)| m == method)
                 .map(|(_, p)| p)
         });
         by_method

@@ -441,6 +441,46 @@ async fn failed_logins_are_limited_per_ip_and_user() {
 
 /// `GET /api/tokens?n=<k>`: 1000 tokens a minute per user, each request
 /// settled to the tokens it reports.
+/// HEAD was a second budget: axum answers it with the GET handler, and the
+/// endpoint key held the method. Now it spends GET's, and made-up methods
+/// share one budget instead of opening one each.
+#[tokio::test]
+async fn head_spends_the_get_budget_and_made_up_methods_share_one() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let alice = [("x-user-id", "alice")];
+    assert_eq!(statuses(addr, "/api/search", &alice, 10).await, [200; 10]);
+    for _ in 0..3 {
+        let (status, _, _) = send(addr, Method::HEAD, "/api/search", &alice, "").await;
+        assert_eq!(status, 429, "HEAD after ten GETs");
+    }
+    // Another user: HEADs then GETs, one budget of ten between them.
+    let bob = [("x-user-id", "bob")];
+    for _ in 0..6 {
+        assert_eq!(
+            send(addr, Method::HEAD, "/api/search", &bob, "").await.0,
+            200
+        );
+    }
+    assert_eq!(
+        statuses(addr, "/api/search", &bob, 5).await,
+        [200, 200, 200, 200, 429]
+    );
+    // Made-up methods: whatever the route answers, they share one budget,
+    // so a client cannot open a new one per method.
+    let carol = [("x-user-id", "carol")];
+    let mut refused = 0;
+    for i in 0..30 {
+        let method = Method::from_bytes(format!("M{i}").as_bytes()).unwrap();
+        if send(addr, method, "/api/search", &carol, "").await.0 == 429 {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 20,
+        "only {refused} of 30 made-up methods refused"
+    );
+}
+
 /// The attack that walked through the login limit: the limiter keyed the
 /// first `user=` of the form and the handler authenticated the last.
 #[tokio::test]

@@ -744,6 +744,8 @@ async fn two_routes_with_equal_policies_keep_their_own_budgets() {
     assert_eq!(send(http::Method::GET).await, 200);
     assert_eq!(send(http::Method::POST).await, 200);
     assert_eq!(send(http::Method::GET).await, 429);
+    // HEAD is answered by the GET handler, so it spends GET's budget.
+    assert_eq!(send(http::Method::HEAD).await, 429);
 }
 
 #[tokio::test]
