@@ -34,7 +34,7 @@
 //! | `GET /api/user` | 100/min per user (`x-user-id`, else client IP) |
 //! | `GET /api/ip` | 30/min per client IP |
 //! | `GET /api/search` | 10/min per user per endpoint |
-//! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401 |
+//! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401, at most 10 failed checks a minute per client IP |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
 //! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
@@ -156,7 +156,11 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         let path = route.path;
         let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
         let handler = if path == "/api/key" {
-            handler.layer(middleware::from_fn(authenticate))
+            // Outermost: failed key checks, counted per client IP, so that
+            // keys cannot be guessed at full speed.
+            handler
+                .layer::<_, std::convert::Infallible>(middleware::from_fn(authenticate))
+                .layer(failed_key_checks(config, &common))
         } else {
             handler
         };

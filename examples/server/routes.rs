@@ -1,6 +1,7 @@
 //! The limited routes as a table: each route's key and policy, the API-key tiers, and the authentication in front of them.
 
 use super::*;
+use tower_ratelimit::layer::HeaderStyle;
 
 /// The demo API keys and their hourly quotas.
 pub(super) const TIERS: [(&str, &str, u32); 3] = [
@@ -151,6 +152,22 @@ pub(super) fn tier_of(req: &RequestHead<'_>) -> Option<Tier> {
         .iter()
         .position(|(k, _, _)| k.as_bytes() == key)
         .map(Tier)
+}
+
+/// In front of the API-key check: 10 failed checks (401s) a minute per
+/// client IP; past them every request from that address is refused until
+/// the window allows, a right key included. Successes never count, and no
+/// quota headers are sent for it (a client plans by its key's tier; a
+/// refusal still says `Retry-After`).
+pub(super) fn failed_key_checks<B: Backend>(
+    config: &Config,
+    common: &Common<B>,
+) -> RateLimitLayer<ClientIp, Policy, B> {
+    let policy = limits(config, "auth-failures = 10/min");
+    common
+        .layer(client_ip(config), policy)
+        .headers(HeaderStyle::None)
+        .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
 }
 
 /// The auth layer in front of `/api/key`: known demo keys get a tier,

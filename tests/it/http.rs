@@ -116,6 +116,31 @@ async fn api_keys_by_tier_and_unknown_keys_rejected() {
     }
 }
 
+/// API keys could be guessed at full speed: the key check sat in front of
+/// the limiter and nothing counted its failures. Now 10 failed checks a
+/// minute per client IP, then every request from that address waits.
+#[tokio::test]
+async fn api_keys_cannot_be_guessed_at_full_speed() {
+    let addr = start(Algorithm::SlidingWindow, &[]).await;
+    let mut statuses = Vec::new();
+    for i in 0..15 {
+        let guess = format!("guess-{i}");
+        statuses.push(
+            get(addr, "/api/key", &[("x-api-key", guess.as_str())])
+                .await
+                .0
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses[..10], [401; 10]);
+    assert_eq!(statuses[10..], [429; 5], "{statuses:?}");
+    // Refused before the key is looked at: a right key waits too, and says
+    // how long.
+    let (status, headers, _) = get(addr, "/api/key", &[("x-api-key", "pro-demo")]).await;
+    assert_eq!(status, 429);
+    assert!(headers.contains_key("retry-after"));
+}
+
 #[tokio::test]
 async fn per_ip_limits_use_the_real_peer_and_ignore_spoofed_headers() {
     let addr = start(Algorithm::SlidingLog, &[]).await;
