@@ -26,6 +26,10 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// `LEASED=1`: on Redis, every limit is leased (shares for `SERVERS`).
     pub leased: bool,
+    /// `REQUEST_TIMEOUT_MS`: how long a client may take to send a request's
+    /// headers (or to start the next one on a kept-alive connection) and a
+    /// body the server reads (default 10,000).
+    pub request_timeout: std::time::Duration,
 }
 
 /// What decides while the store is down.
@@ -52,6 +56,7 @@ impl Default for Config {
             allow_cidrs: Vec::new(),
             admin_token: None,
             leased: false,
+            request_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -104,6 +109,9 @@ impl Config {
         let shadow = env_or("SHADOW", false, flag)?;
         let leased = env_or("LEASED", false, flag)?;
         let admin_token = std::env::var("ADMIN_TOKEN").ok().filter(|t| !t.is_empty());
+        let request_timeout = env_or("REQUEST_TIMEOUT_MS", 10_000, |v| {
+            v.parse().ok().filter(|ms| *ms > 0)
+        })?;
         Ok(Self {
             algorithm,
             trusted_proxies,
@@ -115,6 +123,7 @@ impl Config {
             allow_cidrs: networks("ALLOW_CIDRS")?,
             admin_token,
             leased,
+            request_timeout: std::time::Duration::from_millis(request_timeout),
         })
     }
 }

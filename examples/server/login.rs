@@ -6,7 +6,10 @@
 //! counted as one user and authenticated as another.
 
 use axum::body::to_bytes;
-use axum::extract::{Extension, Request};
+use std::time::Duration;
+
+use axum::extract::{Extension, Request, State};
+use axum::http::header::CONTENT_LENGTH;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -51,20 +54,35 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
     post(login)
         .layer(limiter)
-        .layer(middleware::from_fn(read_form))
+        .layer(middleware::from_fn_with_state(
+            config.request_timeout,
+            read_form,
+        ))
 }
 
 /// Read the form once (the key and the handler both need it) and keep it
-/// in the request's extensions; a form too large or with a repeated field
-/// is refused here.
-async fn read_form(req: Request, next: Next) -> Response {
+/// in the request's extensions. A form too large (declared or sent), not
+/// sent within `timeout`, or with a repeated field is refused here.
+async fn read_form(State(timeout): State<Duration>, req: Request, next: Next) -> Response {
+    let too_large = (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "a login form is at most 4 KiB\n",
+    );
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_FORM as u64) {
+        return too_large.into_response();
+    }
     let (mut parts, body) = req.into_parts();
-    let Ok(bytes) = to_bytes(body, MAX_FORM).await else {
-        return (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "a login form is at most 4 KiB\n",
-        )
-            .into_response();
+    let bytes = match tokio::time::timeout(timeout, to_bytes(body, MAX_FORM)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return too_large.into_response(),
+        Err(_) => {
+            let late = "the login form did not arrive in time\n";
+            return (StatusCode::REQUEST_TIMEOUT, late).into_response();
+        }
     };
     match parse(&bytes) {
         Ok(form) => {

@@ -71,6 +71,8 @@ mod config;
 mod login;
 #[path = "routes.rs"]
 mod routes;
+#[path = "serve.rs"]
+mod serve;
 #[path = "slow.rs"]
 mod slow;
 #[path = "tokens.rs"]
@@ -79,6 +81,7 @@ mod tokens;
 use admin::*;
 pub use config::{Config, StoreFailure};
 use routes::*;
+pub use serve::serve;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -229,15 +232,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tower-ratelimit demo on http://{addr} ({} algorithm, {store})",
         config.algorithm
     );
+    println!(
+        "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
+    );
     for route in routes(&config) {
         println!("  GET {:<13} {}", route.path, route.about);
     }
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
+    serve(listener, app, config.request_timeout).await?;
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 //! client, so peer addresses, headers and bodies are what a user gets.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use http::{HeaderMap, Method, StatusCode};
 use tokio::net::TcpListener;
@@ -466,6 +467,98 @@ async fn failed_logins_are_limited_per_ip_and_user() {
 
 /// `GET /api/tokens?n=<k>`: 1000 tokens a minute per user, each request
 /// settled to the tokens it reports.
+/// What a raw connection reads until the server closes it, if it does within
+/// `limit`: `None` while it stays open.
+async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let mut buf = [0u8; 1024];
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(String::from_utf8_lossy(&seen).into_owned()),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Slow clients held connections for ever: `axum::serve` had no timer. The
+/// example now serves with a header-read timeout and reads bodies within
+/// one too.
+#[tokio::test]
+async fn slow_clients_are_cut_off() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+    let timeout = Duration::from_millis(300);
+    let config = Config {
+        request_timeout: timeout,
+        ..Default::default()
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new());
+    tokio::spawn(crate::server::serve(listener, app, timeout));
+    let wait = Duration::from_secs(3);
+
+    // A partial request line, and an idle connection: closed.
+    let mut partial = TcpStream::connect(addr).await.unwrap();
+    partial.write_all(b"GET /api/user HT").await.unwrap();
+    assert!(
+        read_until_closed(&mut partial, wait).await.is_some(),
+        "a partial request line"
+    );
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    assert!(
+        read_until_closed(&mut idle, wait).await.is_some(),
+        "an idle connection"
+    );
+
+    // Headers trickled a byte at a time: closed, though bytes keep coming.
+    let mut trickle = TcpStream::connect(addr).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut closed = false;
+    for byte in b"GET /api/user HTTP/1.1\r\nhost: x\r\nx-user-id: slow\r\n"
+        .iter()
+        .cycle()
+        .take(60)
+    {
+        if trickle.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        closed || read_until_closed(&mut trickle, wait).await.is_some(),
+        "a trickle"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A login form declared far larger than a form is: 413 at once; one
+    // declared small that never comes: 408 when the timeout ends.
+    let mut huge = TcpStream::connect(addr).await.unwrap();
+    huge.write_all(b"POST /api/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100000000\r\n\r\nuser=a").await.unwrap();
+    let answer = read_until_closed(&mut huge, wait).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let mut late = TcpStream::connect(addr).await.unwrap();
+    late.write_all(b"POST /api/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\nuser=a").await.unwrap();
+    let started = std::time::Instant::now();
+    let answer = read_until_closed(&mut late, wait).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+
+    // A client that keeps to the timeout is served as before.
+    assert_eq!(
+        get(addr, "/api/user", &[("x-user-id", "quick")]).await.0,
+        200
+    );
+}
+
 /// HEAD was a second budget: axum answers it with the GET handler, and the
 /// endpoint key held the method. Now it spends GET's, and made-up methods
 /// share one budget instead of opening one each.
