@@ -76,25 +76,10 @@ pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Val
 pub(super) async fn replace_limits<B>(
     State(state): State<AppState<B>>,
     Path(route): Path<String>,
-    headers: HeaderMap,
     body: String,
 ) -> Response {
     let error =
         |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
-    let presented = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let authorized = match (&state.admin_token, presented) {
-        (Some(token), Some(presented)) => same_secret(token.as_bytes(), presented.as_bytes()),
-        _ => false,
-    };
-    if !authorized {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "a valid bearer token is required".into(),
-        );
-    }
     let path = format!("/{}", route.trim_start_matches('/'));
     let Some(route) = state.routes.iter().find(|r| r.path == path) else {
         return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}"));
@@ -128,6 +113,52 @@ pub(super) async fn replace_limits<B>(
     let described = describe(&policy);
     live.replace(policy);
     Json(json!({ "route": path, "policy": described })).into_response()
+}
+
+/// In front of every `/admin/*` route when `ADMIN_TOKEN` is set: the
+/// request must carry `Authorization: Bearer <token>` (the scheme in any
+/// case, as HTTP says), or gets 401.
+pub(super) async fn require_admin(
+    State(token): State<Arc<str>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let presented = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, credentials)| credentials.trim());
+    match presented {
+        Some(presented) if same_secret(token.as_bytes(), presented.as_bytes()) => {
+            next.run(req).await
+        }
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "error": "a valid bearer token is required" })),
+        )
+            .into_response(),
+    }
+}
+
+/// `/metrics`: Prometheus text, on the app or on an address of its own
+/// (`METRICS_ADDR`).
+pub fn metrics_app<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let metrics = prometheus();
+    Router::new().route(
+        "/metrics",
+        get(move || async move {
+            match metrics {
+                Some(handle) => handle.render().into_response(),
+                None => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "another metrics recorder is installed\n",
+                )
+                    .into_response(),
+            }
+        }),
+    )
 }
 
 /// Equal secrets, compared in time that does not depend on where they differ.

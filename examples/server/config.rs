@@ -30,6 +30,9 @@ pub struct Config {
     /// headers (or to start the next one on a kept-alive connection) and a
     /// body the server reads (default 10,000).
     pub request_timeout: std::time::Duration,
+    /// `METRICS_ADDR`: serve `/metrics` on this address only (for a scraper
+    /// on an internal network), not on the public one.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// What decides while the store is down.
@@ -57,6 +60,7 @@ impl Default for Config {
             admin_token: None,
             leased: false,
             request_timeout: std::time::Duration::from_secs(10),
+            metrics_addr: None,
         }
     }
 }
@@ -124,6 +128,10 @@ impl Config {
             admin_token,
             leased,
             request_timeout: std::time::Duration::from_millis(request_timeout),
+            metrics_addr: match std::env::var("METRICS_ADDR") {
+                Ok(addr) => Some(addr.parse().map_err(|e| format!("METRICS_ADDR: {e}"))?),
+                Err(_) => None,
+            },
         })
     }
 }

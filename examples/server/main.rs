@@ -36,7 +36,7 @@
 //! | `GET /api/search` | 10/min per user per endpoint |
 //! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401, at most 10 failed checks a minute per client IP |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
-//! | `GET /api/quota` | the caller's remaining budget on each route (consumes nothing) |
+//! | `GET /api/quota` | the caller's remaining budget on each route (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
@@ -48,9 +48,9 @@
 //!
 //! | route or variable | what |
 //! |---|---|
-//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency |
-//! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20) |
-//! | `GET /admin/limits` | each route's limits now |
+//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency (on `METRICS_ADDR` instead, when set) |
+//! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20; with `ADMIN_TOKEN` set, the token is required) |
+//! | `GET /admin/limits` | each route's limits now (likewise) |
 //! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`); 401 without the token; 404 when `ADMIN_TOKEN` is unset |
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
@@ -78,6 +78,7 @@ mod slow;
 #[path = "tokens.rs"]
 mod tokens;
 
+pub use admin::metrics_app;
 use admin::*;
 pub use config::{Config, StoreFailure};
 use routes::*;
@@ -88,7 +89,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
@@ -120,28 +121,23 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
             .iter()
             .fold(lists, |l, net| l.allow_network(*net))
     });
-    let metrics = prometheus();
+    let mut admin = Router::new()
+        .route("/admin/top", get(top_offenders::<B>))
+        .route("/admin/limits", get(list_limits::<B>));
+    if let Some(token) = &config.admin_token {
+        admin = admin
+            .route("/admin/limits/{*route}", put(replace_limits::<B>))
+            .route_layer(middleware::from_fn_with_state(
+                Arc::<str>::from(token.as_str()),
+                require_admin,
+            ));
+    }
     let mut app = Router::new()
         .route("/", get(index::<B>))
         .route("/health", get(|| async { "ok" }))
-        .route("/api/quota", get(quota::<B>))
-        .route(
-            "/metrics",
-            get(move || async move {
-                match metrics {
-                    Some(handle) => handle.render().into_response(),
-                    None => (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "another metrics recorder is installed\n",
-                    )
-                        .into_response(),
-                }
-            }),
-        )
-        .route("/admin/top", get(top_offenders::<B>))
-        .route("/admin/limits", get(list_limits::<B>));
-    if config.admin_token.is_some() {
-        app = app.route("/admin/limits/{*route}", put(replace_limits::<B>));
+        .merge(admin);
+    if config.metrics_addr.is_none() {
+        app = app.merge(metrics_app());
     }
     let common = Common {
         backend: backend.clone(),
@@ -169,7 +165,14 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         };
         app = app.route(path, handler);
     }
+    // What the caller has left everywhere: one peek per route, so it is
+    // limited too.
+    let quota_limit = common.layer(
+        Header::new("x-user-id").or(client_ip(config)),
+        limits(config, "quota = 60/min"),
+    );
     let app = app
+        .route("/api/quota", get(quota::<B>).layer(quota_limit))
         .route("/api/login", login::route(config, &common))
         .route("/api/tokens", tokens::route(config, &common))
         .route("/api/slow", slow::route(config, &common));
@@ -177,7 +180,6 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         backend,
         routes,
         top,
-        admin_token: config.admin_token.as_deref().map(Arc::from),
         algorithm: config.algorithm,
     })
 }
@@ -239,6 +241,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("  GET {:<13} {}", route.path, route.about);
     }
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
+    if let Some(metrics_addr) = config.metrics_addr {
+        // For a scraper on an internal network: not on the public address.
+        let metrics = tokio::net::TcpListener::bind(metrics_addr).await?;
+        println!("metrics on http://{metrics_addr}/metrics");
+        tokio::spawn(serve(metrics, metrics_app::<()>(), config.request_timeout));
+    }
     serve(listener, app, config.request_timeout).await?;
     Ok(())
 }

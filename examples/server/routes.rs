@@ -36,7 +36,6 @@ pub(super) struct AppState<B> {
     pub(super) backend: B,
     pub(super) routes: Arc<[Route]>,
     pub(super) top: TopOffenders,
-    pub(super) admin_token: Option<Arc<str>>,
     pub(super) algorithm: Algorithm,
 }
 

@@ -397,11 +397,51 @@ async fn with_an_admin_token_limits_are_replaced_live() {
             .0,
         404
     );
-    let (_, _, listed) = get(addr, "/admin/limits", &[]).await;
+    // Every /admin/* route needs the token; the scheme in any case.
+    for path in ["/admin/limits", "/admin/top"] {
+        assert_eq!(get(addr, path, &[]).await.0, 401, "{path}");
+        let wrong = [("authorization", "Bearer guess")];
+        assert_eq!(get(addr, path, &wrong).await.0, 401, "{path}");
+    }
+    let lowercase = [("authorization", "bearer s3cret")];
+    let (status, _, listed) = get(addr, "/admin/limits", &lowercase).await;
+    assert_eq!(status, 200);
     assert!(
         listed.contains(r#""name":"search","quota":"2/min""#),
         "{listed}"
     );
+    let (status, _, _) = put(
+        Some("BEARER s3cret".into()),
+        "/admin/limits/api/search",
+        "3/min",
+    )
+    .await;
+    assert_eq!(status, 200);
+}
+
+/// `/api/quota` was unlimited, one store call per route for each request;
+/// `/metrics` can leave the public address.
+#[tokio::test]
+async fn quota_is_limited_and_metrics_can_live_elsewhere() {
+    let addr = start_with(Config {
+        metrics_addr: Some("127.0.0.1:9".parse().unwrap()),
+        ..Default::default()
+    })
+    .await;
+    let dana = [("x-user-id", "dana")];
+    let seen = statuses(addr, "/api/quota", &dana, 61).await;
+    assert_eq!(seen[..60], [200; 60]);
+    assert_eq!(seen[60], 429);
+    assert_eq!(
+        get(addr, "/api/quota", &[("x-user-id", "eve")]).await.0,
+        200
+    );
+    // Served on METRICS_ADDR instead: not on the public address.
+    assert_eq!(get(addr, "/metrics", &[]).await.0, 404);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, crate::server::metrics_app::<()>()).await });
+    assert_eq!(get(metrics, "/metrics", &[]).await.0, 200);
 }
 
 #[tokio::test]
