@@ -159,7 +159,7 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
             // keys cannot be guessed at full speed.
             handler
                 .layer::<_, std::convert::Infallible>(middleware::from_fn(authenticate))
-                .layer(failed_key_checks(config, &common))
+                .layer(failed_key_checks(config))
         } else {
             handler
         };
