@@ -86,6 +86,17 @@ impl FixedWindow {
         }
     }
 
+    /// The state after charging `units` used beyond a reservation: the
+    /// window's count may pass the limit (a debt until the window ends).
+    #[inline]
+    pub fn charge(&self, state: State, now: Micros, units: u32) -> State {
+        let (end, used) = self.current(state, now.as_u64());
+        State {
+            expires_at: Micros::new(end),
+            value: used.saturating_add(u64::from(units)),
+        }
+    }
+
     /// The state after counting `cost` at `now`, never past the limit.
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

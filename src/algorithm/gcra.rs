@@ -112,6 +112,19 @@ impl Gcra {
         }
     }
 
+    /// The state after charging `units` a request used beyond what it
+    /// reserved, at `now`: past the capacity if need be, as a debt that
+    /// later requests wait out (the work is done).
+    #[inline]
+    pub fn charge(&self, state: State, now: Micros, units: u32) -> State {
+        let charged = u64::from(units).saturating_mul(self.interval.as_u64());
+        let in_use = self.in_use(state, now).saturating_add(Micros::new(charged));
+        State {
+            expires_at: now.saturating_add(in_use),
+            value: 0,
+        }
+    }
+
     /// The capacity `B`.
     pub fn capacity(&self) -> u32 {
         self.capacity

@@ -59,6 +59,13 @@ impl LeakyBucket {
         self.0.consume(state, now, cost)
     }
 
+    /// Charge `units` used beyond a reservation, past empty if need be (a
+    /// debt; see [`Gcra::charge`]).
+    #[inline]
+    pub fn charge(&self, state: State, now: Micros, units: u32) -> State {
+        self.0.charge(state, now, units)
+    }
+
     #[inline]
     pub(crate) fn as_gcra(&self) -> &Gcra {
         &self.0

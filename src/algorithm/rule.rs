@@ -88,4 +88,13 @@ impl FixedRule<'_> {
             FixedRule::Gcra(a) => a.consume(state, now, cost),
         }
     }
+
+    #[inline]
+    pub(crate) fn charge(self, state: State, now: Micros, units: u32) -> State {
+        match self {
+            FixedRule::FixedWindow(a) => a.charge(state, now, units),
+            FixedRule::SlidingWindow(a) => a.charge(state, now, units),
+            FixedRule::Gcra(a) => a.charge(state, now, units),
+        }
+    }
 }

@@ -172,6 +172,26 @@ impl SlidingLog {
         }
     }
 
+    /// Charges `units` used beyond a reservation at `now`: the log may hold
+    /// more than the limit (a debt that leaves with its entry).
+    #[inline]
+    pub fn charge(&self, state: &mut SlidingLogState, now: Micros, units: u32) {
+        let now = now.as_u64();
+        state.forget_outside(now, self.window_us);
+        let units = u64::from(units);
+        if units == 0 {
+            return;
+        }
+        state.used += units;
+        match state.entries.back_mut() {
+            Some(last) if last.at >= now => last.cost += units,
+            _ => state.entries.push_back(Entry {
+                at: now,
+                cost: units,
+            }),
+        }
+    }
+
     /// Counts `cost` at `now`. When a denied request is counted, the oldest
     /// entries make room for it, so the log never holds more than the limit.
     #[inline]

@@ -191,6 +191,19 @@ impl SlidingWindow {
         }
     }
 
+    /// The state after charging `units` used beyond a reservation: the
+    /// current window's count may pass the limit (a debt that weighs on the
+    /// next window too), up to the 32 bits it is kept in.
+    #[inline]
+    pub fn charge(&self, state: State, now: Micros, units: u32) -> State {
+        let c = self.counts(state, now.as_u64());
+        let current = (c.current + u64::from(units)).min(u64::from(u32::MAX));
+        State {
+            expires_at: Micros::new(c.start + 2 * self.window_us),
+            value: (c.previous << 32) | current,
+        }
+    }
+
     /// The state after counting `cost` at `now`, the current window never past the limit.
     #[inline]
     pub fn consume(&self, state: State, now: Micros, cost: u32) -> State {

@@ -87,9 +87,11 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Correct a request [`check`](Self::check)ed and admitted at
     /// `reserved` to its `actual` cost, known only after it was served: give
-    /// the difference back to every limit of `policy`, or charge it (past
-    /// what the limits allow, up to each one's capacity: the work is done).
-    /// Answers with each limit's state afterwards.
+    /// the difference back to every limit of `policy`, or charge all of it,
+    /// past each limit's capacity if need be: the work is done, so the
+    /// overrun is a debt that the key's next requests wait out
+    /// (`Retry-After` says how long). Answers with each limit's state
+    /// afterwards.
     ///
     /// The default charges an `actual` above `reserved` only where it fits
     /// and never gives anything back: a backend of your own that cannot

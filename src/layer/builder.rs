@@ -165,9 +165,11 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     ///
     /// Requests are still checked (and counted) at their [`cost`](Self::cost)
     /// before the handler runs, so a spent budget refuses them before they
-    /// run and concurrent requests never overdraw it by more than they
-    /// reserved. A request whose response never comes (the client went away)
-    /// stays counted at what it reserved.
+    /// run. What a request used beyond its reservation is charged in full,
+    /// past the limit if need be: a debt the key's next requests wait out,
+    /// so a client that under-reserves is served at most the budget plus one
+    /// request's overrun per window. A request whose response never comes
+    /// (the client went away) stays counted at what it reserved.
     ///
     /// ```
     /// use tower_ratelimit::key::Header;

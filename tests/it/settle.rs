@@ -335,3 +335,43 @@ fn streamed(chunks: u32, pause: Duration) -> Body {
     });
     Body::from_stream(chunks)
 }
+
+/// The attack that overdrew a token budget 10–100×: every 0.25 s a request
+/// reserving 100 of 1000 tokens a minute reported using 10,000, and the
+/// overrun was forgiven past the capacity. Now it is a debt: over three
+/// minutes, each algorithm serves at most the budget plus one request's
+/// overrun per window (for the buckets, what refills plus one overrun).
+#[test]
+fn overruns_are_debt_on_every_algorithm() {
+    use tower_ratelimit::clock::{ManualClock, Micros};
+    use tower_ratelimit::key::Key;
+    use tower_ratelimit::Algorithm;
+
+    fn ready<F: std::future::Future>(f: F) -> F::Output {
+        futures_util::FutureExt::now_or_never(f).expect("the memory backend is ready at once")
+    }
+    for algorithm in Algorithm::ALL {
+        let policy = Policy::parse_with("tokens = 1000/min", algorithm).unwrap();
+        let clock = ManualClock::new(Micros::from_secs(6_000));
+        let backend = MemoryBackend::builder().clock(clock.clone()).build();
+        let key = Key::new("user", "greedy");
+        let mut served_by_minute = [0u64; 3];
+        for step in 0..(3 * 60 * 4) {
+            clock.set(Micros::from_secs(6_000) + Micros::from_millis(250 * step));
+            if backend.check_now(&key, &policy, 100).is_allowed() {
+                ready(backend.settle(&key, &policy, 100, 10_000)).unwrap();
+                served_by_minute[(step / 240) as usize] += 10_000;
+            }
+        }
+        let total: u64 = served_by_minute.iter().sum();
+        for (minute, served) in served_by_minute.iter().enumerate() {
+            assert!(
+                *served <= 1_000 + 10_000,
+                "{algorithm}: minute {minute} served {served} tokens of a 1,000 budget"
+            );
+        }
+        // Before, the bucket algorithms served about 100,000 a minute.
+        assert!(total <= 3 * 11_000, "{algorithm}: {total} in three minutes");
+        assert!(total >= 10_000, "{algorithm}: the first request is served");
+    }
+}

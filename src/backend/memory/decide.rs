@@ -141,8 +141,9 @@ where
 }
 
 /// Correct a request counted at `reserved` to its `actual` cost: give the
-/// difference back, or charge it up to each limit's capacity (the work is
-/// done). Permits are given back when their request ends, not settled.
+/// difference back, or charge all of it, past each limit's capacity if need
+/// be (the work is done; later requests wait the debt out). Permits are
+/// given back when their request ends, not settled.
 pub(crate) fn settle<S, L>(
     shard: &mut Shard<S, L>,
     policy: &Policy,
@@ -160,10 +161,7 @@ where
         } else if actual < reserved {
             shard.refund(limit, fp, now, reserved - actual);
         } else if actual > reserved {
-            match shard.check(limit, fp, now, 0).1 {
-                Some(slot) => shard.consume_at(limit, slot, now, actual - reserved),
-                None => shard.consume_new(limit, fp, now, actual - reserved),
-            }
+            shard.charge(limit, fp, now, actual - reserved);
         }
     })
 }

@@ -147,6 +147,31 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
         }
     }
 
+    /// Charge `units` used beyond a reservation to `limit`'s state at `fp`,
+    /// past the limit if need be (a debt).
+    pub(crate) fn charge(&mut self, limit: &Limit, fp: u64, now: Micros, units: u32) {
+        match limit.rule().form() {
+            Form::Fixed(rule) => match self.states.find(fp) {
+                Some(slot) => {
+                    let state = self.states.at_mut(slot);
+                    *state = rule.charge(*state, now, units);
+                }
+                None => {
+                    let state = rule.charge(State::default(), now, units);
+                    self.states.insert(fp, state, now);
+                }
+            },
+            Form::Log(log) => {
+                let timed = match self.logs.find(fp) {
+                    Some(slot) => self.logs.at_mut(slot),
+                    None => self.logs.insert(fp, TimedLog::default(), now),
+                };
+                log.charge(&mut timed.log, now, units);
+                timed.expires_at = timed.log.expires_at(log.window());
+            }
+        }
+    }
+
     /// Count `cost` in the state at `slot`.
     #[inline]
     pub(crate) fn consume_at(&mut self, limit: &Limit, slot: usize, now: Micros, cost: u32) {

@@ -118,13 +118,20 @@ if mode == 's' or mode == 'l' then
 end
 
 -- Settling (count_denied is 's'): cost is actual - reserved. Give back a
--- negative one to every limit, charge a positive one whatever the limits
--- say (up to each capacity), and report each limit's state. A permit is
--- given back when its request ends, not settled.
+-- negative one to every limit; charge a positive one all of it, whatever
+-- the limits say and past their capacity (a debt the next requests wait
+-- out: the work is done); report each limit's state. A permit is given
+-- back when its request ends, not settled. The consumptions run uncapped:
+-- a sliding window's count is still kept to 32 bits, as in Rust.
 if ARGV[3] == 's' then
   if cost < 0 then refund(-cost) end
   return after_each(function(l)
-    if cost > 0 and not l.concurrent then consume(l) end
+    if cost > 0 and not l.concurrent then
+      if l.alg == 1 then fw_consume(l.key, now, cost, math.huge, l.w)
+      elseif l.alg == 2 then log_consume(l.key, l.sum, now, cost, math.huge, l.w)
+      elseif l.alg == 3 then sw_consume(l.key, now, cost, 4294967295, l.w)
+      else gcra_consume(l.key, now, cost, math.huge, l.t) end
+    end
   end)
 end
 
