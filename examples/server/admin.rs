@@ -61,7 +61,25 @@ pub(super) fn describe(policy: &Policy) -> Value {
     })
 }
 
-/// Every route's limits now.
+/// The limited routes outside the table of `GET` routes, each limited by
+/// what its response says (settled), so their limits are fixed here.
+const SETTLED_ROUTES: [(&str, &str); 4] = [
+    (
+        "/api/login",
+        "5 failed logins per 15 minutes per client IP and user",
+    ),
+    (
+        "/api/tokens",
+        "1000 tokens per minute per user, settled to what each request used",
+    ),
+    (
+        "/api/slow",
+        "2 requests in flight per user (a body streamed over ?ms=)",
+    ),
+    ("/api/quota", "60/min per user"),
+];
+
+/// Every limited route's limits now.
 pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
     let routes = state.routes.iter().map(|route| match &route.live {
         Some(live) => {
@@ -69,7 +87,10 @@ pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Val
         }
         None => json!({ "route": route.path, "replaceable": false, "about": route.about }),
     });
-    Json(Value::Array(routes.collect()))
+    let settled = SETTLED_ROUTES
+        .iter()
+        .map(|(path, about)| json!({ "route": path, "replaceable": false, "about": about }));
+    Json(Value::Array(routes.chain(settled).collect()))
 }
 
 /// `PUT /admin/limits/{route}`: replace a route's limits, live.
@@ -91,10 +112,14 @@ pub(super) async fn replace_limits<B>(
         );
     };
     let old = live.current();
-    // One unnamed quota for a route of one limit keeps the limit's name
-    // (and so its metrics label); unnamed limits are kept to this route.
+    // The body says what the route's limits are. One unnamed quota for a
+    // route of one *named* limit keeps that name (and so its state and its
+    // metrics label: see `Live`); any other unnamed limit stays unnamed,
+    // kept to this route, never named after an old quota's text.
     let text = match &old.limits() {
-        [limit] if !body.contains('=') => format!("{} = {}", limit.name(), body.trim()),
+        [limit] if limit.is_named() && !body.contains('=') => {
+            format!("{} = {}", limit.name(), body.trim())
+        }
         _ => body.trim().to_owned(),
     };
     let policy = match Policy::parse_with(&text, state.algorithm) {

@@ -150,6 +150,6 @@ impl Denials {
 /// What a remembered denial was decided under: each limit, and the penalty
 /// box.
 fn ids(policy: &Policy) -> impl Iterator<Item = u64> + '_ {
-    let limits = policy.limits().iter().map(|l| l.id());
+    let limits = policy.limits().iter().map(|l| l.terms());
     limits.chain(policy.penalty_id())
 }

@@ -22,7 +22,7 @@ pub struct Limit {
     /// Counts requests in flight (see [`Limit::concurrent`]), not requests
     /// made.
     concurrent: bool,
-    /// `name:algorithm:quota`, after the scope for an anonymous limit: what
+    /// `name:algorithm:window`, after the scope for an anonymous limit: what
     /// identifies this limit's state in a backend, the same in every process.
     identity: Box<str>,
     /// A hash of `identity`, for backends that key by number.
@@ -69,7 +69,7 @@ impl Limit {
     ///     .limit("rate", Algorithm::Gcra, "10/s".parse()?)
     ///     .build()?;
     /// assert!(slow.limits()[0].is_concurrent());
-    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:2/15s");
+    /// assert_eq!(slow.limits()[0].identity(), "in-flight:concurrent:15s");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn concurrent(name: impl Into<Arc<str>>, permits: u32) -> Result<Self, PolicyError> {
@@ -174,7 +174,7 @@ impl Limit {
     }
 
     /// This limit used in `scope`: an anonymous limit's identity becomes
-    /// `"scope"name:algorithm:quota` (the scope quoted and escaped; no name
+    /// `"scope"name:algorithm:window` (the scope quoted and escaped; no name
     /// contains `"`, so no named limit's identity can be the same); a named
     /// limit stays as it is.
     pub(super) fn in_scope(&self, scope: &str) -> Self {
@@ -244,19 +244,24 @@ impl Limit {
         &self.rule
     }
 
-    /// `name:algorithm:quota` (for an anonymous limit in a scope,
-    /// `"scope"name:algorithm:quota`), stable across processes and releases:
-    /// what keeps limits' state apart in a shared backend (the Redis backend
-    /// puts it in its keys; a [`Backend`](crate::backend::Backend) of your own
-    /// can too).
+    /// `name:algorithm:window` (for an anonymous limit in a scope,
+    /// `"scope"name:algorithm:window`), stable across processes and
+    /// releases: what keeps limits' state apart in a shared backend (the
+    /// Redis backend puts it in its keys; a store of your own can too). The
+    /// number a window allows and the burst are not part of it, so changing
+    /// them keeps every client's count (see [`Live`](crate::Live)); an
+    /// anonymous limit is named after its quota, so its identity changes
+    /// with it.
     ///
     /// ```
     /// use tower_ratelimit::{Algorithm, Limit, Policy};
     /// let limit = Limit::new("burst", Algorithm::Gcra, "10/s burst 20".parse().unwrap()).unwrap();
-    /// assert_eq!(limit.identity(), "burst:gcra:10/s burst 20");
+    /// assert_eq!(limit.identity(), "burst:gcra:1s");
+    /// let tighter = Limit::new("burst", Algorithm::Gcra, "5/s".parse().unwrap()).unwrap();
+    /// assert_eq!(limit.identity(), tighter.identity()); // one state, read anew
     ///
     /// let scoped = "2/min".parse::<Policy>().unwrap().scoped("GET /a");
-    /// assert_eq!(scoped.limits()[0].identity(), "\"GET /a\"2/min:sliding-window:2/min");
+    /// assert_eq!(scoped.limits()[0].identity(), "\"GET /a\"2/min:sliding-window:1m");
     /// ```
     pub fn identity(&self) -> &str {
         &self.identity
@@ -265,6 +270,14 @@ impl Limit {
     /// A hash of [`identity`](Self::identity), within this process.
     pub(crate) fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The identity and the numbers it leaves out (the limit, the
+    /// capacity): what a decision remembered locally was made under, so
+    /// that a live change of the quota is never answered from before it.
+    pub(crate) fn terms(&self) -> u64 {
+        let numbers = (u64::from(self.quota.limit()) << 32) | u64::from(self.capacity());
+        self.id ^ numbers.wrapping_mul(0x9e37_79b9_7f4a_7c15)
     }
 }
 
@@ -278,9 +291,12 @@ impl fmt::Debug for Limit {
     }
 }
 
-/// A limit's identity outside any scope: `name:algorithm:quota`.
+/// A limit's identity outside any scope: `name:algorithm:window`. Not the
+/// number a window allows, nor a burst: changing those keeps every
+/// client's state (see [`Live`](crate::Live)).
 fn identity_of(name: &str, kind: String, quota: Quota) -> String {
-    format!("{name}:{kind}:{quota}")
+    let window = crate::clock::micros::compact(quota.window_micros());
+    format!("{name}:{kind}:{window}")
 }
 
 /// A hash of a limit's identity, for backends that key by number.

@@ -18,18 +18,22 @@ use arc_swap::ArcSwap;
 /// ## What a change does to clients' state
 ///
 /// A limit's state is kept under its [identity](crate::Limit::identity):
-/// name, algorithm and quota. So:
+/// name, algorithm and window. So:
 ///
-/// * a limit that stays the same (same name, algorithm and quota) keeps
-///   every client's state across a change;
-/// * a limit whose quota or algorithm changes is a new limit: every client
-///   starts on it with a full budget, and the old limit's state expires by
-///   itself (within its window). Tightening `100/min` to `20/min` thus lets a
-///   client that just spent 100 have 20 more at once; that is the price of
-///   never misreading one algorithm's state as another's;
-/// * a [penalty box](crate::policy::PenaltyBox)'s bans belong to the exact set of
-///   limits they were earned under, so changing any limit of a policy lifts
-///   its bans.
+/// * a named limit whose algorithm and window stay the same keeps every
+///   client's state when its number or burst changes, read under the new
+///   quota: tightening `100/min` to `20/min` after a client spent 30 leaves
+///   it nothing under the windows and the log (30 of 20), and under the
+///   buckets what the time its tokens take to come back is worth at the new
+///   rate (30 at 100/min is 18 s, 6 tokens at 20/min); never a fresh budget;
+/// * a limit whose algorithm or window changes is a new limit: every client
+///   starts on it with a full budget, and the old state expires by itself
+///   (within its window), so that one algorithm's state is never misread as
+///   another's. An anonymous limit is named after its quota, so any change
+///   of its quota is a new limit: name a limit to keep its state;
+/// * a [penalty box](crate::policy::PenaltyBox)'s bans belong to its
+///   policy's limits by identity, so they survive a change of their
+///   numbers, and end with a change of their names, algorithms or windows.
 ///
 /// ```
 /// use tower_ratelimit::{Live, Policy};

@@ -51,7 +51,7 @@ pub const MAX_LIMITS: usize = 8;
 /// ## Which limits share state
 ///
 /// A backend keeps one state per key and per limit *identity*
-/// ([`Limit::identity`]): `name:algorithm:quota`.
+/// ([`Limit::identity`]): `name:algorithm:window`.
 ///
 /// * A **named** limit (`Limit::new`, `PolicyBuilder::limit`, `"search =
 ///   10/min"`) is one budget wherever that name appears with that algorithm

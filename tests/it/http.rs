@@ -388,6 +388,26 @@ async fn with_an_admin_token_limits_are_replaced_live() {
         "the name is kept"
     );
 
+    // Every limited route is listed.
+    let (_, _, listed) = get(addr, "/admin/limits", &[("authorization", "Bearer s3cret")]).await;
+    for route in [
+        "/api/login",
+        "/api/tokens",
+        "/api/slow",
+        "/api/quota",
+        "/api/key",
+    ] {
+        assert!(
+            listed.contains(&format!(r#""route":"{route}""#)),
+            "{route}: {listed}"
+        );
+    }
+    // A bare quota on a route of several unnamed limits: exactly what the
+    // body says, unnamed and kept to the route, never named after an old
+    // quota's text.
+    let (status, _, body) = put(bearer(token), "/admin/limits/api/burst", "5/s").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""name":"5/s""#), "{body}");
     let (status, _, body) = put(bearer(token), "/admin/limits/api/search", "2/fortnight").await;
     assert_eq!(status, 400);
     assert!(body.contains("fortnight"), "{body}");

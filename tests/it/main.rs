@@ -26,6 +26,7 @@ mod keys;
 mod layer;
 mod leases;
 mod limiter;
+mod live_changes;
 mod memory_backend;
 mod metrics;
 mod operations;

@@ -269,7 +269,7 @@ impl Leases {
     }
 
     fn ids(policy: &Policy) -> impl Iterator<Item = u64> + '_ {
-        policy.limits().iter().map(|l| l.id())
+        policy.limits().iter().map(|l| l.terms())
     }
 
     fn slot(&self, key: &Key, policy: &Policy) -> (u64, &Mutex<HashMap<u64, Lease>>) {
