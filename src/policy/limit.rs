@@ -275,6 +275,7 @@ impl Limit {
     /// The identity and the numbers it leaves out (the limit, the
     /// capacity): what a decision remembered locally was made under, so
     /// that a live change of the quota is never answered from before it.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn terms(&self) -> u64 {
         let numbers = (u64::from(self.quota.limit()) << 32) | u64::from(self.capacity());
         self.id ^ numbers.wrapping_mul(0x9e37_79b9_7f4a_7c15)
