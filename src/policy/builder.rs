@@ -52,6 +52,15 @@ impl PolicyBuilder {
         self
     }
 
+    /// Allow sliding logs (and limits of requests in flight) of up to
+    /// `max` entries per window instead of
+    /// [`MAX_LOG_ENTRIES`](super::MAX_LOG_ENTRIES): memory a key may take,
+    /// about 16 bytes an entry.
+    pub fn max_log_entries(mut self, max: u32) -> Self {
+        self.settings.max_log_entries = Some(max);
+        self
+    }
+
     /// Ban clients this policy denies too often (see [`PenaltyBox`](crate::policy::PenaltyBox)).
     pub fn penalty(mut self, penalty: PenaltyBox) -> Self {
         self.settings.penalty = Some(penalty);

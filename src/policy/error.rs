@@ -30,6 +30,17 @@ pub enum PolicyError {
     /// Denied requests cannot count against a limit of requests in flight:
     /// a refused request is never in flight.
     CountDeniedInFlight(String),
+    /// A sliding log (or a limit of requests in flight) longer than the
+    /// policy allows ([`MAX_LOG_ENTRIES`](super::MAX_LOG_ENTRIES) unless
+    /// raised).
+    LogTooLong {
+        /// The limit's name.
+        limit: String,
+        /// The entries its window may hold.
+        entries: u32,
+        /// The most allowed.
+        max: u32,
+    },
     /// A lease was given to a limit of requests made; only a limit of
     /// requests in flight ([`Limit::concurrent`](crate::Limit::concurrent)) holds leases.
     LeaseNotInFlight(String),
@@ -58,6 +69,10 @@ impl fmt::Display for PolicyError {
             Self::CountDeniedInFlight(limit) => write!(
                 f,
                 "invalid policy: it counts denied requests, but {limit:?} counts requests in flight, which a refused request never is"
+            ),
+            Self::LogTooLong { limit, entries, max } => write!(
+                f,
+                "invalid limit {limit:?}: a sliding log of {entries} entries a window is longer than {max} (memory grows with each entry); use sliding-window, which keeps 16 bytes a key, or raise PolicyBuilder::max_log_entries"
             ),
             Self::LeaseNotInFlight(limit) => write!(
                 f,

@@ -34,4 +34,4 @@ pub use builder::PolicyBuilder;
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use quota::{QuotaError, MAX_WINDOW};
-pub use set::MAX_LIMITS;
+pub use set::{MAX_LIMITS, MAX_LOG_ENTRIES};

@@ -16,6 +16,13 @@ use crate::quota::Quota;
 /// limit inline, without allocating.
 pub const MAX_LIMITS: usize = 8;
 
+/// The most entries a sliding log (or a limit of requests in flight) may
+/// hold in one window, unless [`PolicyBuilder::max_log_entries`] raises it:
+/// a log keeps one entry per admitted request, so a key of a
+/// `4000000/h` log could hold millions. The sliding window counter keeps
+/// 16 bytes whatever its limit.
+pub const MAX_LOG_ENTRIES: u32 = 100_000;
+
 /// Limits a request must all pass. Cheap to clone: one reference count
 /// (policies are cloned for every request).
 ///
@@ -89,6 +96,8 @@ pub(super) struct Settings {
     pub(super) count_denied: bool,
     pub(super) shadow: bool,
     pub(super) penalty: Option<PenaltyBox>,
+    /// The longest a sliding log may be, if not the default.
+    pub(super) max_log_entries: Option<u32>,
 }
 
 impl PartialEq for Policy {
@@ -242,7 +251,15 @@ impl Policy {
         if limits.len() > MAX_LIMITS {
             return Err(PolicyError::TooManyLimits(limits.len()));
         }
+        let max_log = settings.max_log_entries.unwrap_or(MAX_LOG_ENTRIES);
         for (i, limit) in limits.iter().enumerate() {
+            if limit.algorithm() == Algorithm::SlidingLog && limit.quota().limit() > max_log {
+                return Err(PolicyError::LogTooLong {
+                    limit: limit.name().to_string(),
+                    entries: limit.quota().limit(),
+                    max: max_log,
+                });
+            }
             if limits[..i].iter().any(|other| other.name() == limit.name()) {
                 return Err(PolicyError::DuplicateName(limit.name().to_string()));
             }

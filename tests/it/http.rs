@@ -439,6 +439,31 @@ async fn with_an_admin_token_limits_are_replaced_live() {
     assert_eq!(status, 200);
 }
 
+/// An admin-set `4000000/h` sliding log grew the process without bound;
+/// the example server does not raise the maximum, so it is refused.
+#[tokio::test]
+async fn an_admin_cannot_set_a_sliding_log_of_millions() {
+    let addr = start_with(Config {
+        admin_token: Some("s3cret".into()),
+        algorithm: Algorithm::SlidingLog,
+        ..Default::default()
+    })
+    .await;
+    let auth = [("authorization", "Bearer s3cret")];
+    let (status, _, body) = send(
+        addr,
+        Method::PUT,
+        "/admin/limits/api/ip",
+        &auth,
+        "4000000/h",
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(body.contains("sliding-window"), "{body}");
+    let (status, _, _) = send(addr, Method::PUT, "/admin/limits/api/ip", &auth, "100000/h").await;
+    assert_eq!(status, 200);
+}
+
 /// `/api/quota` was unlimited, one store call per route for each request;
 /// `/metrics` can leave the public address.
 #[tokio::test]

@@ -208,3 +208,26 @@ fn policies_parse_from_lists() {
     let err = "10/s;".parse::<Policy>().unwrap_err();
     assert!(err.to_string().contains("expected a limit"), "{err}");
 }
+
+/// One key at an admin-set `4000000/h` sliding log grew the process by
+/// 56 MB in 30 s: a log keeps an entry per admitted request. Logs longer
+/// than 100,000 entries a window are refused when built, unless raised.
+#[test]
+fn a_sliding_log_longer_than_the_maximum_is_refused_when_built() {
+    use tower_ratelimit::policy::{PolicyBuilder, MAX_LOG_ENTRIES};
+    let err = Policy::parse_with("4000000/h", Algorithm::SlidingLog).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("4000000") && text.contains("sliding-window"),
+        "{text}"
+    );
+    assert!(Policy::parse_with("100000/h", Algorithm::SlidingLog).is_ok());
+    assert_eq!(MAX_LOG_ENTRIES, 100_000);
+    // The counter has no such limit; a builder may raise the maximum.
+    assert!(Policy::parse_with("4000000/h", Algorithm::SlidingWindow).is_ok());
+    let raised: Result<Policy, _> = PolicyBuilder::default()
+        .limit("big", Algorithm::SlidingLog, "4000000/h".parse().unwrap())
+        .max_log_entries(4_000_000)
+        .build();
+    assert!(raised.is_ok());
+}
