@@ -64,6 +64,38 @@ impl SlidingLogState {
         self.entries.is_empty()
     }
 
+    /// Heap bytes one more entry would allocate: none while the log has
+    /// room, else what growing it takes (it doubles, from four entries).
+    pub fn growth_bytes(&self) -> usize {
+        if self.entries.len() < self.entries.capacity() {
+            return 0;
+        }
+        self.entries.capacity().max(4) * std::mem::size_of::<Entry>()
+    }
+
+    /// Give back most of the allocation when the entries fill under a
+    /// quarter of it, so a log that was long once does not keep its peak.
+    pub(crate) fn shrink_if_sparse(&mut self) {
+        let capacity = self.entries.capacity();
+        if capacity > 16 && self.entries.len() < capacity / 4 {
+            self.entries.shrink_to((self.entries.len() * 2).max(16));
+        }
+    }
+
+    /// Add `units` at `now` without allocating: into the newest entry,
+    /// moved to `now` (its earlier units then leave the window later than
+    /// they would have: stricter, never looser). Whether there was an
+    /// entry to take them.
+    pub(crate) fn merge_into_newest(&mut self, now: Micros, units: u32) -> bool {
+        let Some(last) = self.entries.back_mut() else {
+            return false;
+        };
+        last.at = last.at.max(now.as_u64());
+        last.cost += u64::from(units);
+        self.used += u64::from(units);
+        true
+    }
+
     /// Forget entries outside the window `(now − W, now]`.
     fn forget_outside(&mut self, now: u64, window_us: u64) {
         let Some(cutoff) = now.checked_sub(window_us) else {

@@ -187,9 +187,10 @@ fn sliding_logs_are_bounded_by_their_limit() {
     for i in 0..10_000u64 {
         backend.check_at(&key, &policy, 1, Micros::new(i * 1_000));
     }
-    // 50 entries at most, 16 bytes each, plus the slot table.
+    // 50 entries at most (in room for 64), 16 bytes each, plus the slot
+    // table (16 slots of 64 bytes).
     assert!(
-        backend.memory_bytes() < 64 * 16 + 16 * 64,
+        backend.memory_bytes() <= 64 * 16 + 16 * 64,
         "{}",
         backend.memory_bytes()
     );
@@ -271,4 +272,107 @@ async fn either_backend_decides_exactly_as_the_backend_it_holds() {
         assert_eq!(admitted, [true, true, false]);
         assert_eq!(backend.name(), "memory");
     }
+}
+
+/// The hostile client's attack on an admin-set `4000000/h` sliding log: one
+/// key cannot make the logs hold more than the backend's log bytes, other
+/// keys' logs with room keep deciding, and the bytes come back when the
+/// entries leave the window.
+#[test]
+fn sliding_logs_together_hold_at_most_the_log_bytes() {
+    const CAP: usize = 1 << 20;
+    let clock = ManualClock::new(Micros::new(0));
+    let backend = MemoryBackend::builder()
+        .clock(clock.clone())
+        .max_log_bytes(CAP)
+        .build();
+    let huge = Policy::builder()
+        .max_log_entries(4_000_000)
+        .limit(
+            "huge",
+            Algorithm::SlidingLog,
+            Quota::per_hour(4_000_000).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let small = Policy::single(Algorithm::SlidingLog, Quota::per_minute(3).unwrap()).unwrap();
+    let neighbour = Key::new("user", "neighbour");
+    assert!(backend.check_now(&neighbour, &small, 1).is_allowed());
+
+    let attacker = Key::new("user", "attacker");
+    let (mut admitted, mut exhausted) = (0u32, 0u32);
+    for _ in 0..200_000 {
+        clock.advance(Duration::from_micros(10));
+        let decision = backend.check_now(&attacker, &huge, 1);
+        admitted += u32::from(decision.is_allowed());
+        exhausted += u32::from(decision.is_capacity_exhausted());
+        assert!(backend.log_bytes() <= CAP, "{}", backend.log_bytes());
+    }
+    // 16 bytes an entry, doubling: between half the cap and the cap of them.
+    assert!(
+        (CAP / 32..=CAP / 16).contains(&(admitted as usize)),
+        "{admitted}"
+    );
+    assert_eq!(admitted + exhausted, 200_000);
+    assert!(backend.memory_bytes() < CAP + 64 * 1024);
+
+    assert!(exhausted > 0, "the attacker's own log stops at the cap");
+
+    // New keys take what is left, 64 bytes each (room for four entries),
+    // until a new log finds no bytes: refused as capacity, not its limit.
+    let left = CAP - backend.log_bytes();
+    let newcomers = (0u32..)
+        .take_while(|i| {
+            let d = backend.check_now(&Key::new("ip", i.to_be_bytes()), &small, 1);
+            assert!(d.is_allowed() || d.is_capacity_exhausted());
+            d.is_allowed()
+        })
+        .count();
+    assert_eq!(newcomers, left / 64);
+    assert!(backend.log_bytes() <= CAP);
+    let newcomer = backend.check_now(&Key::new("user", "newcomer"), &small, 1);
+    assert!(newcomer.is_capacity_exhausted() && !newcomer.is_allowed());
+    // The neighbour's log has room in its allocation: it decides as before.
+    assert!(backend.check_now(&neighbour, &small, 1).is_allowed());
+
+    // An hour later the attacker's entries have left the window; its next
+    // request gives their bytes back, and the newcomer gets in.
+    clock.advance(Duration::from_secs(3_601));
+    let before = backend.log_bytes();
+    assert!(backend.check_now(&attacker, &huge, 1).is_allowed());
+    assert!(
+        backend.log_bytes() < before - CAP / 3,
+        "{before} -> {}",
+        backend.log_bytes()
+    );
+    assert!(backend
+        .check_now(&Key::new("user", "newcomer"), &small, 1)
+        .is_allowed());
+}
+
+/// Expired logs hold bytes until they are reclaimed: at the cap, a new log
+/// first reclaims expired ones near it instead of being refused.
+#[test]
+fn expired_logs_make_room_under_the_log_bytes() {
+    let clock = ManualClock::new(Micros::new(0));
+    let backend = MemoryBackend::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .max_log_bytes(64 * 100)
+        .build();
+    let policy = Policy::single(Algorithm::SlidingLog, Quota::per_minute(3).unwrap()).unwrap();
+    let key = |i: u32| Key::new("ip", i.to_be_bytes());
+    let admitted = (0..200)
+        .filter(|&i| backend.check_now(&key(i), &policy, 1).is_allowed())
+        .count();
+    assert_eq!(admitted, 100);
+    assert!(backend
+        .check_now(&key(1_000), &policy, 1)
+        .is_capacity_exhausted());
+    clock.advance(Duration::from_secs(61));
+    let admitted = (1_000..1_100)
+        .filter(|&i| backend.check_now(&key(i), &policy, 1).is_allowed())
+        .count();
+    assert_eq!(admitted, 100);
+    assert!(backend.log_bytes() <= 64 * 100);
 }

@@ -4,7 +4,7 @@
 use std::collections::hash_map::RandomState;
 use std::sync::{Arc, Mutex};
 
-use super::shard::Shard;
+use super::shard::{LogBytes, Shard};
 use super::table::Table;
 use super::{CachePadded, Inner, MemoryBackend, Share, Store};
 use crate::clock::{Clock, MonotonicClock};
@@ -30,6 +30,7 @@ pub struct MemoryBackendBuilder<C = MonotonicClock> {
     pub(super) shards: usize,
     pub(super) at_capacity: AtCapacity,
     pub(super) servers: u32,
+    pub(super) max_log_bytes: usize,
 }
 
 impl<C: Clock> MemoryBackendBuilder<C> {
@@ -38,6 +39,17 @@ impl<C: Clock> MemoryBackendBuilder<C> {
     /// [`MemoryBackend::DEFAULT_MAX_KEYS`].
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Hold at most this many bytes of sliding-log entries, across every
+    /// key (default [`MemoryBackend::DEFAULT_MAX_LOG_BYTES`], 64 MiB). The
+    /// cap on keys bounds how many logs there are; this bounds what they
+    /// hold together, whatever their limits. A log grows by doubling, so
+    /// the bytes held stay at most this (see the module docs for what is
+    /// refused at it).
+    pub fn max_log_bytes(mut self, bytes: usize) -> Self {
+        self.max_log_bytes = bytes;
         self
     }
 
@@ -88,6 +100,7 @@ impl<C: Clock> MemoryBackendBuilder<C> {
             shards: self.shards,
             at_capacity: self.at_capacity,
             servers: self.servers,
+            max_log_bytes: self.max_log_bytes,
         }
     }
 
@@ -97,11 +110,13 @@ impl<C: Clock> MemoryBackendBuilder<C> {
         let most_shards = ((self.max_keys / 16).max(1) + 1).next_power_of_two() / 2;
         let shards = self.shards.min(most_shards.max(1));
         let per_shard = self.max_keys / shards;
+        let log_bytes = Arc::new(LogBytes::new(self.max_log_bytes));
         let shards_vec = (0..shards)
             .map(|_| {
                 CachePadded(Mutex::new(Shard {
                     states: Table::new(per_shard),
                     logs: Table::new(per_shard),
+                    log_bytes: Some(Arc::clone(&log_bytes)),
                 }))
             })
             .collect();
@@ -113,6 +128,7 @@ impl<C: Clock> MemoryBackendBuilder<C> {
                     hasher: RandomState::new(),
                     at_capacity: self.at_capacity,
                     max_keys: per_shard * shards,
+                    log_bytes,
                     share: (self.servers > 1).then(|| Share {
                         servers: self.servers,
                         policies: Mutex::default(),

@@ -34,8 +34,18 @@ where
         return None; // its admissions carry a permit
     }
     let fp = fingerprint(base, limit.id());
-    let (outcome, slot) = shard.check(limit, fp, now, cost);
+    let (outcome, mut slot) = shard.check(limit, fp, now, cost);
     if cost > 0 && outcome.is_allowed() {
+        if let Form::Log(_) = limit.rule().form() {
+            let mut found = [(fp, slot)];
+            if shard
+                .lacks_log_bytes(policy.limits(), &mut found, now)
+                .is_some()
+            {
+                return None;
+            }
+            slot = found[0].1;
+        }
         match slot {
             Some(slot) => shard.consume_at(limit, slot, now, cost),
             None if matches!(at_capacity, AtCapacity::Deny)
@@ -94,7 +104,10 @@ where
         let lacking = match at_capacity {
             AtCapacity::Deny => shard.lacks_room(limits, found, now),
             AtCapacity::EvictSoonestExpiring => None,
-        };
+        }
+        .or_else(|| shard.lacks_log_bytes(limits, found, now));
+        // Making room may have moved entries.
+        shard.refind(limits, found);
         if let Some((index, retry_at)) = lacking {
             decision.exhaust_capacity(index, retry_at.saturating_sub(now));
         } else {
@@ -185,13 +198,14 @@ where
             return;
         };
         let found = shard.logs.find(fp).is_some_and(|i| {
-            let timed = shard.logs.at_mut(i);
-            let found = log.release(&mut timed.log, now, permit, cost);
-            if found && renew {
-                log.consume(&mut timed.log, now, cost);
-            }
-            timed.expires_at = timed.log.expires_at(log.window());
-            found
+            shard.logs.at_mut(i).change(log, |log, s| {
+                let found = log.release(s, now, permit, cost);
+                if found && renew {
+                    // Into the place the permit left: no growth.
+                    log.consume(s, now, cost);
+                }
+                found
+            })
         });
         held &= found;
     });

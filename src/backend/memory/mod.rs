@@ -31,6 +31,21 @@
 //!   until state expires; known keys are unaffected. No state is ever lost,
 //!   but a flood locks out new clients.
 //!
+//! ## Sliding logs' bytes
+//!
+//! A sliding log keeps an entry per admitted request in its window (at most
+//! 100,000 a window unless the policy raises it), so the cap on keys alone
+//! does not bound its memory. Every log's entries are counted against one
+//! byte cap per backend ([`max_log_bytes`](MemoryBackendBuilder::max_log_bytes),
+//! 64 MiB by default); [`log_bytes`](MemoryBackend::log_bytes) reads it.
+//! At the cap, a request that would make a log grow is denied (the decision
+//! says [`is_capacity_exhausted`](crate::Decision::is_capacity_exhausted),
+//! retry after the limit's window), under either [`AtCapacity`]: state is
+//! never lost to make room, and a log with room left in its allocation
+//! decides as before. A debt charged by settling is never refused: past the
+//! cap it joins the log's newest entry (which then leaves the window later:
+//! stricter, never looser).
+//!
 //! ```
 //! use tower_ratelimit::backend::{AtCapacity, MemoryBackend};
 //! use tower_ratelimit::key::Key;
@@ -59,7 +74,7 @@ use std::future::{ready, Ready};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use self::shard::Shard;
+use self::shard::{LogBytes, Shard};
 use super::{Backend, BackendError};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
@@ -88,6 +103,8 @@ struct Store {
     hasher: RandomState,
     at_capacity: AtCapacity,
     max_keys: usize,
+    /// The sliding logs' bytes, shared by every shard.
+    log_bytes: Arc<LogBytes>,
     /// Enforce `1 / servers` of each limit (see [`MemoryBackendBuilder::servers`]).
     share: Option<Share>,
 }
@@ -127,6 +144,10 @@ impl MemoryBackend {
     /// The default cap on states of each kind.
     pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
+    /// The default cap on the bytes of sliding-log entries, across keys:
+    /// 64 MiB, four million entries.
+    pub const DEFAULT_MAX_LOG_BYTES: usize = 64 << 20;
+
     /// A backend with the defaults: the monotonic clock, at most
     /// [`DEFAULT_MAX_KEYS`](Self::DEFAULT_MAX_KEYS) states of each kind,
     /// evicting at the cap.
@@ -142,6 +163,7 @@ impl MemoryBackend {
             shards: builder::DEFAULT_SHARDS,
             at_capacity: AtCapacity::default(),
             servers: 1,
+            max_log_bytes: Self::DEFAULT_MAX_LOG_BYTES,
         }
     }
 }
@@ -240,7 +262,7 @@ impl<C: Clock> MemoryBackend<C> {
             .iter()
             .map(|s| {
                 let shard = lock(&s.0);
-                let log_entries: usize = shard.logs.values().map(|l| l.log.heap_bytes()).sum();
+                let log_entries: usize = shard.logs.values().map(|l| l.log().heap_bytes()).sum();
                 shard.states.slot_bytes() + shard.logs.slot_bytes() + log_entries
             })
             .sum()
@@ -249,6 +271,12 @@ impl<C: Clock> MemoryBackend<C> {
     /// The cap on states of each kind.
     pub fn max_keys(&self) -> usize {
         self.inner.store.max_keys
+    }
+
+    /// Heap bytes the sliding logs' entries hold now, across every key
+    /// (at most [`max_log_bytes`](MemoryBackendBuilder::max_log_bytes)).
+    pub fn log_bytes(&self) -> usize {
+        self.inner.store.log_bytes.held()
     }
 }
 

@@ -7,6 +7,9 @@
 //! store keeps ([`KeyStates`](crate::backend::KeyStates)). The decision
 //! code (`decide.rs`) runs on either, so both decide exactly alike.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+
 use super::table::{Expires, Table};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::penalty::PenaltyState;
@@ -27,6 +30,8 @@ pub(crate) trait Entries<V> {
     fn has_room(&mut self, fp: u64, needed: usize, now: Micros) -> bool;
     /// When an entry near `fp` is likely to make room.
     fn soonest_expiry_near(&self, fp: u64) -> Micros;
+    /// Drop expired entries among the next `slots` (moves entries).
+    fn reclaim(&mut self, _now: Micros, _slots: usize) {}
 }
 
 impl<V: Expires> Entries<V> for Table<V> {
@@ -52,6 +57,9 @@ impl<V: Expires> Entries<V> for Table<V> {
     fn soonest_expiry_near(&self, fp: u64) -> Micros {
         Table::soonest_expiry_near(self, fp)
     }
+    fn reclaim(&mut self, now: Micros, slots: usize) {
+        Table::reclaim_step(self, now, slots);
+    }
 }
 
 /// Fixed-size states and sliding logs, by fingerprint.
@@ -59,14 +67,95 @@ impl<V: Expires> Entries<V> for Table<V> {
 pub(crate) struct Shard<S = Table<State>, L = Table<TimedLog>> {
     pub(crate) states: S,
     pub(crate) logs: L,
+    /// What this shard's logs may take of the backend's log bytes (`None`:
+    /// unbounded but by each log's own limit, as in an outside store).
+    pub(crate) log_bytes: Option<Arc<LogBytes>>,
+}
+
+/// The heap bytes a backend's sliding logs hold, across every key, and the
+/// most they may: a log that must grow past it does not.
+#[derive(Debug)]
+pub(crate) struct LogBytes {
+    held: AtomicUsize,
+    max: usize,
+}
+
+impl LogBytes {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            held: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Relaxed)
+    }
+
+    fn fits(&self, more: usize) -> bool {
+        more == 0 || self.held().saturating_add(more) <= self.max
+    }
 }
 
 /// A sliding log with the time it empties, so the table can reclaim it
-/// without knowing its window.
+/// without knowing its window, and the byte count its heap is charged to.
+/// Every change to its entries goes through [`change`](Self::change), and
+/// dropping it (expired, evicted, replaced) gives its bytes back.
 #[derive(Default)]
 pub(crate) struct TimedLog {
     pub(crate) expires_at: Micros,
-    pub(crate) log: SlidingLogState,
+    log: SlidingLogState,
+    bytes: Option<Arc<LogBytes>>,
+}
+
+impl TimedLog {
+    fn new(bytes: Option<Arc<LogBytes>>) -> Self {
+        Self {
+            expires_at: Micros::ZERO,
+            log: SlidingLogState::default(),
+            bytes,
+        }
+    }
+
+    pub(crate) fn log(&self) -> &SlidingLogState {
+        &self.log
+    }
+
+    /// Whether one more entry fits under the backend's log bytes.
+    fn can_grow(&self) -> bool {
+        self.bytes
+            .as_ref()
+            .is_none_or(|bytes| bytes.fits(self.log.growth_bytes()))
+    }
+
+    /// Change the log under `rule`, keeping its expiry and its bytes' count.
+    pub(crate) fn change<T>(
+        &mut self,
+        rule: &SlidingLog,
+        change: impl FnOnce(&SlidingLog, &mut SlidingLogState) -> T,
+    ) -> T {
+        let before = self.log.heap_bytes();
+        let out = change(rule, &mut self.log);
+        self.log.shrink_if_sparse();
+        let after = self.log.heap_bytes();
+        if let Some(bytes) = &self.bytes {
+            if after > before {
+                bytes.held.fetch_add(after - before, Relaxed);
+            } else if before > after {
+                bytes.held.fetch_sub(before - after, Relaxed);
+            }
+        }
+        self.expires_at = self.log.expires_at(rule.window());
+        out
+    }
+}
+
+impl Drop for TimedLog {
+    fn drop(&mut self) {
+        if let Some(bytes) = &self.bytes {
+            bytes.held.fetch_sub(self.log.heap_bytes(), Relaxed);
+        }
+    }
 }
 
 impl Expires for TimedLog {
@@ -95,7 +184,10 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
             Form::Log(log) => {
                 let slot = self.logs.find(fp);
                 let outcome = match slot {
-                    Some(i) => log.check(&mut self.logs.at_mut(i).log, now, cost),
+                    Some(i) => self
+                        .logs
+                        .at_mut(i)
+                        .change(log, |log, s| log.check(s, now, cost)),
                     None => log.check(&mut SlidingLogState::default(), now, cost),
                 };
                 (outcome, slot)
@@ -140,8 +232,7 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
             Form::Log(log) => {
                 if let Some(slot) = self.logs.find(fp) {
                     let timed = self.logs.at_mut(slot);
-                    log.refund(&mut timed.log, now, units);
-                    timed.expires_at = timed.log.expires_at(log.window());
+                    timed.change(log, |log, s| log.refund(s, now, units));
                 }
             }
         }
@@ -164,10 +255,18 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
             Form::Log(log) => {
                 let timed = match self.logs.find(fp) {
                     Some(slot) => self.logs.at_mut(slot),
-                    None => self.logs.insert(fp, TimedLog::default(), now),
+                    None => self
+                        .logs
+                        .insert(fp, TimedLog::new(self.log_bytes.clone()), now),
                 };
-                log.charge(&mut timed.log, now, units);
-                timed.expires_at = timed.log.expires_at(log.window());
+                // The work is done, so a debt is never forgiven: past the
+                // log bytes it joins the newest entry instead of a new one.
+                timed.change(log, |log, s| {
+                    let full = s.growth_bytes() > 0;
+                    if !(full && s.merge_into_newest(now, units)) {
+                        log.charge(s, now, units);
+                    }
+                });
             }
         }
     }
@@ -180,7 +279,10 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 let state = self.states.at_mut(slot);
                 *state = rule.consume(*state, now, cost);
             }
-            Form::Log(log) => consume_log(log, self.logs.at_mut(slot), now, cost),
+            Form::Log(log) => {
+                let timed = self.logs.at_mut(slot);
+                timed.change(log, |log, s| log.consume(s, now, cost));
+            }
         }
     }
 
@@ -192,9 +294,57 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 self.states.insert(fp, state, now);
             }
             Form::Log(log) => {
-                let timed = self.logs.insert(fp, TimedLog::default(), now);
-                consume_log(log, timed, now, cost);
+                let timed = self
+                    .logs
+                    .insert(fp, TimedLog::new(self.log_bytes.clone()), now);
+                timed.change(log, |log, s| log.consume(s, now, cost));
             }
+        }
+    }
+
+    /// The first sliding log among `limits` that would have to grow past
+    /// the backend's log bytes to count a request, and when room is likely
+    /// (its window ahead: by then this key's own entries have left).
+    ///
+    /// When one does not fit, the expired logs among the next few slots are
+    /// dropped first (their bytes are dead weight) and it is asked again:
+    /// this moves entries, so slots found before are stale after a `Some`.
+    pub(crate) fn lacks_log_bytes(
+        &mut self,
+        limits: &[Limit],
+        found: &mut [(u64, Option<usize>)],
+        now: Micros,
+    ) -> Option<(usize, Micros)> {
+        let lacking = |shard: &Self, found: &[(u64, Option<usize>)]| {
+            let bytes = shard.log_bytes.as_ref()?;
+            limits
+                .iter()
+                .zip(found)
+                .enumerate()
+                .find_map(|(i, (limit, &(_, slot)))| {
+                    let Form::Log(log) = limit.rule().form() else {
+                        return None;
+                    };
+                    let fits = match slot {
+                        Some(slot) => shard.logs.at(slot).can_grow(),
+                        None => bytes.fits(SlidingLogState::default().growth_bytes()),
+                    };
+                    (!fits).then(|| (i, now.saturating_add(log.window())))
+                })
+        };
+        lacking(self, found)?;
+        self.logs.reclaim(now, RECLAIM_FOR_BYTES);
+        self.refind(limits, found);
+        lacking(self, found)
+    }
+
+    /// Find each limit's slot again, after entries may have moved.
+    pub(crate) fn refind(&self, limits: &[Limit], found: &mut [(u64, Option<usize>)]) {
+        for ((fp, slot), limit) in found.iter_mut().zip(limits) {
+            *slot = match limit.rule().form() {
+                Form::Fixed(_) => self.states.find(*fp),
+                Form::Log(_) => self.logs.find(*fp),
+            };
         }
     }
 
@@ -233,10 +383,9 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
     }
 }
 
-fn consume_log(log: &SlidingLog, timed: &mut TimedLog, now: Micros, cost: u32) {
-    log.consume(&mut timed.log, now, cost);
-    timed.expires_at = timed.log.expires_at(log.window());
-}
+/// Slots of the logs' table looked at for expired logs when the log bytes
+/// are short: bounded work per request, like the cap's own reclaiming.
+const RECLAIM_FOR_BYTES: usize = 64;
 
 /// A limit's own fingerprint of a key: a bijective mix of the key's base
 /// hash with the limit's identity, never 0 (0 marks an empty slot).

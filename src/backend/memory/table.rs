@@ -254,7 +254,7 @@ impl<V: Expires> Table<V> {
     }
 
     /// Examine up to `budget` slots at the cursor, removing expired entries.
-    fn reclaim_step(&mut self, now: Micros, budget: usize) {
+    pub(crate) fn reclaim_step(&mut self, now: Micros, budget: usize) {
         if self.slots.is_empty() {
             return;
         }
