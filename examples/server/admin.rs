@@ -61,24 +61,6 @@ pub(super) fn describe(policy: &Policy) -> Value {
     })
 }
 
-/// The limited routes outside the table of `GET` routes, each limited by
-/// what its response says (settled), so their limits are fixed here.
-const SETTLED_ROUTES: [(&str, &str); 4] = [
-    (
-        "/api/login",
-        "5 failed logins per 15 minutes per client IP and user",
-    ),
-    (
-        "/api/tokens",
-        "1000 tokens per minute per user, settled to what each request used",
-    ),
-    (
-        "/api/slow",
-        "2 requests in flight per user (a body streamed over ?ms=)",
-    ),
-    ("/api/quota", "60/min per user"),
-];
-
 /// Every limited route's limits now.
 pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
     let routes = state.routes.iter().map(|route| match &route.live {
@@ -87,9 +69,9 @@ pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Val
         }
         None => json!({ "route": route.path, "replaceable": false, "about": route.about }),
     });
-    let settled = SETTLED_ROUTES
-        .iter()
-        .map(|(path, about)| json!({ "route": path, "replaceable": false, "about": about }));
+    let settled = state.settled.iter().map(|route| {
+        json!({ "route": route.path, "replaceable": true, "about": route.about, "policy": describe(&route.live.current()) })
+    });
     Json(Value::Array(routes.chain(settled).collect()))
 }
 
@@ -102,16 +84,34 @@ pub(super) async fn replace_limits<B>(
     let error =
         |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
     let path = format!("/{}", route.trim_start_matches('/'));
-    let Some(route) = state.routes.iter().find(|r| r.path == path) else {
-        return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}"));
-    };
-    let Some(live) = &route.live else {
-        return error(
-            StatusCode::CONFLICT,
-            format!("{path}'s limits follow the caller's tier"),
-        );
+    let live = match state.live(&path) {
+        Some(Ok(live)) => live,
+        Some(Err(())) => {
+            return error(
+                StatusCode::CONFLICT,
+                format!("{path}'s limits follow the caller's tier"),
+            )
+        }
+        None => return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}")),
     };
     let old = live.current();
+    if old.limits().iter().any(|l| l.is_concurrent()) {
+        // Requests in flight have no quota syntax: the body is a number
+        // of permits.
+        let policy = body
+            .trim()
+            .parse()
+            .map_err(|_| "the body is a number of requests in flight, e.g. 3".to_owned())
+            .and_then(|permits| slow::in_flight(permits).map_err(|e| e.to_string()));
+        return match policy {
+            Ok(policy) => {
+                let described = describe(&policy);
+                live.replace(policy);
+                Json(json!({ "route": path, "policy": described })).into_response()
+            }
+            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        };
+    }
     // The body says what the route's limits are. One unnamed quota for a
     // route of one *named* limit keeps that name (and so its state and its
     // metrics label: see `Live`); any other unnamed limit stays unnamed,
@@ -199,27 +199,35 @@ pub(super) async fn index<B>(State(state): State<AppState<B>>) -> String {
     text
 }
 
-/// Each route's limits for the caller, peeked with cost 0.
+/// Each route's limits for the caller, peeked with cost 0, in one read of
+/// the store ([`Backend::peek_many`]: one round trip on Redis).
 pub(super) async fn quota<B: Backend>(
     State(state): State<AppState<B>>,
     req: Request,
 ) -> Json<Value> {
-    let mut routes = Vec::new();
-    for route in state.routes.iter() {
-        let (key, policy) = {
-            let head = RequestHead::from(&req);
-            ((route.peek_key)(&head), (route.policy)(&head))
+    let head = RequestHead::from(&req);
+    // Each route's key and policy for this caller, where it has both.
+    let asks: Vec<_> = state
+        .routes
+        .iter()
+        .map(
+            |route| match ((route.peek_key)(&head), (route.policy)(&head)) {
+                (Ok(key), Some(policy)) => Some((key, policy)),
+                _ => None,
+            },
+        )
+        .collect();
+    let peeks = asks.iter().flatten().cloned().collect();
+    let (mut decisions, error) = match state.backend.peek_many(peeks).await {
+        Ok(decisions) => (decisions.into_iter(), None),
+        Err(e) => (Vec::new().into_iter(), Some(e.to_string())),
+    };
+    let routes = state.routes.iter().zip(&asks).map(|(route, ask)| {
+        let Some((_, policy)) = ask else {
+            return json!({ "route": route.path, "limits": null });
         };
-        let (Ok(key), Some(policy)) = (key, policy) else {
-            routes.push(json!({ "route": route.path, "limits": null }));
-            continue;
-        };
-        let decision = match state.backend.check(&key, &policy, 0).await {
-            Ok(decision) => decision,
-            Err(e) => {
-                routes.push(json!({ "route": route.path, "error": e.to_string() }));
-                continue;
-            }
+        let Some(decision) = decisions.next() else {
+            return json!({ "route": route.path, "error": error });
         };
         let limits: Vec<Value> = policy
             .limits()
@@ -234,7 +242,7 @@ pub(super) async fn quota<B: Backend>(
                 })
             })
             .collect();
-        routes.push(json!({ "route": route.path, "limits": limits }));
-    }
-    Json(Value::Array(routes))
+        json!({ "route": route.path, "limits": limits })
+    });
+    Json(Value::Array(routes.collect()))
 }

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use tower_ratelimit::backend::Backend;
 use tower_ratelimit::key::{key_fn, Key, KeyError, KeyExtractor};
-use tower_ratelimit::Policy;
+use tower_ratelimit::{Live, Policy};
 
 use super::routes::client_ip;
 use super::{Common, Config};
@@ -34,6 +34,7 @@ const MAX_FORM: usize = 4 * 1024;
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
     config: &Config,
     common: &Common<B>,
+    policy: Live<Policy>,
 ) -> MethodRouter<S> {
     let ip = client_ip(config);
     let key = key_fn(move |r| {
@@ -47,8 +48,6 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
             Key::new("login-user", &form.user),
         ]))
     });
-    let policy =
-        Policy::parse_with("logins = 5/15min", config.algorithm).expect("a valid demo policy");
     let limiter = common
         .layer(key, policy)
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED);

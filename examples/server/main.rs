@@ -36,7 +36,7 @@
 //! | `GET /api/search` | 10/min per user per endpoint |
 //! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401, at most 10 failed checks a minute per client IP |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
-//! | `GET /api/quota` | the caller's remaining budget on each route (60/min per user) |
+//! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
@@ -51,7 +51,7 @@
 //! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency (on `METRICS_ADDR` instead, when set) |
 //! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20; with `ADMIN_TOKEN` set, the token is required) |
 //! | `GET /admin/limits` | each route's limits now (likewise) |
-//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`); 401 without the token; 404 when `ADMIN_TOKEN` is unset |
+//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a limited route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`), or for `/api/slow` a number of requests in flight; 401 without the token; 404 when `ADMIN_TOKEN` is unset |
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
 //!
@@ -165,20 +165,42 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         };
         app = app.route(path, handler);
     }
-    // What the caller has left everywhere: one peek per route, so it is
+    let settled = [
+        Settled {
+            path: "/api/login",
+            about: "5 failed logins per 15 minutes per client IP and user",
+            live: Live::new(limits(config, "logins = 5/15min")),
+        },
+        Settled {
+            path: "/api/tokens",
+            about: "1000 tokens per minute per user, settled to what each request used",
+            live: Live::new(limits(config, "tokens = 1000/min")),
+        },
+        Settled {
+            path: "/api/slow",
+            about:
+                "2 requests in flight per user (a body streamed over ?ms=); PUT a number of permits",
+            live: Live::new(slow::in_flight(2).expect("a valid demo policy")),
+        },
+        Settled {
+            path: "/api/quota",
+            about: "60/min per user: every route's budget in one store call",
+            live: Live::new(limits(config, "quota = 60/min")),
+        },
+    ];
+    let [login, tokens, slow, quota_policy] = settled.clone().map(|s| s.live);
+    // What the caller has left everywhere: a read of the store, so it is
     // limited too.
-    let quota_limit = common.layer(
-        Header::new("x-user-id").or(client_ip(config)),
-        limits(config, "quota = 60/min"),
-    );
+    let quota_limit = common.layer(Header::new("x-user-id").or(client_ip(config)), quota_policy);
     let app = app
         .route("/api/quota", get(quota::<B>).layer(quota_limit))
-        .route("/api/login", login::route(config, &common))
-        .route("/api/tokens", tokens::route(config, &common))
-        .route("/api/slow", slow::route(config, &common));
+        .route("/api/login", login::route(config, &common, login))
+        .route("/api/tokens", tokens::route(config, &common, tokens))
+        .route("/api/slow", slow::route(config, &common, slow));
     app.with_state(AppState {
         backend,
         routes,
+        settled: settled.into(),
         top,
         algorithm: config.algorithm,
     })

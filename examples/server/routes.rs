@@ -31,12 +31,38 @@ pub(super) struct Route {
     pub(super) live: Option<Live<Policy>>,
 }
 
+/// A limited route outside the table of `GET` routes (its limit settles by
+/// the response, or holds requests in flight): its policy, replaceable.
+#[derive(Clone)]
+pub(super) struct Settled {
+    pub(super) path: &'static str,
+    pub(super) about: &'static str,
+    pub(super) live: Live<Policy>,
+}
+
 #[derive(Clone)]
 pub(super) struct AppState<B> {
     pub(super) backend: B,
     pub(super) routes: Arc<[Route]>,
+    pub(super) settled: Arc<[Settled]>,
     pub(super) top: TopOffenders,
     pub(super) algorithm: Algorithm,
+}
+
+impl<B> AppState<B> {
+    /// The replaceable policy of the limited route at `path`: `Err` when
+    /// the route is limited but its policy is not one to replace.
+    pub(super) fn live(&self, path: &str) -> Option<Result<&Live<Policy>, ()>> {
+        let settled = self
+            .settled
+            .iter()
+            .find(|s| s.path == path)
+            .map(|s| &s.live);
+        let route = self.routes.iter().find(|r| r.path == path);
+        settled
+            .map(Ok)
+            .or_else(|| route.map(|r| r.live.as_ref().ok_or(())))
+    }
 }
 
 pub(super) fn limits(config: &Config, text: &str) -> Policy {

@@ -12,7 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
 use tower_ratelimit::key::{Header, KeyExtractor};
-use tower_ratelimit::{Limit, Policy};
+use tower_ratelimit::policy::PolicyError;
+use tower_ratelimit::{Limit, Live, Policy};
 
 use super::routes::client_ip;
 use super::{Common, Config};
@@ -23,14 +24,18 @@ const CHUNKS: u64 = 10;
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
     config: &Config,
     common: &Common<B>,
+    in_flight: Live<Policy>,
 ) -> MethodRouter<S> {
     let user = Header::new("x-user-id").or(client_ip(config));
-    // Leased for 15 s, renewed every 7.5 s while a body streams.
-    let in_flight = Limit::concurrent("slow", 2)
+    get(slow).layer(common.layer(user, in_flight))
+}
+
+/// At most `permits` requests in flight per user, each permit leased for
+/// 15 s and renewed every 7.5 s while a body streams.
+pub(super) fn in_flight(permits: u32) -> Result<Policy, PolicyError> {
+    Limit::concurrent("slow", permits)
         .and_then(|l| l.lease(Duration::from_secs(15)))
         .and_then(|limit| Policy::builder().with(limit).build())
-        .expect("a valid demo policy");
-    get(slow).layer(common.layer(user, in_flight))
 }
 
 async fn slow(Query(query): Query<HashMap<String, String>>) -> Response {

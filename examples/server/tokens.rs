@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
 use tower_ratelimit::key::{Header, KeyExtractor};
-use tower_ratelimit::Policy;
+use tower_ratelimit::{Live, Policy};
 
 use super::routes::client_ip;
 use super::{Common, Config};
@@ -17,10 +17,9 @@ use super::{Common, Config};
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
     config: &Config,
     common: &Common<B>,
+    policy: Live<Policy>,
 ) -> MethodRouter<S> {
     let user = Header::new("x-user-id").or(client_ip(config));
-    let policy =
-        Policy::parse_with("tokens = 1000/min", config.algorithm).expect("a valid demo policy");
     let limiter = common
         .layer(user, policy)
         .cost(100)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Peeks};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
 
@@ -186,6 +186,22 @@ impl<B: Backend> Backend for Breaker<B> {
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         self.ask(|inner| inner.renew(key, policy, permit, cost))
+    }
+
+    /// Fails at once while the breaker is open; never a probe.
+    fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
+        if self.is_open() {
+            return Box::pin(ready(Err(BackendError::breaker_open())));
+        }
+        let (peeks, shared) = (self.inner.peek_many(asks), Arc::clone(&self.shared));
+        Box::pin(async move {
+            let result = peeks.await;
+            match &result {
+                Ok(_) => shared.succeeded(),
+                Err(_) => shared.failed(false),
+            }
+            result
+        })
     }
 }
 

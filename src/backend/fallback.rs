@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{Backend, BackendError, FailureLog};
+use super::{Backend, BackendError, FailureLog, Peeks};
 use crate::key::Key;
 use crate::{Decision, Micros, Origin, Policy};
 
@@ -77,6 +77,20 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         self.ask(key, policy, Op::Renew { permit, cost })
+    }
+
+    /// The primary's answer, else the fallback's.
+    fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
+        let (primary, second) = (self.primary.clone(), Arc::clone(&self.second));
+        Box::pin(async move {
+            match primary.peek_many(asks.clone()).await {
+                Ok(decisions) => Ok(decisions),
+                Err(error) => {
+                    second.failures.warn("fallback", &error);
+                    second.backend.peek_many(asks).await
+                }
+            }
+        })
     }
 }
 

@@ -62,6 +62,7 @@ mod redis;
 mod store;
 
 use std::future::Future;
+use std::pin::Pin;
 
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
@@ -75,6 +76,9 @@ pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};
 pub use store::{KeyStates, StateStore, StoreBackend};
+
+/// The answer of [`Backend::peek_many`]: each key's state, in order.
+pub type Peeks = Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>> + Send>>;
 
 /// Stores per-key state and decides requests against a policy.
 pub trait Backend: Clone + Send + Sync + 'static {
@@ -122,6 +126,24 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let _ = (permit, cost);
         self.check(key, policy, 0)
+    }
+
+    /// What each key holds under its policy, consuming nothing (as a
+    /// [`check`](Self::check) of cost 0 each), in as few calls to the store
+    /// as it allows: standalone Redis answers them all in one round trip (a
+    /// pipeline). For a page that shows a client every budget it has. The
+    /// decisions come in the order asked; one failure fails the whole read.
+    ///
+    /// The default asks one at a time.
+    fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
+        let this = self.clone();
+        Box::pin(async move {
+            let mut decisions = Vec::with_capacity(asks.len());
+            for (key, policy) in &asks {
+                decisions.push(this.check(key, policy, 0).await?);
+            }
+            Ok(decisions)
+        })
     }
 
     /// A short name for the `backend` label of decision-latency metrics:

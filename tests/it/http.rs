@@ -437,6 +437,41 @@ async fn with_an_admin_token_limits_are_replaced_live() {
     )
     .await;
     assert_eq!(status, 200);
+
+    // The routes that settle or hold requests in flight are replaceable too.
+    for (route, body, name) in [
+        (
+            "/admin/limits/api/login",
+            "3/15min",
+            r#""name":"logins","quota":"3/15min""#,
+        ),
+        (
+            "/admin/limits/api/tokens",
+            "500/min",
+            r#""name":"tokens","quota":"500/min""#,
+        ),
+        (
+            "/admin/limits/api/quota",
+            "2/min",
+            r#""name":"quota","quota":"2/min""#,
+        ),
+        ("/admin/limits/api/slow", "1", r#""name":"slow""#),
+    ] {
+        let (status, _, body) = put(bearer(token), route, body).await;
+        assert_eq!(status, 200, "{route}: {body}");
+        assert!(body.contains(name), "{route}: {body}");
+    }
+    let (status, _, body) = put(bearer(token), "/admin/limits/api/slow", "3/min").await;
+    assert_eq!(status, 400, "{body}");
+    let gil = [("x-user-id", "gil")];
+    assert_eq!(statuses(addr, "/api/quota", &gil, 3).await, [200, 200, 429]);
+    let (_, headers, _) = get(addr, "/api/tokens?n=1", &gil).await;
+    assert_eq!(headers["ratelimit-policy"], r#""tokens";q=500;w=60"#);
+    let (_, _, listed) = get(addr, "/admin/limits", &lowercase).await;
+    assert!(
+        !listed.contains(r#""replaceable":false,"about":"5 failed"#),
+        "{listed}"
+    );
 }
 
 /// An admin-set `4000000/h` sliding log grew the process without bound;
@@ -462,6 +497,40 @@ async fn an_admin_cannot_set_a_sliding_log_of_millions() {
     assert!(body.contains("sliding-window"), "{body}");
     let (status, _, _) = send(addr, Method::PUT, "/admin/limits/api/ip", &auth, "100000/h").await;
     assert_eq!(status, 200);
+}
+
+/// `/api/quota` asked Redis once per route (100 requests, 501 EVALSHA in
+/// 501 round trips); it now reads every route in one pipeline: five peeks
+/// in one round trip, plus its own limit's.
+#[tokio::test]
+async fn quota_reads_every_route_in_one_round_trip_on_redis() {
+    let redis = crate::support::RedisServer::start();
+    let config = crate::server::Config::default();
+    let app = crate::server::redis_app(&config, &redis.url())
+        .await
+        .unwrap()
+        .into_make_service_with_connect_info::<SocketAddr>();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let frank = [("x-user-id", "frank")];
+    // Spend on /api/search, then read it back through /api/quota.
+    assert_eq!(statuses(addr, "/api/search", &frank, 3).await, [200; 3]);
+    let (calls, reads) = (redis.evalsha_calls(), redis.reads_processed());
+    for _ in 0..20 {
+        let (status, _, body) = get(addr, "/api/quota", &frank).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""name":"search","remaining":7"#), "{body}");
+    }
+    // Each request: its own limit, and the four routes this caller has a
+    // key for (not /api/key); the first read's script may be loaded first.
+    let calls = redis.evalsha_calls() - calls;
+    assert!((20 * 5..=20 * 5 + 4).contains(&calls), "{calls}");
+    let reads = redis.reads_processed() - reads;
+    // Two round trips a request, plus a few of our own (`redis-cli` and
+    // the script's first load): 100 and more when each route was a call
+    // of its own.
+    assert!(reads <= 20 * 2 + 10, "{reads} reads for 20 requests");
 }
 
 /// `/api/quota` was unlimited, one store call per route for each request;

@@ -341,6 +341,40 @@ fn one_server_many_keys_many_algorithms() {
     }
 }
 
+/// `peek_many` reads each key's state under its policy, in order, as a
+/// check of cost 0 would: on Redis in one pipeline, on memory one by one;
+/// the two agree, and nothing is consumed.
+#[test]
+fn many_keys_read_at_once_agree_with_memory() {
+    use tower_ratelimit::backend::Backend;
+    let (_server, rt, redis, memory) = both();
+    let mut asks = Vec::new();
+    for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        let policy = Policy::parse_with("a = 5/min; b = 20/h", algorithm).unwrap();
+        let key = Key::new("user", format!("peek-{i}"));
+        for _ in 0..i {
+            rt.block_on(redis.check(&key, &policy, 1)).unwrap();
+            memory.check_now(&key, &policy, 1);
+        }
+        asks.push((key, policy));
+    }
+    let remaining = |decisions: Vec<tower_ratelimit::Decision>| -> Vec<Vec<u32>> {
+        decisions
+            .iter()
+            .map(|d| d.outcomes().map(|o| o.remaining()).collect())
+            .collect()
+    };
+    let on_redis = remaining(rt.block_on(redis.peek_many(asks.clone())).unwrap());
+    let on_memory = remaining(rt.block_on(memory.peek_many(asks.clone())).unwrap());
+    assert_eq!(on_redis, on_memory);
+    assert_eq!(on_redis[3], [2, 17], "{on_redis:?}");
+    // A read consumes nothing.
+    assert_eq!(
+        remaining(rt.block_on(redis.peek_many(asks)).unwrap()),
+        on_redis
+    );
+}
+
 #[test]
 fn server_time_decides_and_keys_expire_with_their_state() {
     let server = RedisServer::start();

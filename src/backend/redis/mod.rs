@@ -15,7 +15,7 @@ use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use self::leases::Leases;
 use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Peeks};
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Policy};
 
@@ -327,6 +327,61 @@ impl Backend for RedisBackend {
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         self.ask(key, policy, Ask::Settle { reserved, actual })
+    }
+
+    /// One pipeline, one round trip, on a standalone server; on a cluster,
+    /// whose keys live on several nodes, one call per key.
+    fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
+        let this = self.clone();
+        Box::pin(async move {
+            let Connection::Standalone(conn) = &this.conn else {
+                let mut decisions = Vec::with_capacity(asks.len());
+                for (key, policy) in &asks {
+                    decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
+                }
+                return Ok(decisions);
+            };
+            let ask = Ask::Check(0);
+            let mut pipe = ::redis::pipe();
+            for (key, policy) in &asks {
+                let shape = Shape::of(policy, ask);
+                let mut cmd = ::redis::Cmd::with_capacity(16, 256);
+                cmd.arg("EVALSHA").arg(this.script(shape).get_hash());
+                invocation(&this.prefix, key, policy, (ask, shape), None, &mut cmd);
+                pipe.add_command(cmd);
+            }
+            let call = async {
+                match pipe.query_async::<Vec<Value>>(&mut conn.clone()).await {
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        let mut shapes: Vec<Shape> =
+                            asks.iter().map(|(_, p)| Shape::of(p, ask)).collect();
+                        shapes.sort_by_key(|shape| shape.index());
+                        shapes.dedup_by_key(|shape| shape.index());
+                        for shape in shapes {
+                            this.load(this.script(shape)).await?;
+                        }
+                        pipe.query_async(&mut conn.clone()).await
+                    }
+                    replies => replies,
+                }
+            };
+            let replies = tokio::time::timeout(this.timeout, call)
+                .await
+                .map_err(|_| {
+                    BackendError::new(format!("no answer from Redis within {:?}", this.timeout))
+                })??;
+            if replies.len() != asks.len() {
+                return Err(BackendError::new(format!(
+                    "Redis answered {} of {} reads",
+                    replies.len(),
+                    asks.len()
+                )));
+            }
+            asks.iter()
+                .zip(&replies)
+                .map(|((_, policy), reply)| Ok(decision_from(policy, reply)?.0))
+                .collect()
+        })
     }
 }
 

@@ -142,6 +142,17 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// Reads from clients the server has processed so far: about one per
+    /// round trip (a pipeline arrives in one).
+    pub fn reads_processed(&self) -> u64 {
+        let stats = self.cli(&["INFO", "stats"]);
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_reads_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Microseconds on the server's clock.
     pub fn time_micros(&self) -> u64 {
         let out = self.cli(&["TIME"]);
