@@ -334,12 +334,18 @@ impl Backend for RedisBackend {
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         let this = self.clone();
         Box::pin(async move {
-            let Connection::Standalone(conn) = &this.conn else {
-                let mut decisions = Vec::with_capacity(asks.len());
-                for (key, policy) in &asks {
-                    decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
+            // Without the cluster feature a connection has one kind.
+            #[allow(clippy::infallible_destructuring_match)]
+            let conn = match &this.conn {
+                Connection::Standalone(conn) => conn,
+                #[cfg(feature = "redis-cluster")]
+                Connection::Cluster(_) => {
+                    let mut decisions = Vec::with_capacity(asks.len());
+                    for (key, policy) in &asks {
+                        decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
+                    }
+                    return Ok(decisions);
                 }
-                return Ok(decisions);
             };
             let ask = Ask::Check(0);
             let mut pipe = ::redis::pipe();
