@@ -21,10 +21,20 @@ use crate::{Decision, Micros, Policy};
 /// * **Open**: decisions fail at once, without asking the backend, with an
 ///   error that says the breaker is open — so a [`Fallback`](super::Fallback)
 ///   behind it decides in microseconds instead of after a timeout each.
-/// * After [`open_for`](Self::open_for), **one** decision at a time probes
-///   the backend; the others still fail at once. A probe that succeeds closes
-///   the breaker; one that fails opens it again for twice as long, up to
+/// * After [`open_for`](Self::open_for), **one** probe at a time asks the
+///   backend what the next decision's key holds (a check of cost 0, which
+///   consumes nothing). Inside a tokio runtime the probe runs on its own
+///   task and that decision, like every other, still fails at once: no
+///   request waits on a probe. (Outside a runtime the decision is the
+///   probe, and waits for it.) A probe that succeeds closes the breaker; one
+///   that fails opens it again for twice as long, up to
 ///   [`max_open_for`](Self::max_open_for).
+///
+/// So an outage of any length costs requests nothing once the breaker is
+/// open, probing costs the backend at most one call per `open_for` (4 a
+/// second by default, 2 once the backoff reaches its 500 ms cap), and
+/// decisions come from the backend again at most `max_open_for` after it
+/// answers again, plus one call.
 ///
 /// ```
 /// use std::time::Duration;
@@ -77,8 +87,8 @@ impl<B> Breaker<B> {
             inner,
             shared: Arc::new(Shared::new(Settings {
                 failures_to_open: 5,
-                open_for: Micros::from_millis(500),
-                max_open_for: Micros::from_secs(30),
+                open_for: Micros::from_millis(250),
+                max_open_for: Micros::from_millis(500),
             })),
         }
     }
@@ -95,7 +105,8 @@ impl<B> Breaker<B> {
         self
     }
 
-    /// Never stay open longer than this between probes (default 30 s).
+    /// Never stay open longer than this between probes (default 500 ms):
+    /// the longest a backend that answers again waits to be asked.
     pub fn max_open_for(mut self, max: Duration) -> Self {
         self.settings().max_open_for = Micros::from(max).max(Micros::new(1));
         self
@@ -173,19 +184,23 @@ impl<B: Backend> Backend for Breaker<B> {
     }
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
-        self.ask(|inner| inner.check(key, policy, cost))
+        self.ask(key, policy, |inner| inner.check(key, policy, cost))
     }
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
-        self.ask(|inner| inner.settle(key, policy, reserved, actual))
+        self.ask(key, policy, |inner| {
+            inner.settle(key, policy, reserved, actual)
+        })
     }
 
     fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
-        self.ask(|inner| inner.release(key, policy, permit, cost))
+        self.ask(key, policy, |inner| {
+            inner.release(key, policy, permit, cost)
+        })
     }
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
-        self.ask(|inner| inner.renew(key, policy, permit, cost))
+        self.ask(key, policy, |inner| inner.renew(key, policy, permit, cost))
     }
 
     /// Fails at once while the breaker is open; never a probe.
@@ -207,7 +222,12 @@ impl<B: Backend> Backend for Breaker<B> {
 
 impl<B: Backend> Breaker<B> {
     /// Ask the backend with `ask`, unless the breaker is open.
-    fn ask(&self, ask: impl FnOnce(&B) -> B::Future) -> BreakerFuture<B> {
+    fn ask(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        ask: impl FnOnce(&B) -> B::Future,
+    ) -> BreakerFuture<B> {
         let shared = &self.shared;
         let open_until = shared.open_until.load(Ordering::Acquire);
         let probe = if open_until == 0 {
@@ -219,14 +239,27 @@ impl<B: Backend> Breaker<B> {
                     .probing
                     .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok();
+            let open = || BreakerFuture {
+                state: State::Open {
+                    error: ready(Err(BackendError::breaker_open())),
+                },
+            };
             if !won {
-                return BreakerFuture {
-                    state: State::Open {
-                        error: ready(Err(BackendError::breaker_open())),
-                    },
-                };
+                return open();
             }
-            Some(Probe(Arc::clone(shared)))
+            let probe = Probe(Arc::clone(shared));
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                // On its own task: this decision fails at once like the rest.
+                let peek = self.inner.check(key, policy, 0);
+                runtime.spawn(async move {
+                    match peek.await {
+                        Ok(_) => probe.0.succeeded(),
+                        Err(_) => probe.0.failed(true),
+                    }
+                });
+                return open();
+            }
+            Some(probe)
         };
         BreakerFuture {
             state: State::Asking {

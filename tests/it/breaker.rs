@@ -98,7 +98,7 @@ async fn a_success_resets_the_count() {
 }
 
 #[tokio::test]
-async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
+async fn one_probe_at_a_time_no_request_waits_for_it_and_a_good_one_closes_the_breaker() {
     let flaky = Flaky {
         delay: Duration::from_millis(50),
         ..Flaky::down()
@@ -110,6 +110,14 @@ async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
         .open_for(Duration::from_millis(100));
     assert!(breaker.check(&key(), &policy(), 1).await.is_err());
     assert!(breaker.is_open());
+    let remaining = || {
+        flaky
+            .memory
+            .check_now(&key(), &policy(), 0)
+            .deciding()
+            .remaining()
+    };
+    let left = remaining();
 
     // The backend is back; once the breaker is due, 20 decisions arrive at once.
     flaky.failing.store(false, Ordering::SeqCst);
@@ -120,16 +128,18 @@ async fn one_probe_at_a_time_and_a_good_one_closes_the_breaker() {
         .map(|_| breaker.check(&key(), &policy(), 1))
         .collect();
     let results = futures_all(checks).await;
+    // All answered at once, the one that started the probe too: it runs
+    // on its own task (and takes the backend 50 ms).
+    assert!(started.elapsed() < Duration::from_millis(40));
     assert_eq!(flaky.calls.load(Ordering::SeqCst) - before, 1, "one probe");
-    let (probed, refused): (Vec<_>, Vec<_>) = results.iter().partition(|r| r.is_ok());
-    assert_eq!(probed.len(), 1);
-    assert!(refused
+    assert!(results
         .iter()
         .all(|r| r.as_ref().unwrap_err().is_breaker_open()));
-    assert!(started.elapsed() >= Duration::from_millis(50));
 
     // The probe succeeded: closed, every decision asks the backend again.
+    tokio::time::sleep(Duration::from_millis(70)).await;
     assert!(!breaker.is_open());
+    assert_eq!(remaining(), left, "a probe consumes nothing");
     for _ in 0..5 {
         assert!(breaker.check(&key(), &policy(), 1).await.is_ok());
     }
@@ -147,30 +157,26 @@ async fn a_failed_probe_opens_it_twice_as_long() {
         .max_open_for(Duration::from_millis(150));
     assert!(breaker.check(&key(), &policy(), 1).await.is_err());
     let probes = || flaky.calls.load(Ordering::SeqCst) - 1;
+    let refused = |result: Result<Decision, BackendError>| result.unwrap_err().is_breaker_open();
 
     // Due after 100 ms: the probe fails, reopening for 150 ms (2 × 100, capped).
     tokio::time::sleep(Duration::from_millis(110)).await;
-    assert!(!breaker
-        .check(&key(), &policy(), 1)
-        .await
-        .unwrap_err()
-        .is_breaker_open());
+    assert!(refused(breaker.check(&key(), &policy(), 1).await));
     assert_eq!(probes(), 1);
     tokio::time::sleep(Duration::from_millis(110)).await;
-    assert!(breaker
-        .check(&key(), &policy(), 1)
-        .await
-        .unwrap_err()
-        .is_breaker_open());
+    assert!(refused(breaker.check(&key(), &policy(), 1).await));
     assert_eq!(probes(), 1, "not due yet: it opened for longer");
     tokio::time::sleep(Duration::from_millis(60)).await;
-    assert!(breaker.check(&key(), &policy(), 1).await.is_err());
+    assert!(refused(breaker.check(&key(), &policy(), 1).await));
     assert_eq!(probes(), 2);
 }
 
 #[tokio::test]
-async fn a_dropped_probe_lets_the_next_decision_probe() {
-    let flaky = Flaky::down();
+async fn a_probe_outlives_the_decision_that_started_it() {
+    let flaky = Flaky {
+        delay: Duration::from_millis(50),
+        ..Flaky::down()
+    };
     let breaker = flaky
         .clone()
         .with_breaker()
@@ -179,18 +185,50 @@ async fn a_dropped_probe_lets_the_next_decision_probe() {
     assert!(breaker.check(&key(), &policy(), 1).await.is_err());
     tokio::time::sleep(Duration::from_millis(15)).await;
 
-    // A decision takes the probe, and its client goes away before it answers.
-    let probe = breaker.check(&key(), &policy(), 1);
+    // A decision starts the probe, and its client goes away at once.
+    drop(breaker.check(&key(), &policy(), 1));
     assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
-    // While it is out, others are refused without asking.
+    // While the probe is out, others are refused without asking.
+    tokio::time::sleep(Duration::from_millis(15)).await;
     let refused = breaker.check(&key(), &policy(), 1).await.unwrap_err();
     assert!(refused.is_breaker_open());
     assert_eq!(flaky.calls.load(Ordering::SeqCst), 2);
-    drop(probe);
 
-    // The next decision may probe again.
+    // The probe failed (after 50 ms) and reopened the breaker for 20 ms;
+    // then the next decision starts another.
+    tokio::time::sleep(Duration::from_millis(70)).await;
     let _ = breaker.check(&key(), &policy(), 1).await;
     assert_eq!(flaky.calls.load(Ordering::SeqCst), 3);
+}
+
+/// Outside a runtime there is no task to probe on: the decision probes.
+#[test]
+fn outside_a_runtime_the_decision_is_the_probe() {
+    let flaky = Flaky::down();
+    let breaker = flaky
+        .clone()
+        .with_breaker()
+        .failures_to_open(1)
+        .open_for(Duration::from_millis(10));
+    let block = |f| futures_lite_block_on(f);
+    assert!(block(breaker.check(&key(), &policy(), 1)).is_err());
+    std::thread::sleep(Duration::from_millis(15));
+    flaky.failing.store(false, Ordering::SeqCst);
+    assert!(block(breaker.check(&key(), &policy(), 1)).is_ok());
+    assert!(!breaker.is_open());
+}
+
+/// Poll a future that never needs a runtime's timer to completion.
+fn futures_lite_block_on<F: Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// Await every future, concurrently, in order.
@@ -268,4 +306,70 @@ async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseco
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Recovery must not take as long as the outage did: Redis killed for 30 s
+/// (`RECOVERY_OUTAGE_SECS` to try other lengths) under steady decisions,
+/// then started again empty. While it is down, once the breaker is open,
+/// no decision waits; within a second of it answering again, decisions
+/// come from it (the probe's backoff stops at 500 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_long_outage_redis_decides_again_within_a_second() {
+    use tower_ratelimit::backend::RedisBackend;
+    let outage = std::env::var("RECOVERY_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(30), Duration::from_secs);
+    let mut redis = crate::support::RedisServer::start();
+    let timeout = Duration::from_millis(50);
+    let backend = RedisBackend::builder(&redis.url())
+        .timeout(timeout)
+        .connect_lazy()
+        .unwrap()
+        .with_breaker()
+        .or_fallback(MemoryBackend::new());
+    let policy = policy();
+    let decide = || {
+        let (backend, policy) = (backend.clone(), policy.clone());
+        async move {
+            let started = Instant::now();
+            let decision = backend.check(&key(), &policy, 1).await.unwrap();
+            (decision.origin(), started.elapsed())
+        }
+    };
+    assert_eq!(decide().await.0, Origin::Primary);
+
+    redis.kill();
+    let (mut waited, mut decisions) = (0, 0);
+    let until = Instant::now() + outage;
+    while Instant::now() < until {
+        let (origin, took) = decide().await;
+        assert_ne!(origin, Origin::Primary);
+        assert!(took < timeout + Duration::from_millis(25), "{took:?}");
+        waited += usize::from(took >= Duration::from_millis(5));
+        decisions += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(decisions > 100);
+    assert!(waited <= 5, "{waited} of {decisions} decisions waited");
+
+    let mut redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    let back = Instant::now();
+    while decide().await.0 != Origin::Primary {
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "still on the fallback"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "after {outage:?} down: deciding on Redis {:?} after it answered; {waited} of {decisions} decisions waited",
+        back.elapsed()
+    );
+    redis.kill();
 }

@@ -261,9 +261,9 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 };
                 // The work is done, so a debt is never forgiven: past the
                 // log bytes it joins the newest entry instead of a new one.
+                let room = timed.can_grow();
                 timed.change(log, |log, s| {
-                    let full = s.growth_bytes() > 0;
-                    if !(full && s.merge_into_newest(now, units)) {
+                    if room || !s.merge_into_newest(now, units) {
                         log.charge(s, now, units);
                     }
                 });

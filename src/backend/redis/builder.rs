@@ -189,9 +189,14 @@ impl RedisBackendBuilder {
         url: &str,
     ) -> Result<(::redis::Client, ConnectionManagerConfig), BackendError> {
         let client = ::redis::Client::open(url).map_err(BackendError::new)?;
+        // One connection attempt per call, never a backoff of the manager's
+        // own: a refusal fails the decision at once (not after the timeout),
+        // and a Redis that answers again is used at the next call (a
+        // breaker paces the calls while it is down).
         let config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.timeout))
-            .set_connection_timeout(Some(self.connection_timeout()));
+            .set_connection_timeout(Some(self.connection_timeout()))
+            .set_number_of_retries(0);
         Ok((client, config))
     }
 
