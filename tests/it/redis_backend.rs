@@ -12,8 +12,9 @@ use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
-/// A Redis server of the test's own, a runtime, a backend on that server,
-/// and a memory backend to compare it with.
+/// A Redis server of the test's own, a runtime, a backend on that server
+/// (as an ACL user with the least privilege), and a memory backend to
+/// compare it with.
 fn both() -> (
     RedisServer,
     tokio::runtime::Runtime,
@@ -22,7 +23,11 @@ fn both() -> (
 ) {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    // As the least-privileged user README shows: the whole suite passes
+    // with only the keys and commands it grants.
+    let redis = rt
+        .block_on(RedisBackend::connect(&server.limiter_url()))
+        .unwrap();
     (server, rt, redis, MemoryBackend::new())
 }
 
@@ -372,6 +377,47 @@ fn many_keys_read_at_once_agree_with_memory() {
     assert_eq!(
         remaining(rt.block_on(redis.peek_many(asks)).unwrap()),
         on_redis
+    );
+}
+
+/// A wrong password or a missing permission is an error that says so, at
+/// once: not a hang, not "no answer within the timeout".
+#[test]
+fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
+    use tower_ratelimit::backend::Backend;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let url = server.limiter_url();
+    let wrong = url.replace("limiter-secret", "guess");
+    let (key, policy) = (Key::new("user", "acl"), "5/min".parse::<Policy>().unwrap());
+
+    let started = Instant::now();
+    let err = rt.block_on(RedisBackend::connect(&wrong)).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+
+    // Connected lazily (a service that starts while Redis is down): the
+    // first decision fails with the cause, well within its 2 s timeout.
+    let lazy = {
+        let _runtime = rt.enter();
+        RedisBackend::builder(&wrong)
+            .timeout(Duration::from_secs(2))
+            .connect_lazy()
+            .unwrap()
+    };
+    let started = Instant::now();
+    let err = rt.block_on(lazy.check(&key, &policy, 1)).unwrap_err();
+    assert!(started.elapsed() < Duration::from_millis(500), "{err}");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
+
+    // A user that may not run the scripts: the error names the permission.
+    assert_eq!(server.cli(&["ACL", "SETUSER", "limiter", "-evalsha"]), "OK");
+    let backend = rt.block_on(RedisBackend::connect(&url)).unwrap();
+    let err = rt.block_on(backend.check(&key, &policy, 1)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no permissions to run the 'evalsha' command"),
+        "{err}"
     );
 }
 

@@ -44,6 +44,33 @@ pub fn available(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The least privilege a limiter under the `rl:` prefix needs: its keys,
+/// and exactly the commands the backend and its scripts call (README's
+/// "ACL users" shows the same rules).
+pub const LIMITER_ACL: &[&str] = &[
+    "reset",
+    "on",
+    ">limiter-secret",
+    "~rl:*",
+    "resetchannels",
+    "-@all",
+    "+evalsha",
+    "+script|load",
+    "+ping",
+    "+time",
+    "+get",
+    "+set",
+    "+del",
+    "+pexpire",
+    "+lindex",
+    "+lpop",
+    "+lrange",
+    "+lrem",
+    "+lset",
+    "+rpop",
+    "+rpush",
+];
+
 impl RedisServer {
     /// Start `redis-server` on a free port.
     pub fn start() -> Self {
@@ -140,6 +167,16 @@ impl RedisServer {
             .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
             .and_then(|rest| rest.split(',').next()?.parse().ok())
             .unwrap_or(0)
+    }
+
+    /// Add the least-privileged user a limiter needs (README, "ACL users")
+    /// and return a URL that connects as it.
+    pub fn limiter_url(&self) -> String {
+        let mut args = vec!["ACL", "SETUSER", "limiter"];
+        args.extend(LIMITER_ACL);
+        let answer = self.cli(&args);
+        assert_eq!(answer, "OK", "ACL SETUSER: {answer}");
+        format!("redis://limiter:limiter-secret@127.0.0.1:{}", self.port)
     }
 
     /// Reads from clients the server has processed so far: about one per
