@@ -33,6 +33,12 @@ pub struct Config {
     /// `METRICS_ADDR`: serve `/metrics` on this address only (for a scraper
     /// on an internal network), not on the public one.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// `REDIS_CA_FILE`: a PEM file of the authorities that verify a
+    /// `rediss://` server (default: the system's roots).
+    pub redis_ca_file: Option<std::path::PathBuf>,
+    /// `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY`: PEM files of the client
+    /// certificate a `rediss://` server requires (mutual TLS); both or none.
+    pub redis_client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// What decides while the store is down.
@@ -61,6 +67,8 @@ impl Default for Config {
             leased: false,
             request_timeout: std::time::Duration::from_secs(10),
             metrics_addr: None,
+            redis_ca_file: None,
+            redis_client_cert: None,
         }
     }
 }
@@ -131,6 +139,15 @@ impl Config {
             metrics_addr: match std::env::var("METRICS_ADDR") {
                 Ok(addr) => Some(addr.parse().map_err(|e| format!("METRICS_ADDR: {e}"))?),
                 Err(_) => None,
+            },
+            redis_ca_file: std::env::var_os("REDIS_CA_FILE").map(Into::into),
+            redis_client_cert: match (
+                std::env::var_os("REDIS_CLIENT_CERT"),
+                std::env::var_os("REDIS_CLIENT_KEY"),
+            ) {
+                (Some(cert), Some(key)) => Some((cert.into(), key.into())),
+                (None, None) => None,
+                _ => return Err("REDIS_CLIENT_CERT and REDIS_CLIENT_KEY go together".into()),
             },
         })
     }

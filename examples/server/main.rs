@@ -6,6 +6,7 @@
 //! TRUSTED_PROXIES=10.0.0.0/8,192.168.0.0/16 cargo run --example server
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example server --features redis
 //! REDIS_URL=redis://10.0.0.1:7000,redis://10.0.0.2:7000 cargo run --example server --features redis-cluster
+//! REDIS_URL=rediss://limiter:secret@redis.internal:6380 REDIS_CA_FILE=ca.pem cargo run --example server --features redis-tls
 //! ```
 //!
 //! With `REDIS_URL` every limit lives in Redis, so any number of copies of
@@ -22,6 +23,11 @@
 //! With `LEASED=1` each server leases shares of every limit from Redis (see
 //! `RedisBackendBuilder::leased`, sized for `SERVERS`) and spends them
 //! locally: one Redis call per share instead of one per request.
+//!
+//! `rediss://` URLs (feature `redis-tls`) verify the server against the
+//! system's roots, or the PEM file `REDIS_CA_FILE` names;
+//! `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY` name a client certificate for
+//! servers that require one.
 //!
 //! On one Redis server, a circuit breaker stops asking it after 5 failures
 //! in a row, so an outage costs the timeout a handful of times, not on every
@@ -288,6 +294,7 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
             // No breaker: one covers a whole backend, and a cluster with one
             // primary down should fall back only for that primary's keys.
             let mut cluster = RedisBackend::cluster_builder(nodes).timeout(config.store_timeout);
+            cluster = with_tls(config, cluster)?;
             if config.leased {
                 cluster = cluster.leased(config.servers);
             }
@@ -300,11 +307,43 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
     // Lazily connected: the server starts even while Redis is down, and
     // decides by ON_STORE_FAILURE until it is up.
     let mut redis = RedisBackend::builder(&nodes[0]).timeout(config.store_timeout);
+    redis = with_tls(config, redis)?;
     if config.leased {
         redis = redis.leased(config.servers);
     }
     let redis = redis.connect_lazy()?;
     Ok(on_store_failure(config, redis.with_breaker()))
+}
+
+/// `REDIS_CA_FILE`, `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY` applied to
+/// `builder`; an error names the variable and the file it could not read.
+#[cfg(feature = "redis")]
+fn with_tls(
+    config: &Config,
+    builder: tower_ratelimit::backend::RedisBackendBuilder,
+) -> Result<tower_ratelimit::backend::RedisBackendBuilder, String> {
+    if config.redis_ca_file.is_none() && config.redis_client_cert.is_none() {
+        return Ok(builder);
+    }
+    #[cfg(feature = "redis-tls")]
+    {
+        let read = |name: &str, path: &std::path::Path| {
+            std::fs::read(path).map_err(|e| format!("{name}: {}: {e}", path.display()))
+        };
+        let mut builder = builder;
+        if let Some(ca) = &config.redis_ca_file {
+            builder = builder.tls_root_certificates(read("REDIS_CA_FILE", ca)?);
+        }
+        if let Some((cert, key)) = &config.redis_client_cert {
+            builder = builder.tls_client_certificate(
+                read("REDIS_CLIENT_CERT", cert)?,
+                read("REDIS_CLIENT_KEY", key)?,
+            );
+        }
+        Ok(builder)
+    }
+    #[cfg(not(feature = "redis-tls"))]
+    Err("REDIS_CA_FILE or REDIS_CLIENT_CERT is set: run with --features redis-tls".into())
 }
 
 /// The app on `store`, decided by `ON_STORE_FAILURE` while it fails.

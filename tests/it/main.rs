@@ -41,6 +41,7 @@ mod shaping;
 mod simulate;
 mod simulation;
 mod state_store;
+mod tls;
 mod websocket;
 #[allow(dead_code)]
 #[path = "../../examples/websocket.rs"]

@@ -20,6 +20,8 @@ pub struct RedisBackendBuilder {
     timeout: Duration,
     cached_denials: usize,
     leased_by: Option<u32>,
+    #[cfg(feature = "redis-tls")]
+    tls: super::tls::Tls,
 }
 
 /// One server, or the nodes of a cluster.
@@ -47,6 +49,8 @@ impl RedisBackendBuilder {
             timeout: RedisBackend::DEFAULT_TIMEOUT,
             cached_denials: 100_000,
             leased_by: None,
+            #[cfg(feature = "redis-tls")]
+            tls: super::tls::Tls::default(),
         }
     }
 
@@ -110,6 +114,40 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Verify a `rediss://` server against these authorities (PEM, one or
+    /// more certificates) instead of the system's roots: a private CA, as
+    /// managed Redis services and self-hosted TLS use.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_ratelimit::backend::RedisBackend;
+    ///
+    /// let redis = RedisBackend::builder("rediss://limiter:secret@redis.internal:6380")
+    ///     .tls_root_certificates(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis-tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots = Some(pem.into());
+        self
+    }
+
+    /// Show this certificate chain and private key (PEM) to a `rediss://`
+    /// server that requires clients to have one (mutual TLS).
+    #[cfg(feature = "redis-tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connect now. Fails if the prefix is invalid or the server (or, for a
     /// cluster, its nodes) cannot be reached: a wrong address shows at once.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
@@ -127,9 +165,13 @@ impl RedisBackendBuilder {
             Topology::Cluster(nodes) => {
                 let client = ::redis::cluster::ClusterClientBuilder::new(nodes.clone())
                     .response_timeout(self.timeout)
-                    .connection_timeout(self.connection_timeout())
-                    .build()
-                    .map_err(BackendError::new)?;
+                    .connection_timeout(self.connection_timeout());
+                #[cfg(feature = "redis-tls")]
+                let client = match self.tls.certificates() {
+                    Some(certificates) => client.certs(certificates),
+                    None => client,
+                };
+                let client = client.build().map_err(BackendError::new)?;
                 Connection::Cluster(
                     client
                         .get_async_connection()
@@ -188,7 +230,14 @@ impl RedisBackendBuilder {
         &self,
         url: &str,
     ) -> Result<(::redis::Client, ConnectionManagerConfig), BackendError> {
-        let client = ::redis::Client::open(url).map_err(BackendError::new)?;
+        #[cfg(feature = "redis-tls")]
+        let client = match self.tls.certificates() {
+            Some(certificates) => ::redis::Client::build_with_tls(url, certificates),
+            None => ::redis::Client::open(url),
+        };
+        #[cfg(not(feature = "redis-tls"))]
+        let client = ::redis::Client::open(url);
+        let client = client.map_err(BackendError::new)?;
         // One connection attempt per call, never a backoff of the manager's
         // own: a refusal fails the decision at once (not after the timeout),
         // and a Redis that answers again is used at the next call (a

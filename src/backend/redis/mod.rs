@@ -3,6 +3,8 @@
 mod builder;
 mod leases;
 mod script;
+#[cfg(feature = "redis-tls")]
+mod tls;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -6,6 +6,7 @@
 pub mod conformance;
 pub mod http;
 pub mod redis;
+pub mod tls;
 
 pub use self::http::{request, send};
 pub use self::redis::{available, RedisCluster, RedisServer};

@@ -1,0 +1,148 @@
+//! `rediss://` against a real `redis-server` serving TLS with certificates
+//! the test makes: verified by a CA the user names, refused when the
+//! certificate does not verify (never a silent connection), and mutual TLS.
+#![cfg(feature = "redis-tls")]
+
+use std::time::{Duration, Instant};
+
+use crate::support::tls::Certificates;
+use crate::support::RedisServer;
+use tower_ratelimit::backend::{Backend, RedisBackend, RedisBackendBuilder};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Policy, Quota};
+
+/// A server with a plain port (for the test's own `redis-cli`) and a TLS
+/// port; `clients`: whether a client certificate is required (`yes`/`no`).
+fn tls_server(certs: &Certificates, clients: &str) -> (RedisServer, String) {
+    let port = RedisServer::unused_port();
+    let args = certs.server_args(port, clients);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = RedisServer::start_with("redis-server", &args);
+    (server, format!("rediss://127.0.0.1:{port}"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn admitted(rt: &tokio::runtime::Runtime, redis: &RedisBackend, user: &str) -> Vec<usize> {
+    Algorithm::ALL
+        .into_iter()
+        .map(|algorithm| {
+            let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
+            let key = Key::new("user", format!("{user}-{algorithm}"));
+            (0..8)
+                .filter(|_| {
+                    rt.block_on(redis.check(&key, &policy, 1))
+                        .unwrap()
+                        .is_allowed()
+                })
+                .count()
+        })
+        .collect()
+}
+
+#[test]
+fn a_server_verified_by_a_named_authority_decides_exactly() {
+    let certs = Certificates::generate("named");
+    let (_server, url) = tls_server(&certs, "no");
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&url)
+                .tls_root_certificates(certs.read("ca.crt"))
+                .connect(),
+        )
+        .unwrap();
+    assert_eq!(admitted(&rt, &redis, "tls"), [5; 6]);
+}
+
+#[test]
+fn a_certificate_that_does_not_verify_never_connects_silently() {
+    let certs = Certificates::generate("refused");
+    let (_server, url) = tls_server(&certs, "no");
+    let rt = runtime();
+    let refused = |builder: RedisBackendBuilder| {
+        let err = rt.block_on(builder.connect()).unwrap_err().to_string();
+        assert!(err.contains("certificate"), "{err}");
+    };
+    // The system's roots know nothing of the test's CA; nor does another CA.
+    refused(RedisBackend::builder(&url));
+    refused(RedisBackend::builder(&url).tls_root_certificates(certs.read("other-ca.crt")));
+
+    // Connected lazily: every decision fails, saying why, at once.
+    let lazy = {
+        let _runtime = rt.enter();
+        RedisBackend::builder(&url)
+            .tls_root_certificates(certs.read("other-ca.crt"))
+            .timeout(Duration::from_secs(2))
+            .connect_lazy()
+            .unwrap()
+    };
+    let policy: Policy = "5/min".parse().unwrap();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = rt
+            .block_on(lazy.check(&Key::new("user", "lazy"), &policy, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("certificate"), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(500), "{err}");
+    }
+}
+
+#[test]
+fn mutual_tls_needs_the_client_certificate() {
+    let certs = Certificates::generate("mutual");
+    let (_server, url) = tls_server(&certs, "yes");
+    let rt = runtime();
+    let builder = || RedisBackend::builder(&url).tls_root_certificates(certs.read("ca.crt"));
+    assert!(rt.block_on(builder().connect()).is_err());
+    let redis = rt
+        .block_on(
+            builder()
+                .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
+                .connect(),
+        )
+        .unwrap();
+    assert_eq!(admitted(&rt, &redis, "mutual"), [5; 6]);
+}
+
+/// The example server on `rediss://` with `REDIS_CA_FILE`: its limits are
+/// kept in Redis over TLS.
+#[tokio::test]
+async fn the_example_server_keeps_its_limits_over_tls() {
+    use crate::support::send;
+    let certs = Certificates::generate("example");
+    let (server, url) = tls_server(&certs, "no");
+    let config = crate::server::Config {
+        redis_ca_file: Some(certs.path("ca.crt").into()),
+        ..Default::default()
+    };
+    let app = crate::server::redis_app(&config, &url)
+        .await
+        .unwrap()
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut expected = vec![200; 10];
+    expected.push(429);
+    let mut seen = Vec::new();
+    for _ in 0..11 {
+        let (status, _, _) = send(
+            addr,
+            http::Method::GET,
+            "/api/search",
+            &[("x-user-id", "tls")],
+            "",
+        )
+        .await;
+        seen.push(status.as_u16());
+    }
+    assert_eq!(seen, expected);
+    assert!(server.evalsha_calls() >= 11);
+}
