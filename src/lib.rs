@@ -121,6 +121,7 @@
 //! | `metrics` | no | counters and histograms through the `metrics` facade (`ratelimit_requests_total`, …; see [`layer`]) |
 //! | `redis` | no | `backend::RedisBackend`: standalone Redis and Valkey |
 //! | `redis-cluster` | no | the Redis backend on Redis Cluster (implies `redis`) |
+//! | `redis-sentinel` | no | the Redis backend on the master Redis Sentinel names, followed through failovers (implies `redis`) |
 //! | `redis-tls` | no | `rediss://` for the Redis backend, through rustls: the system's roots or a CA you name, client certificates (implies `redis`) |
 //!
 //! The map of the source — which file holds what, the invariants, and where

@@ -279,38 +279,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The app on Redis: a cluster when `url` lists several nodes or says
-/// `redis+cluster://`, else one server.
+/// The app on Redis: the library reads every URL form (one server, a
+/// cluster — `redis+cluster://` or several URLs — or Sentinel's
+/// `redis+sentinel://host:port,…/master`).
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
     use tower_ratelimit::backend::RedisBackend;
-    let nodes: Vec<String> = url
-        .split(',')
-        .map(|u| u.trim().replacen("redis+cluster://", "redis://", 1))
-        .collect();
-    if nodes.len() > 1 || url.starts_with("redis+cluster://") {
-        #[cfg(feature = "redis-cluster")]
-        {
-            // No breaker: one covers a whole backend, and a cluster with one
-            // primary down should fall back only for that primary's keys.
-            let mut cluster = RedisBackend::cluster_builder(nodes).timeout(config.store_timeout);
-            cluster = with_tls(config, cluster)?;
-            if config.leased {
-                cluster = cluster.leased(config.servers);
-            }
-            let cluster = cluster.connect().await?;
-            return Ok(on_store_failure(config, cluster));
-        }
-        #[cfg(not(feature = "redis-cluster"))]
-        return Err("REDIS_URL names a cluster: run with --features redis-cluster".into());
-    }
-    // Lazily connected: the server starts even while Redis is down, and
-    // decides by ON_STORE_FAILURE until it is up.
-    let mut redis = RedisBackend::builder(&nodes[0]).timeout(config.store_timeout);
+    let mut redis = RedisBackend::builder(url).timeout(config.store_timeout);
     redis = with_tls(config, redis)?;
     if config.leased {
         redis = redis.leased(config.servers);
     }
+    let cluster =
+        url.contains("+cluster://") || (url.contains(',') && !url.contains("+sentinel://"));
+    if cluster {
+        // No breaker: one covers a whole backend, and a cluster with one
+        // primary down should fall back only for that primary's keys. A
+        // cluster client learns the slots first, so it connects now.
+        return Ok(on_store_failure(config, redis.connect().await?));
+    }
+    // Lazily connected: the server starts even while Redis is down, and
+    // decides by ON_STORE_FAILURE until it is up.
     let redis = redis.connect_lazy()?;
     Ok(on_store_failure(config, redis.with_breaker()))
 }

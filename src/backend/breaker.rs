@@ -31,8 +31,9 @@ use crate::{Decision, Micros, Policy};
 ///   [`max_open_for`](Self::max_open_for).
 ///
 /// So an outage of any length costs requests nothing once the breaker is
-/// open, probing costs the backend at most one call per `open_for` (4 a
-/// second by default, 2 once the backoff reaches its 500 ms cap), and
+/// open, probing costs the backend at most one call per `open_for` (10 a
+/// second at first by default, 2.5 once the backoff reaches its 400 ms
+/// cap), and
 /// decisions come from the backend again at most `max_open_for` after it
 /// answers again, plus one call.
 ///
@@ -87,8 +88,8 @@ impl<B> Breaker<B> {
             inner,
             shared: Arc::new(Shared::new(Settings {
                 failures_to_open: 5,
-                open_for: Micros::from_millis(250),
-                max_open_for: Micros::from_millis(500),
+                open_for: Micros::from_millis(100),
+                max_open_for: Micros::from_millis(400),
             })),
         }
     }
@@ -99,13 +100,13 @@ impl<B> Breaker<B> {
         self
     }
 
-    /// Stay open this long before the first probe (default 500 ms).
+    /// Stay open this long before the first probe (default 100 ms).
     pub fn open_for(mut self, open_for: Duration) -> Self {
         self.settings().open_for = Micros::from(open_for).max(Micros::new(1));
         self
     }
 
-    /// Never stay open longer than this between probes (default 500 ms):
+    /// Never stay open longer than this between probes (default 400 ms):
     /// the longest a backend that answers again waits to be asked.
     pub fn max_open_for(mut self, max: Duration) -> Self {
         self.settings().max_open_for = Micros::from(max).max(Micros::new(1));

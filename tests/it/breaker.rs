@@ -312,7 +312,7 @@ async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseco
 /// (`RECOVERY_OUTAGE_SECS` to try other lengths) under steady decisions,
 /// then started again empty. While it is down, once the breaker is open,
 /// no decision waits; within a second of it answering again, decisions
-/// come from it (the probe's backoff stops at 500 ms).
+/// come from it (the probe's backoff stops at 400 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_long_outage_redis_decides_again_within_a_second() {
     use tower_ratelimit::backend::RedisBackend;

@@ -34,6 +34,7 @@ mod policy;
 mod properties;
 mod quota;
 mod redis_backend;
+mod sentinel;
 mod settle;
 mod shaping;
 #[allow(dead_code)]

@@ -380,6 +380,50 @@ fn many_keys_read_at_once_agree_with_memory() {
     );
 }
 
+/// A client or connection manager the user built carries the decisions,
+/// and a URL the builder cannot use is an error that says why.
+#[test]
+fn a_client_of_your_own_and_the_url_forms() {
+    use tower_ratelimit::backend::Backend;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let policy: Policy = "3/min".parse().unwrap();
+    let admitted = |backend: &RedisBackend, user: &str| {
+        let key = Key::new("user", user);
+        (0..5)
+            .filter(|_| {
+                rt.block_on(backend.check(&key, &policy, 1))
+                    .unwrap()
+                    .is_allowed()
+            })
+            .count()
+    };
+    let client = redis::Client::open(server.url()).unwrap();
+    let from_client = rt
+        .block_on(RedisBackend::builder_from_client(client.clone()).connect())
+        .unwrap();
+    assert_eq!(admitted(&from_client, "client"), 3);
+    let manager = rt
+        .block_on(redis::aio::ConnectionManager::new(client))
+        .unwrap();
+    let from_manager = rt
+        .block_on(RedisBackend::builder_from_connection(manager).connect())
+        .unwrap();
+    assert_eq!(admitted(&from_manager, "manager"), 3);
+    // The same limits, whichever way they were reached.
+    assert_eq!(admitted(&from_manager, "client"), 0);
+
+    for (url, says) in [
+        ("redis+sentinel://127.0.0.1:1", "master's name"),
+        ("127.0.0.1:6379", "not a Redis URL"),
+    ] {
+        let err = rt
+            .block_on(RedisBackend::builder(url).connect())
+            .unwrap_err();
+        assert!(err.to_string().contains(says), "{url}: {err}");
+    }
+}
+
 /// A wrong password or a missing permission is an error that says so, at
 /// once: not a hang, not "no answer within the timeout".
 #[test]

@@ -24,22 +24,88 @@ pub struct RedisBackendBuilder {
     tls: super::tls::Tls,
 }
 
-/// One server, or the nodes of a cluster.
-#[derive(Debug, Clone)]
+/// Where Redis is: one server, a cluster's nodes, the sentinels that name
+/// a master, or a client or connection the user built.
+#[derive(Clone)]
 enum Topology {
     Standalone(String),
     #[cfg(feature = "redis-cluster")]
     Cluster(Vec<String>),
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(super::url::SentinelUrl),
+    Client(Box<::redis::Client>),
+    Manager(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    ClusterConnection(::redis::cluster_async::ClusterConnection),
+    /// A URL that cannot be used, and why: said by `connect`.
+    Unusable(String),
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Topology::Standalone(url) => write!(f, "Standalone({})", super::url::redacted(url)),
+            #[cfg(feature = "redis-cluster")]
+            Topology::Cluster(nodes) => f
+                .debug_tuple("Cluster")
+                .field(
+                    &nodes
+                        .iter()
+                        .map(|n| super::url::redacted(n))
+                        .collect::<Vec<_>>(),
+                )
+                .finish(),
+            #[cfg(feature = "redis-sentinel")]
+            Topology::Sentinel(url) => f.debug_tuple("Sentinel").field(url).finish(),
+            Topology::Client(_) => f.write_str("Client"),
+            Topology::Manager(_) => f.write_str("ConnectionManager"),
+            #[cfg(feature = "redis-cluster")]
+            Topology::ClusterConnection(_) => f.write_str("ClusterConnection"),
+            Topology::Unusable(why) => f.debug_tuple("Unusable").field(why).finish(),
+        }
+    }
 }
 
 impl RedisBackendBuilder {
-    pub(super) fn standalone(url: &str) -> Self {
-        Self::new(Topology::Standalone(url.to_owned()))
+    /// The topology `url` names (see the `url` module for the forms).
+    pub(super) fn from_url(url: &str) -> Self {
+        use super::url::Target;
+        Self::new(match super::url::parse(url) {
+            Ok(Target::Standalone(url)) => Topology::Standalone(url),
+            #[cfg(feature = "redis-cluster")]
+            Ok(Target::Cluster(nodes)) => Topology::Cluster(nodes),
+            #[cfg(not(feature = "redis-cluster"))]
+            Ok(Target::Cluster(_)) => Topology::Unusable(
+                "the URL names a Redis Cluster: build with the redis-cluster feature".into(),
+            ),
+            #[cfg(feature = "redis-sentinel")]
+            Ok(Target::Sentinel(sentinel)) => Topology::Sentinel(sentinel),
+            #[cfg(not(feature = "redis-sentinel"))]
+            Ok(Target::Sentinel(_)) => Topology::Unusable(
+                "the URL names Redis Sentinel: build with the redis-sentinel feature".into(),
+            ),
+            Err(why) => Topology::Unusable(why),
+        })
     }
 
     #[cfg(feature = "redis-cluster")]
     pub(super) fn cluster(nodes: Vec<String>) -> Self {
         Self::new(Topology::Cluster(nodes))
+    }
+
+    pub(super) fn client(client: ::redis::Client) -> Self {
+        Self::new(Topology::Client(Box::new(client)))
+    }
+
+    pub(super) fn manager(manager: ConnectionManager) -> Self {
+        Self::new(Topology::Manager(manager))
+    }
+
+    #[cfg(feature = "redis-cluster")]
+    pub(super) fn cluster_connection(
+        connection: ::redis::cluster_async::ClusterConnection,
+    ) -> Self {
+        Self::new(Topology::ClusterConnection(connection))
     }
 
     fn new(topology: Topology) -> Self {
@@ -153,14 +219,27 @@ impl RedisBackendBuilder {
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         self.check_prefix()?;
         let conn = match &self.topology {
-            Topology::Standalone(url) => {
-                let (client, config) = self.client(url)?;
+            Topology::Standalone(_) | Topology::Client(_) => {
+                let client = self.open()?;
                 Connection::Standalone(
-                    ConnectionManager::new_with_config(client, config)
+                    ConnectionManager::new_with_config(client, self.manager_config())
                         .await
                         .map_err(BackendError::new)?,
                 )
             }
+            Topology::Manager(manager) => Connection::Standalone(manager.clone()),
+            #[cfg(feature = "redis-cluster")]
+            Topology::ClusterConnection(connection) => Connection::Cluster(connection.clone()),
+            #[cfg(feature = "redis-sentinel")]
+            Topology::Sentinel(url) => Connection::Sentinel(
+                super::sentinel::Sentinel::connect(
+                    url.clone(),
+                    self.opener(),
+                    self.manager_config(),
+                )
+                .await?,
+            ),
+            Topology::Unusable(why) => return Err(BackendError::new(why.clone())),
             #[cfg(feature = "redis-cluster")]
             Topology::Cluster(nodes) => {
                 let client = ::redis::cluster::ClusterClientBuilder::new(nodes.clone())
@@ -192,11 +271,22 @@ impl RedisBackendBuilder {
     pub fn connect_lazy(self) -> Result<RedisBackend, BackendError> {
         self.check_prefix()?;
         let conn = match &self.topology {
-            Topology::Standalone(url) => {
-                let (client, config) = self.client(url)?;
-                ConnectionManager::new_lazy_with_config(client, config)
-                    .map_err(BackendError::new)?
+            Topology::Standalone(_) | Topology::Client(_) => Connection::Standalone(
+                ConnectionManager::new_lazy_with_config(self.open()?, self.manager_config())
+                    .map_err(BackendError::new)?,
+            ),
+            Topology::Manager(manager) => Connection::Standalone(manager.clone()),
+            #[cfg(feature = "redis-cluster")]
+            Topology::ClusterConnection(connection) => Connection::Cluster(connection.clone()),
+            #[cfg(feature = "redis-sentinel")]
+            Topology::Sentinel(url) => {
+                Connection::Sentinel(super::sentinel::Sentinel::connect_lazy(
+                    url.clone(),
+                    self.opener(),
+                    self.manager_config(),
+                ))
             }
+            Topology::Unusable(why) => return Err(BackendError::new(why.clone())),
             #[cfg(feature = "redis-cluster")]
             Topology::Cluster(_) => {
                 return Err(BackendError::new(
@@ -204,7 +294,7 @@ impl RedisBackendBuilder {
                 ))
             }
         };
-        Ok(self.finish(Connection::Standalone(conn)))
+        Ok(self.finish(conn))
     }
 
     fn check_prefix(&self) -> Result<(), BackendError> {
@@ -226,27 +316,48 @@ impl RedisBackendBuilder {
         self.timeout.max(Duration::from_secs(1))
     }
 
-    fn client(
-        &self,
-        url: &str,
-    ) -> Result<(::redis::Client, ConnectionManagerConfig), BackendError> {
+    /// The client of a standalone URL (with the TLS settings), or the one
+    /// the user gave.
+    fn open(&self) -> Result<::redis::Client, BackendError> {
+        let url = match &self.topology {
+            Topology::Client(client) => return Ok(client.as_ref().clone()),
+            Topology::Standalone(url) => url,
+            _ => unreachable!("only standalone topologies open a client"),
+        };
         #[cfg(feature = "redis-tls")]
         let client = match self.tls.certificates() {
-            Some(certificates) => ::redis::Client::build_with_tls(url, certificates),
-            None => ::redis::Client::open(url),
+            Some(certificates) => ::redis::Client::build_with_tls(url.as_str(), certificates),
+            None => ::redis::Client::open(url.as_str()),
         };
         #[cfg(not(feature = "redis-tls"))]
-        let client = ::redis::Client::open(url);
-        let client = client.map_err(BackendError::new)?;
-        // One connection attempt per call, never a backoff of the manager's
-        // own: a refusal fails the decision at once (not after the timeout),
-        // and a Redis that answers again is used at the next call (a
-        // breaker paces the calls while it is down).
-        let config = ConnectionManagerConfig::new()
+        let client = ::redis::Client::open(url.as_str());
+        client.map_err(|e| BackendError::new(format!("{}: {e}", super::url::redacted(url))))
+    }
+
+    /// One connection attempt per call, never a backoff of the manager's
+    /// own: a refusal fails the decision at once (not after the timeout),
+    /// and a Redis that answers again is used at the next call (a breaker
+    /// paces the calls while it is down).
+    fn manager_config(&self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.timeout))
             .set_connection_timeout(Some(self.connection_timeout()))
-            .set_number_of_retries(0);
-        Ok((client, config))
+            .set_number_of_retries(0)
+    }
+
+    /// How the sentinels and the masters they name are opened: as URLs,
+    /// with this builder's TLS settings.
+    #[cfg(feature = "redis-sentinel")]
+    fn opener(&self) -> super::sentinel::Open {
+        #[cfg(feature = "redis-tls")]
+        let certificates = self.tls.certificates();
+        Box::new(move |url: &str| {
+            #[cfg(feature = "redis-tls")]
+            if let Some(certificates) = &certificates {
+                return ::redis::Client::build_with_tls(url, certificates.clone());
+            }
+            ::redis::Client::open(url)
+        })
     }
 
     fn finish(self, conn: Connection) -> RedisBackend {

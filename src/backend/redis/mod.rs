@@ -3,8 +3,11 @@
 mod builder;
 mod leases;
 mod script;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
 #[cfg(feature = "redis-tls")]
 mod tls;
+mod url;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -68,11 +71,20 @@ pub struct RedisBackend {
     leases: Option<Arc<Leases>>,
 }
 
+/// The connection one command takes.
+enum Route {
+    One(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
 #[derive(Clone)]
 enum Connection {
     Standalone(ConnectionManager),
     #[cfg(feature = "redis-cluster")]
     Cluster(::redis::cluster_async::ClusterConnection),
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(Arc<sentinel::Sentinel>),
 }
 
 impl RedisBackend {
@@ -84,9 +96,51 @@ impl RedisBackend {
         Self::builder(url).connect().await
     }
 
-    /// Configure a backend on the Redis at `url` (`redis://host:port/db`).
+    /// Configure a backend on the Redis that `url` names: one server
+    /// (`redis://[user:password@]host:port/db`, `rediss://` for TLS), a
+    /// cluster (`redis+cluster://host:port,host:port`, or a comma-separated
+    /// list of URLs), or the master Redis Sentinel names
+    /// (`redis+sentinel://host:port,host:port/master-name`,
+    /// `rediss+sentinel://`). A URL that cannot be used is an error from
+    /// [`connect`](RedisBackendBuilder::connect) that says why.
     pub fn builder(url: &str) -> RedisBackendBuilder {
-        RedisBackendBuilder::standalone(url)
+        RedisBackendBuilder::from_url(url)
+    }
+
+    /// Configure a backend on the master that these Redis Sentinel nodes
+    /// (`host:port` each) name `master`, following it through failovers.
+    #[cfg(feature = "redis-sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+    pub fn sentinel_builder(
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+        master: &str,
+    ) -> RedisBackendBuilder {
+        let hosts: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        RedisBackendBuilder::from_url(&format!("redis+sentinel://{}/{master}", hosts.join(",")))
+    }
+
+    /// Configure a backend on a client you built (any setting the `redis`
+    /// crate offers); it is connected through a connection manager.
+    pub fn builder_from_client(client: ::redis::Client) -> RedisBackendBuilder {
+        RedisBackendBuilder::client(client)
+    }
+
+    /// Configure a backend on a connection manager you built. Its own
+    /// settings (timeouts, retries) stay as you made them.
+    pub fn builder_from_connection(manager: ConnectionManager) -> RedisBackendBuilder {
+        RedisBackendBuilder::manager(manager)
+    }
+
+    /// Configure a backend on a cluster connection you built.
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn builder_from_cluster(
+        connection: ::redis::cluster_async::ClusterConnection,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::cluster_connection(connection)
     }
 
     /// Configure a backend on the Redis Cluster these nodes belong to.
@@ -243,19 +297,43 @@ impl RedisBackend {
         })
     }
 
-    async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
-        match &self.conn {
-            Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
+    /// Where a command goes: one server's connection (standalone, or the
+    /// master Sentinel names now), or the cluster's.
+    fn route(&self) -> Result<Route, RedisError> {
+        Ok(match &self.conn {
+            Connection::Standalone(conn) => Route::One(conn.clone()),
             #[cfg(feature = "redis-cluster")]
-            Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+            Connection::Cluster(conn) => Route::Cluster(conn.clone()),
+            #[cfg(feature = "redis-sentinel")]
+            Connection::Sentinel(sentinel) => Route::One(sentinel.current()?),
+        })
+    }
+
+    /// How a call ended, for a connection that follows a master.
+    fn report<T, E>(&self, result: &Result<T, E>) {
+        #[cfg(feature = "redis-sentinel")]
+        if let Connection::Sentinel(sentinel) = &self.conn {
+            match result {
+                Ok(_) => sentinel.succeeded(),
+                Err(_) => sentinel.failed(),
+            }
+        }
+        let _ = result;
+    }
+
+    async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
+        match self.route()? {
+            Route::One(mut conn) => cmd.query_async(&mut conn).await,
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(mut conn) => cmd.query_async(&mut conn).await,
         }
     }
 
     async fn load(&self, script: &Script) -> Result<String, RedisError> {
-        match &self.conn {
-            Connection::Standalone(conn) => script.load_async(&mut conn.clone()).await,
+        match self.route()? {
+            Route::One(mut conn) => script.load_async(&mut conn).await,
             #[cfg(feature = "redis-cluster")]
-            Connection::Cluster(conn) => script.load_async(&mut conn.clone()).await,
+            Route::Cluster(mut conn) => script.load_async(&mut conn).await,
         }
     }
 
@@ -288,9 +366,10 @@ impl RedisBackend {
             .await
             .map_err(|_| {
                 BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
-            })?
-            .map_err(BackendError::new)?;
-        decision_from(policy, &reply)
+            })
+            .and_then(|reply| reply.map_err(BackendError::new));
+        self.report(&reply);
+        decision_from(policy, &reply?)
     }
 }
 
@@ -336,12 +415,12 @@ impl Backend for RedisBackend {
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         let this = self.clone();
         Box::pin(async move {
-            // Without the cluster feature a connection has one kind.
+            // Without the cluster feature a route has one kind.
             #[allow(clippy::infallible_destructuring_match)]
-            let conn = match &this.conn {
-                Connection::Standalone(conn) => conn,
+            let conn = match this.route().map_err(BackendError::new)? {
+                Route::One(conn) => conn,
                 #[cfg(feature = "redis-cluster")]
-                Connection::Cluster(_) => {
+                Route::Cluster(_) => {
                     let mut decisions = Vec::with_capacity(asks.len());
                     for (key, policy) in &asks {
                         decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
@@ -377,7 +456,10 @@ impl Backend for RedisBackend {
                 .await
                 .map_err(|_| {
                     BackendError::new(format!("no answer from Redis within {:?}", this.timeout))
-                })??;
+                })
+                .and_then(|replies| replies.map_err(BackendError::new));
+            this.report(&replies);
+            let replies = replies?;
             if replies.len() != asks.len() {
                 return Err(BackendError::new(format!(
                     "Redis answered {} of {} reads",
@@ -399,6 +481,8 @@ impl std::fmt::Debug for RedisBackend {
             Connection::Standalone(_) => "standalone",
             #[cfg(feature = "redis-cluster")]
             Connection::Cluster(_) => "cluster",
+            #[cfg(feature = "redis-sentinel")]
+            Connection::Sentinel(_) => "sentinel",
         };
         f.debug_struct("RedisBackend")
             .field("kind", &kind)

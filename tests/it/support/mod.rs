@@ -6,6 +6,7 @@
 pub mod conformance;
 pub mod http;
 pub mod redis;
+pub mod sentinel;
 pub mod tls;
 
 pub use self::http::{request, send};
