@@ -24,6 +24,9 @@
 //! `RedisBackendBuilder::leased`, sized for `SERVERS`) and spends them
 //! locally: one Redis call per share instead of one per request.
 //!
+//! Why Redis is not deciding is printed when it starts, changes and ends
+//! (`redis: failing (authentication): …`, `redis: deciding`).
+//!
 //! `rediss://` URLs (feature `redis-tls`) verify the server against the
 //! system's roots, or the PEM file `REDIS_CA_FILE` names;
 //! `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY` name a client certificate for
@@ -284,8 +287,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// `redis+sentinel://host:port,…/master`).
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
-    use tower_ratelimit::backend::RedisBackend;
-    let mut redis = RedisBackend::builder(url).timeout(config.store_timeout);
+    use tower_ratelimit::backend::{Health, RedisBackend};
+    let mut redis = RedisBackend::builder(url)
+        .timeout(config.store_timeout)
+        // Why Redis is not deciding, when that starts, changes or ends: a
+        // mistyped password or CA shows here, not as silent local limits.
+        .on_health_change(|health| match health {
+            Health::Failing { cause, error } => println!("redis: failing ({cause}): {error}"),
+            Health::Deciding => println!("redis: deciding"),
+            _ => {}
+        });
     redis = with_tls(config, redis)?;
     if config.leased {
         redis = redis.leased(config.servers);

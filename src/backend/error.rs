@@ -6,31 +6,90 @@ use std::fmt;
 #[derive(Debug)]
 pub struct BackendError {
     source: Box<dyn std::error::Error + Send + Sync>,
-    breaker_open: bool,
+    cause: Cause,
+}
+
+/// Why a backend could not decide, as far as it can tell: what an operator
+/// reads to mend it (a metric label, a log field, [`Health`](super::Health)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Cause {
+    /// Nothing listens where the store should be.
+    Refused,
+    /// The store's host name does not resolve.
+    UnknownHost,
+    /// TLS failed: a certificate that does not verify, or a handshake.
+    Tls,
+    /// The store refused the credentials.
+    Authentication,
+    /// The store's user may not run a command or touch a key.
+    Permission,
+    /// The store does not know a command the backend needs.
+    UnknownCommand,
+    /// No answer within the backend's timeout.
+    Timeout,
+    /// A [`Breaker`](super::Breaker) in front of the backend is open.
+    BreakerOpen,
+    /// Anything else.
+    Other,
+}
+
+impl Cause {
+    /// Its name as a metric label or log field: `refused`, `unknown_host`,
+    /// `tls`, `authentication`, `permission`, `unknown_command`, `timeout`,
+    /// `breaker_open`, `other`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Refused => "refused",
+            Cause::UnknownHost => "unknown_host",
+            Cause::Tls => "tls",
+            Cause::Authentication => "authentication",
+            Cause::Permission => "permission",
+            Cause::UnknownCommand => "unknown_command",
+            Cause::Timeout => "timeout",
+            Cause::BreakerOpen => "breaker_open",
+            Cause::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl BackendError {
-    /// Wrap the underlying error.
+    /// Wrap the underlying error (its cause: [`Cause::Other`]).
     pub fn new(source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self {
             source: source.into(),
-            breaker_open: false,
+            cause: Cause::Other,
         }
+    }
+
+    /// The same error, said to be for `cause`.
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.cause = cause;
+        self
+    }
+
+    /// Why the backend could not decide.
+    pub fn cause(&self) -> Cause {
+        self.cause
     }
 
     /// The backend was not asked: a [`Breaker`](super::Breaker) in front of
     /// it is open.
     pub(crate) fn breaker_open() -> Self {
-        Self {
-            source: "the circuit breaker is open: the backend failed repeatedly and is not asked until a probe succeeds".into(),
-            breaker_open: true,
-        }
+        Self::new("the circuit breaker is open: the backend failed repeatedly and is not asked until a probe succeeds")
+            .with_cause(Cause::BreakerOpen)
     }
 
     /// Whether the backend was not even asked, because a
     /// [`Breaker`](super::Breaker) in front of it is open.
     pub fn is_breaker_open(&self) -> bool {
-        self.breaker_open
+        self.cause == Cause::BreakerOpen
     }
 }
 

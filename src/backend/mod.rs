@@ -56,6 +56,8 @@ mod denials;
 mod either;
 mod error;
 mod fallback;
+#[cfg(feature = "redis")]
+mod health;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
@@ -70,8 +72,10 @@ use crate::{Decision, Micros, Policy};
 pub use breaker::{Breaker, BreakerFuture};
 pub use either::{Either, EitherFuture};
 pub(crate) use error::FailureLog;
-pub use error::{BackendError, OnBackendError};
+pub use error::{BackendError, Cause, OnBackendError};
 pub use fallback::{Fallback, FallbackFuture};
+#[cfg(feature = "redis")]
+pub use health::Health;
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{RedisBackend, RedisBackendBuilder};

@@ -424,6 +424,76 @@ fn a_client_of_your_own_and_the_url_forms() {
     }
 }
 
+/// Each way of failing to reach Redis is told by its cause, once when it
+/// starts, again when it changes, and when Redis decides again — not as a
+/// timeout on every request.
+#[test]
+fn causes_are_told_when_they_start_change_and_clear() {
+    use std::sync::{Arc, Mutex};
+    use tower_ratelimit::backend::{Backend, Cause, Health};
+    let rt = runtime();
+    let _runtime = rt.enter();
+    let (key, policy) = (
+        Key::new("user", "causes"),
+        "5/min".parse::<Policy>().unwrap(),
+    );
+    let cause_of = |backend: &RedisBackend| {
+        let started = Instant::now();
+        let err = rt.block_on(backend.check(&key, &policy, 1)).unwrap_err();
+        // Told at once, not after the 2 s timeout.
+        assert!(started.elapsed() < Duration::from_millis(1_500), "{err}");
+        err.cause()
+    };
+    let lazy = |url: &str, told: &Arc<Mutex<Vec<Health>>>| {
+        let told = Arc::clone(told);
+        RedisBackend::builder(url)
+            .timeout(Duration::from_secs(2))
+            .on_health_change(move |h| told.lock().unwrap().push(h.clone()))
+            .connect_lazy()
+            .unwrap()
+    };
+
+    // Nothing listens: refused. Then a server starts there: deciding.
+    let port = RedisServer::unused_port();
+    let told = Arc::default();
+    let backend = lazy(&format!("redis://127.0.0.1:{port}"), &told);
+    assert_eq!(backend.health(), Health::Unknown);
+    for _ in 0..5 {
+        assert_eq!(cause_of(&backend), Cause::Refused);
+    }
+    let server = RedisServer::start_on_port(port);
+    assert!(rt.block_on(backend.check(&key, &policy, 1)).is_ok());
+    let causes: Vec<_> = told
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| match h {
+            Health::Failing { cause, .. } => Some(*cause),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(causes, [Some(Cause::Refused), None], "told once each");
+    assert_eq!(backend.health(), Health::Deciding);
+
+    // A wrong password; a user that may not run the scripts.
+    let url = server.limiter_url();
+    let wrong = lazy(&url.replace("limiter-secret", "guess"), &Arc::default());
+    assert_eq!(cause_of(&wrong), Cause::Authentication);
+    assert!(matches!(
+        wrong.health(),
+        Health::Failing {
+            cause: Cause::Authentication,
+            ..
+        }
+    ));
+    assert_eq!(server.cli(&["ACL", "SETUSER", "limiter", "-evalsha"]), "OK");
+    assert_eq!(cause_of(&lazy(&url, &Arc::default())), Cause::Permission);
+
+    // A host name that does not resolve (`.invalid` never does).
+    let nowhere = lazy("redis://no-such-host.invalid:6379", &Arc::default());
+    assert_eq!(cause_of(&nowhere), Cause::UnknownHost);
+}
+
 /// A wrong password or a missing permission is an error that says so, at
 /// once: not a hang, not "no answer within the timeout".
 #[test]
@@ -886,4 +956,62 @@ async fn a_denial_made_before_an_outage_holds_through_it() {
         .unwrap();
     assert!(other.is_allowed());
     assert_eq!(other.origin(), Origin::Fallback);
+}
+
+/// The example server, started with a mistyped password, says why Redis is
+/// not deciding on its output (and decides by its failure rule meanwhile).
+#[test]
+fn the_example_server_prints_why_redis_is_not_deciding() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::{Command, Stdio};
+    let server = RedisServer::start();
+    let url = server.limiter_url().replace("limiter-secret", "typo");
+    // Built by `cargo test` next to this test binary's folder.
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("examples").join("server"))
+        .unwrap();
+    let port = RedisServer::unused_port();
+    let mut child = Command::new(&example)
+        .env("REDIS_URL", &url)
+        .env("ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    // Its lines, read on a thread of their own so that no wait is unbounded.
+    let (sender, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = sender.send(line);
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(10)).ok();
+    let first = next().unwrap_or_default();
+    if !first.starts_with("tower-ratelimit demo on") {
+        let _ = child.kill();
+        panic!("{} did not start: {first:?}", example.display());
+    }
+    // One request asks Redis.
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+        .write_all(b"GET /api/user HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let told = std::iter::from_fn(next).find(|line| line.starts_with("redis: "));
+    let _ = child.kill();
+    let _ = child.wait();
+    let told = told.expect("no line about Redis within 10 s");
+    assert!(
+        told.starts_with("redis: failing (authentication):"),
+        "{told}"
+    );
 }

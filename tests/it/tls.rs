@@ -66,8 +66,9 @@ fn a_certificate_that_does_not_verify_never_connects_silently() {
     let (_server, url) = tls_server(&certs, "no");
     let rt = runtime();
     let refused = |builder: RedisBackendBuilder| {
-        let err = rt.block_on(builder.connect()).unwrap_err().to_string();
-        assert!(err.contains("certificate"), "{err}");
+        let err = rt.block_on(builder.connect()).unwrap_err();
+        assert_eq!(err.cause(), tower_ratelimit::backend::Cause::Tls, "{err}");
+        assert!(err.to_string().contains("certificate"), "{err}");
     };
     // The system's roots know nothing of the test's CA; nor does another CA.
     refused(RedisBackend::builder(&url));

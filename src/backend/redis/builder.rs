@@ -8,7 +8,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use super::leases::Leases;
 use super::{Connection, RedisBackend};
 use crate::backend::denials::Denials;
-use crate::backend::BackendError;
+use crate::backend::health::{HealthTracker, OnChange};
+use crate::backend::{BackendError, Health};
 
 /// Configures a [`RedisBackend`].
 #[derive(Debug, Clone)]
@@ -22,6 +23,7 @@ pub struct RedisBackendBuilder {
     leased_by: Option<u32>,
     #[cfg(feature = "redis-tls")]
     tls: super::tls::Tls,
+    on_health_change: Option<OnChange>,
 }
 
 /// Where Redis is: one server, a cluster's nodes, the sentinels that name
@@ -117,6 +119,7 @@ impl RedisBackendBuilder {
             leased_by: None,
             #[cfg(feature = "redis-tls")]
             tls: super::tls::Tls::default(),
+            on_health_change: None,
         }
     }
 
@@ -214,6 +217,31 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Be told when Redis starts failing, when the cause changes, and when
+    /// it decides again: with the cause (a wrong password, a certificate
+    /// that does not verify, a refused connection, …) so that a mistyped
+    /// setting shows at once, with or without the `tracing` feature (which
+    /// logs the same changes; the `metrics` feature counts each failure in
+    /// `ratelimit_store_failures_total{backend, cause}`).
+    /// [`RedisBackend::health`] reads the same state.
+    ///
+    /// ```no_run
+    /// use tower_ratelimit::backend::{Health, RedisBackend};
+    ///
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let redis = RedisBackend::builder("redis://limiter:secret@127.0.0.1:6379")
+    ///     .on_health_change(|health| match health {
+    ///         Health::Failing { cause, error } => eprintln!("Redis failing ({cause}): {error}"),
+    ///         other => eprintln!("Redis: {other:?}"),
+    ///     })
+    ///     .connect_lazy()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn on_health_change(mut self, report: impl Fn(&Health) + Send + Sync + 'static) -> Self {
+        self.on_health_change = Some(OnChange(Arc::new(report)));
+        self
+    }
+
     /// Connect now. Fails if the prefix is invalid or the server (or, for a
     /// cluster, its nodes) cannot be reached: a wrong address shows at once.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
@@ -224,7 +252,7 @@ impl RedisBackendBuilder {
                 Connection::Standalone(
                     ConnectionManager::new_with_config(client, self.manager_config())
                         .await
-                        .map_err(BackendError::new)?,
+                        .map_err(BackendError::from)?,
                 )
             }
             Topology::Manager(manager) => Connection::Standalone(manager.clone()),
@@ -250,12 +278,12 @@ impl RedisBackendBuilder {
                     Some(certificates) => client.certs(certificates),
                     None => client,
                 };
-                let client = client.build().map_err(BackendError::new)?;
+                let client = client.build().map_err(BackendError::from)?;
                 Connection::Cluster(
                     client
                         .get_async_connection()
                         .await
-                        .map_err(BackendError::new)?,
+                        .map_err(BackendError::from)?,
                 )
             }
         };
@@ -273,7 +301,7 @@ impl RedisBackendBuilder {
         let conn = match &self.topology {
             Topology::Standalone(_) | Topology::Client(_) => Connection::Standalone(
                 ConnectionManager::new_lazy_with_config(self.open()?, self.manager_config())
-                    .map_err(BackendError::new)?,
+                    .map_err(BackendError::from)?,
             ),
             Topology::Manager(manager) => Connection::Standalone(manager.clone()),
             #[cfg(feature = "redis-cluster")]
@@ -368,6 +396,7 @@ impl RedisBackendBuilder {
             timeout: self.timeout,
             denials: Denials::new(self.cached_denials).map(Arc::new),
             leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),
+            health: Arc::new(HealthTracker::new("redis", self.on_health_change)),
         }
     }
 }

@@ -20,7 +20,8 @@ use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use self::leases::Leases;
 use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
-use super::{Backend, BackendError, Peeks};
+use super::health::HealthTracker;
+use super::{Backend, BackendError, Cause, Health, Peeks};
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Policy};
 
@@ -69,6 +70,7 @@ pub struct RedisBackend {
     timeout: Duration,
     denials: Option<Arc<Denials>>,
     leases: Option<Arc<Leases>>,
+    health: Arc<HealthTracker>,
 }
 
 /// The connection one command takes.
@@ -227,6 +229,12 @@ impl RedisBackend {
         self.call(key, policy, ask, Some(now)).await
     }
 
+    /// Whether Redis is deciding now, and if not, why
+    /// ([`RedisBackendBuilder::on_health_change`] is told of each change).
+    pub fn health(&self) -> Health {
+        self.health.health()
+    }
+
     /// Denials remembered now (see
     /// [`cache_denials`](RedisBackendBuilder::cache_denials)).
     pub fn cached_denials(&self) -> usize {
@@ -310,7 +318,8 @@ impl RedisBackend {
     }
 
     /// How a call ended, for a connection that follows a master.
-    fn report<T, E>(&self, result: &Result<T, E>) {
+    fn report<T>(&self, result: &Result<T, BackendError>) {
+        self.health.record(result);
         #[cfg(feature = "redis-sentinel")]
         if let Connection::Sentinel(sentinel) = &self.conn {
             match result {
@@ -318,7 +327,6 @@ impl RedisBackend {
                 Err(_) => sentinel.failed(),
             }
         }
-        let _ = result;
     }
 
     async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
@@ -366,8 +374,9 @@ impl RedisBackend {
             .await
             .map_err(|_| {
                 BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
+                    .with_cause(Cause::Timeout)
             })
-            .and_then(|reply| reply.map_err(BackendError::new));
+            .and_then(|reply| reply.map_err(BackendError::from));
         self.report(&reply);
         decision_from(policy, &reply?)
     }
@@ -417,7 +426,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             // Without the cluster feature a route has one kind.
             #[allow(clippy::infallible_destructuring_match)]
-            let conn = match this.route().map_err(BackendError::new)? {
+            let conn = match this.route().map_err(BackendError::from)? {
                 Route::One(conn) => conn,
                 #[cfg(feature = "redis-cluster")]
                 Route::Cluster(_) => {
@@ -456,8 +465,9 @@ impl Backend for RedisBackend {
                 .await
                 .map_err(|_| {
                     BackendError::new(format!("no answer from Redis within {:?}", this.timeout))
+                        .with_cause(Cause::Timeout)
                 })
-                .and_then(|replies| replies.map_err(BackendError::new));
+                .and_then(|replies| replies.map_err(BackendError::from));
             this.report(&replies);
             let replies = replies?;
             if replies.len() != asks.len() {
@@ -495,6 +505,37 @@ impl std::fmt::Debug for RedisBackend {
 
 impl From<RedisError> for BackendError {
     fn from(e: RedisError) -> Self {
-        BackendError::new(e)
+        let cause = cause_of(&e);
+        BackendError::new(e).with_cause(cause)
+    }
+}
+
+/// What a Redis error says about why no decision could be had.
+fn cause_of(e: &RedisError) -> Cause {
+    use ::redis::ErrorKind as Kind;
+    if e.is_connection_refusal() {
+        return Cause::Refused;
+    }
+    if e.is_timeout() {
+        return Cause::Timeout;
+    }
+    match e.kind() {
+        Kind::AuthenticationFailed => return Cause::Authentication,
+        Kind::Server(ServerErrorKind::NoPerm) => return Cause::Permission,
+        _ => {}
+    }
+    // The rest is told only by the text (the crate keeps no kind for them).
+    let text = e.to_string();
+    let has = |word: &str| text.to_ascii_lowercase().contains(word);
+    if has("wrongpass") || has("noauth") || has("invalid username-password") {
+        Cause::Authentication
+    } else if has("unknown command") {
+        Cause::UnknownCommand
+    } else if has("certificate") || has("tls") || has("handshake") {
+        Cause::Tls
+    } else if has("lookup") || has("name or service not known") || has("no address") {
+        Cause::UnknownHost
+    } else {
+        Cause::Other
     }
 }

@@ -67,7 +67,7 @@ impl Sentinel {
         })?;
         let conn = ConnectionManager::new_with_config(client, this.config.clone())
             .await
-            .map_err(BackendError::new)?;
+            .map_err(BackendError::from)?;
         this.master.store(Some(Arc::new(Master { addr, conn })));
         Ok(this)
     }
