@@ -10,7 +10,7 @@ pub struct BackendError {
 }
 
 /// Why a backend could not decide, as far as it can tell: what an operator
-/// reads to mend it (a metric label, a log field, [`Health`](super::Health)).
+/// reads to mend it (a metric label, a log field, the Redis backend's `health()`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Cause {
