@@ -34,8 +34,9 @@
 //!
 //! On one Redis server, a circuit breaker stops asking it after 5 failures
 //! in a row, so an outage costs the timeout a handful of times, not on every
-//! request; one probe at a time finds Redis again. On a cluster there is no
-//! breaker, so that one primary down only affects the keys in its slots.
+//! request; one probe at a time finds Redis again. On a cluster the backend
+//! keeps a circuit per node, so one primary down only affects the keys in
+//! its slots, and those without waiting once its circuit is open.
 //!
 //! | route | limit |
 //! |---|---|
@@ -304,9 +305,9 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
     let cluster =
         url.contains("+cluster://") || (url.contains(',') && !url.contains("+sentinel://"));
     if cluster {
-        // No breaker: one covers a whole backend, and a cluster with one
-        // primary down should fall back only for that primary's keys. A
-        // cluster client learns the slots first, so it connects now.
+        // The backend keeps a circuit per node (a whole-backend breaker
+        // would send every key to the failure rule when one primary dies).
+        // A cluster client learns the slots first, so it connects now.
         return Ok(on_store_failure(config, redis.connect().await?));
     }
     // Lazily connected: the server starts even while Redis is down, and

@@ -2,13 +2,13 @@
 
 use std::future::{ready, Future, Ready};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
+use super::circuit::{Circuit, Pass, Probe, Settings};
 use super::{Backend, BackendError, Peeks};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
@@ -51,46 +51,14 @@ use crate::{Decision, Micros, Policy};
 #[derive(Clone, Debug)]
 pub struct Breaker<B> {
     inner: B,
-    shared: Arc<Shared>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    settings: Settings,
-    /// Failures in a row, since the last success.
-    failures: AtomicU32,
-    /// Until when (µs since `epoch`) decisions fail at once; 0: closed.
-    open_until: AtomicU64,
-    /// How long the breaker opened for last (doubling on failed probes).
-    opened_for: AtomicU64,
-    /// A probe is under way.
-    probing: AtomicBool,
-    epoch: Instant,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Settings {
-    failures_to_open: u32,
-    open_for: Micros,
-    max_open_for: Micros,
-}
-
-/// A copy has the same settings and a state of its own, closed.
-impl Clone for Shared {
-    fn clone(&self) -> Self {
-        Self::new(self.settings)
-    }
+    circuit: Arc<Circuit>,
 }
 
 impl<B> Breaker<B> {
     pub(crate) fn new(inner: B) -> Self {
         Self {
             inner,
-            shared: Arc::new(Shared::new(Settings {
-                failures_to_open: 5,
-                open_for: Micros::from_millis(100),
-                max_open_for: Micros::from_millis(400),
-            })),
+            circuit: Arc::new(Circuit::new(Settings::default())),
         }
     }
 
@@ -115,7 +83,7 @@ impl<B> Breaker<B> {
 
     /// Whether decisions currently fail at once (a probe may be due).
     pub fn is_open(&self) -> bool {
-        self.shared.open_until.load(Ordering::Acquire) != 0
+        self.circuit.is_open()
     }
 
     /// The backend behind the breaker.
@@ -126,54 +94,7 @@ impl<B> Breaker<B> {
     fn settings(&mut self) -> &mut Settings {
         // Settings are set while building, before the breaker is cloned; a
         // breaker configured after cloning gets a state of its own.
-        &mut Arc::make_mut(&mut self.shared).settings
-    }
-}
-
-impl Shared {
-    fn new(settings: Settings) -> Self {
-        Self {
-            settings,
-            failures: AtomicU32::new(0),
-            open_until: AtomicU64::new(0),
-            opened_for: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
-            epoch: Instant::now(),
-        }
-    }
-
-    fn now(&self) -> u64 {
-        // Never 0, which means "closed".
-        Micros::from(self.epoch.elapsed()).as_u64().max(1)
-    }
-
-    fn succeeded(&self) {
-        self.failures.store(0, Ordering::Release);
-        self.opened_for.store(0, Ordering::Release);
-        self.open_until.store(0, Ordering::Release);
-    }
-
-    fn failed(&self, probe: bool) {
-        let failures = self
-            .failures
-            .fetch_add(1, Ordering::AcqRel)
-            .saturating_add(1);
-        let Settings {
-            failures_to_open,
-            open_for,
-            max_open_for,
-        } = self.settings;
-        if probe || failures >= failures_to_open {
-            let last = self.opened_for.load(Ordering::Acquire);
-            let open_for = if probe && last > 0 {
-                last.saturating_mul(2).min(max_open_for.as_u64())
-            } else {
-                open_for.as_u64().min(max_open_for.as_u64())
-            };
-            self.opened_for.store(open_for, Ordering::Release);
-            self.open_until
-                .store(self.now().saturating_add(open_for), Ordering::Release);
-        }
+        &mut Arc::make_mut(&mut self.circuit).settings
     }
 }
 
@@ -209,12 +130,12 @@ impl<B: Backend> Backend for Breaker<B> {
         if self.is_open() {
             return Box::pin(ready(Err(BackendError::breaker_open())));
         }
-        let (peeks, shared) = (self.inner.peek_many(asks), Arc::clone(&self.shared));
+        let (peeks, circuit) = (self.inner.peek_many(asks), Arc::clone(&self.circuit));
         Box::pin(async move {
             let result = peeks.await;
             match &result {
-                Ok(_) => shared.succeeded(),
-                Err(_) => shared.failed(false),
+                Ok(_) => circuit.succeeded(),
+                Err(_) => circuit.failed(false),
             }
             result
         })
@@ -229,57 +150,39 @@ impl<B: Backend> Breaker<B> {
         policy: &Policy,
         ask: impl FnOnce(&B) -> B::Future,
     ) -> BreakerFuture<B> {
-        let shared = &self.shared;
-        let open_until = shared.open_until.load(Ordering::Acquire);
-        let probe = if open_until == 0 {
-            None
-        } else {
-            let due = shared.now() >= open_until;
-            let won = due
-                && shared
-                    .probing
-                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-            let open = || BreakerFuture {
-                state: State::Open {
-                    error: ready(Err(BackendError::breaker_open())),
-                },
-            };
-            if !won {
-                return open();
-            }
-            let probe = Probe(Arc::clone(shared));
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let circuit = &self.circuit;
+        let open = || BreakerFuture {
+            state: State::Open {
+                error: ready(Err(BackendError::breaker_open())),
+            },
+        };
+        let probe = match circuit.pass() {
+            Pass::Closed => None,
+            Pass::Open => return open(),
+            Pass::Probe(probe) => {
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    // No task to probe on: this decision probes.
+                    return BreakerFuture {
+                        state: State::Asking {
+                            future: ask(&self.inner),
+                            circuit: Arc::clone(circuit),
+                            probe: Some(probe),
+                        },
+                    };
+                };
                 // On its own task: this decision fails at once like the rest.
                 let peek = self.inner.check(key, policy, 0);
-                runtime.spawn(async move {
-                    match peek.await {
-                        Ok(_) => probe.0.succeeded(),
-                        Err(_) => probe.0.failed(true),
-                    }
-                });
+                runtime.spawn(async move { probe.finished(&peek.await) });
                 return open();
             }
-            Some(probe)
         };
         BreakerFuture {
             state: State::Asking {
                 future: ask(&self.inner),
-                shared: Arc::clone(shared),
+                circuit: Arc::clone(circuit),
                 probe,
             },
         }
-    }
-}
-
-/// The one probe under way; dropping it (done, or the request gone) lets
-/// the next decision probe.
-#[derive(Debug)]
-struct Probe(Arc<Shared>);
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        self.0.probing.store(false, Ordering::Release);
     }
 }
 
@@ -308,7 +211,7 @@ pin_project! {
         Asking {
             #[pin]
             future: B::Future,
-            shared: Arc<Shared>,
+            circuit: Arc<Circuit>,
             probe: Option<Probe>,
         },
     }
@@ -322,13 +225,13 @@ impl<B: Backend> Future for BreakerFuture<B> {
             StateProj::Open { error } => error.poll(cx),
             StateProj::Asking {
                 future,
-                shared,
+                circuit,
                 probe,
             } => {
                 let result = ready!(future.poll(cx));
                 match &result {
-                    Ok(_) => shared.succeeded(),
-                    Err(_) => shared.failed(probe.is_some()),
+                    Ok(_) => circuit.succeeded(),
+                    Err(_) => circuit.failed(probe.is_some()),
                 }
                 // Recorded: the next decision may probe.
                 probe.take();

@@ -287,7 +287,14 @@ impl RedisBackendBuilder {
                 )
             }
         };
-        Ok(self.finish(conn))
+        let backend = self.finish(conn);
+        #[cfg(feature = "redis-cluster")]
+        if let (Some(nodes), Connection::Cluster(conn)) = (&backend.nodes, &backend.conn) {
+            // Which node holds which slots, for the circuits; asked again
+            // whenever a call fails.
+            let _ = nodes.load(&mut conn.clone()).await;
+        }
+        Ok(backend)
     }
 
     /// A backend that connects on first use and whenever the connection is
@@ -389,6 +396,9 @@ impl RedisBackendBuilder {
     }
 
     fn finish(self, conn: Connection) -> RedisBackend {
+        #[cfg(feature = "redis-cluster")]
+        let nodes = matches!(conn, Connection::Cluster(_))
+            .then(|| super::nodes::Nodes::new(crate::backend::circuit::Settings::default()));
         RedisBackend {
             conn,
             scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
@@ -397,6 +407,8 @@ impl RedisBackendBuilder {
             denials: Denials::new(self.cached_denials).map(Arc::new),
             leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),
             health: Arc::new(HealthTracker::new("redis", self.on_health_change)),
+            #[cfg(feature = "redis-cluster")]
+            nodes,
         }
     }
 }

@@ -2,6 +2,8 @@
 
 mod builder;
 mod leases;
+#[cfg(feature = "redis-cluster")]
+mod nodes;
 mod script;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
@@ -71,6 +73,9 @@ pub struct RedisBackend {
     denials: Option<Arc<Denials>>,
     leases: Option<Arc<Leases>>,
     health: Arc<HealthTracker>,
+    /// On a cluster: a circuit per node.
+    #[cfg(feature = "redis-cluster")]
+    nodes: Option<Arc<nodes::Nodes>>,
 }
 
 /// The connection one command takes.
@@ -345,8 +350,58 @@ impl RedisBackend {
         }
     }
 
-    /// One script call: the decision and the reply's last number.
+    /// One script call, through the circuit of the cluster node that holds
+    /// the key (see `nodes.rs`): while it is open the call fails at once,
+    /// and one probe at a time (a check of cost 0, on a task of its own)
+    /// asks the node again.
     async fn call(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        ask: Ask,
+        now: Option<Micros>,
+    ) -> Result<(Decision, u64), BackendError> {
+        #[cfg(feature = "redis-cluster")]
+        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) {
+            use crate::backend::circuit::Pass;
+            let circuit = nodes.circuit(script::key_slot(&self.prefix, key));
+            let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
+            match pass {
+                Pass::Closed => {
+                    let result = self.call_now(key, policy, ask, now).await;
+                    match (&result, &circuit) {
+                        (Ok(_), Some(circuit)) => circuit.succeeded(),
+                        (Ok(_), None) => {}
+                        (Err(_), circuit) => {
+                            if let Some(circuit) = circuit {
+                                circuit.failed(false);
+                            }
+                            nodes.refresh(conn);
+                        }
+                    }
+                    return result;
+                }
+                Pass::Open => return Err(BackendError::breaker_open()),
+                Pass::Probe(probe) => {
+                    let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+                    tokio::spawn(async move {
+                        let result = this.call_now(&key, &policy, Ask::Check(0), None).await;
+                        if let (Err(_), Some(nodes), Connection::Cluster(conn)) =
+                            (&result, &this.nodes, &this.conn)
+                        {
+                            nodes.refresh(conn);
+                        }
+                        probe.finished(&result);
+                    });
+                    return Err(BackendError::breaker_open());
+                }
+            }
+        }
+        self.call_now(key, policy, ask, now).await
+    }
+
+    /// One script call: the decision and the reply's last number.
+    async fn call_now(
         &self,
         key: &Key,
         policy: &Policy,

@@ -157,6 +157,12 @@ pub(super) fn limit_keys(prefix: &str, key: &Key, limit: &Limit, mut each: impl 
     keys_of(&mut key_base(prefix, key), limit, &mut each);
 }
 
+/// The cluster slot every Redis key of `key` is in (its hash tag).
+#[cfg(feature = "redis-cluster")]
+pub(super) fn key_slot(prefix: &str, key: &Key) -> u16 {
+    super::nodes::slot(&key_base(prefix, key))
+}
+
 /// What every Redis key of `key` begins with: `{prefix}{<identity>}:`, in a
 /// buffer with room for the rest.
 fn key_base(prefix: &str, key: &Key) -> Vec<u8> {

@@ -24,6 +24,23 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free port for a cluster node: below 55536, with port + 10000 free.
+fn cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+        // The kernel hands out ports at random; ask again for a lower one.
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", 20_000 + port % 30_000)) {
+            let port = listener.local_addr().unwrap().port();
+            if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+                return port;
+            }
+        }
+    }
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "tower-ratelimit-{tag}-{}-{}",
@@ -105,7 +122,12 @@ impl RedisServer {
     }
 
     /// The server, once it answers; `None` if it exited (its port taken).
-    fn try_spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Option<Self> {
+    pub(crate) fn try_spawn(
+        program: &str,
+        port: u16,
+        dir: PathBuf,
+        extra: &[&str],
+    ) -> Option<Self> {
         let child = Command::new(program)
             .args([
                 "--port",
@@ -242,21 +264,48 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
+    /// Three primaries, no replicas.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..3)
+        Self::start_with(0, 5_000)
+    }
+
+    /// Three primaries and a replica each; a primary that does not answer
+    /// for a second is failed over.
+    pub fn start_with_replicas() -> Self {
+        Self::start_with(1, 1_000)
+    }
+
+    fn start_with(replicas: usize, node_timeout_ms: u32) -> Self {
+        let timeout = node_timeout_ms.to_string();
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|i| {
                 let conf = format!("nodes-{i}.conf");
-                RedisServer::start_with(
-                    "redis-server",
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "5000",
-                    ],
-                )
+                let args = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    &timeout,
+                    "--repl-diskless-sync",
+                    "yes",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                    // A primary down stops only its own slots, not the
+                    // whole cluster, while its replica takes over.
+                    "--cluster-require-full-coverage",
+                    "no",
+                ];
+                // The cluster bus listens on port + 10000: below 55536,
+                // and that one free too.
+                loop {
+                    let port = cluster_port();
+                    if let Some(node) =
+                        RedisServer::try_spawn("redis-server", port, temp_dir("redis"), &args)
+                    {
+                        break node;
+                    }
+                }
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -266,7 +315,7 @@ impl RedisCluster {
         let out = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create");
         assert!(
@@ -275,9 +324,13 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stdout)
         );
         let deadline = Instant::now() + Duration::from_secs(20);
+        let in_sync = |n: &RedisServer| {
+            let replication = n.cli(&["INFO", "replication"]);
+            !replication.contains("role:slave") || replication.contains("master_link_status:up")
+        };
         while !nodes
             .iter()
-            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+            .all(|n| n.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") && in_sync(n))
         {
             assert!(Instant::now() < deadline, "cluster did not become ready");
             sleep(Duration::from_millis(50));
