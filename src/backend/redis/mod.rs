@@ -425,15 +425,24 @@ impl RedisBackend {
                 reply => reply,
             }
         };
-        let reply = tokio::time::timeout(self.timeout, call)
+        decision_from(policy, &self.answered(call).await?)
+    }
+
+    /// `call`'s answer within the timeout, its failure given a cause, and
+    /// how it went reported (health, and Sentinel's following).
+    async fn answered<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, BackendError> {
+        let answer = tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| {
                 BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
                     .with_cause(Cause::Timeout)
             })
-            .and_then(|reply| reply.map_err(BackendError::from));
-        self.report(&reply);
-        decision_from(policy, &reply?)
+            .and_then(|answer| answer.map_err(BackendError::from));
+        self.report(&answer);
+        answer
     }
 }
 
@@ -516,15 +525,7 @@ impl Backend for RedisBackend {
                     replies => replies,
                 }
             };
-            let replies = tokio::time::timeout(this.timeout, call)
-                .await
-                .map_err(|_| {
-                    BackendError::new(format!("no answer from Redis within {:?}", this.timeout))
-                        .with_cause(Cause::Timeout)
-                })
-                .and_then(|replies| replies.map_err(BackendError::from));
-            this.report(&replies);
-            let replies = replies?;
+            let replies: Vec<Value> = this.answered(call).await?;
             if replies.len() != asks.len() {
                 return Err(BackendError::new(format!(
                     "Redis answered {} of {} reads",
