@@ -147,3 +147,152 @@ async fn the_example_server_keeps_its_limits_over_tls() {
     assert_eq!(seen, expected);
     assert!(server.evalsha_calls() >= 11);
 }
+
+/// A Redis Cluster that speaks only TLS (clients, the cluster bus,
+/// replication): `rediss+cluster://` with the CA named decides exactly,
+/// and without it is refused.
+#[cfg(feature = "redis-cluster")]
+#[test]
+fn a_cluster_over_tls() {
+    use std::process::{Command, Stdio};
+    let certs = Certificates::generate("cluster");
+    let ports: Vec<u16> = (0..3)
+        .map(|_| crate::support::redis::cluster_port())
+        .collect();
+    let dir = certs.dir.clone();
+    let cli = |port: u16, args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args([
+                "--tls",
+                "--cacert",
+                &certs.path("ca.crt"),
+                "-p",
+                &port.to_string(),
+            ])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut nodes: Vec<_> = ports
+        .iter()
+        .map(|port| {
+            Command::new("redis-server")
+                .args([
+                    "--port",
+                    "0",
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ])
+                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(dir.join(format!("nodes-{port}.conf")))
+                .args(["--tls-cluster", "yes", "--tls-replication", "yes"])
+                .args(certs.server_args(*port, "no"))
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server")
+        })
+        .collect();
+    let kill = |nodes: &mut Vec<std::process::Child>| {
+        for node in nodes.iter_mut() {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+    };
+    let wait = |done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            assert!(Instant::now() < deadline, "the TLS cluster did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait(&|| ports.iter().all(|&p| cli(p, &["PING"]).trim() == "PONG"));
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let created = Command::new("redis-cli")
+        .args([
+            "--tls",
+            "--cacert",
+            &certs.path("ca.crt"),
+            "--cluster",
+            "create",
+        ])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    if !created.status.success() {
+        kill(&mut nodes);
+        panic!("{}", String::from_utf8_lossy(&created.stdout));
+    }
+    wait(&|| {
+        ports
+            .iter()
+            .all(|&p| cli(p, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    });
+
+    let rt = runtime();
+    let url = format!("rediss+cluster://{}", addrs.join(","));
+    let refused = rt.block_on(RedisBackend::builder(&url).connect());
+    let redis = rt.block_on(
+        RedisBackend::builder(&url)
+            .tls_root_certificates(certs.read("ca.crt"))
+            .connect(),
+    );
+    let admitted = redis.as_ref().map(|redis| admitted(&rt, redis, "cluster"));
+    kill(&mut nodes);
+    assert!(refused.is_err(), "connected without the CA");
+    assert_eq!(admitted.unwrap(), [5; 6]);
+}
+
+/// Sentinel over TLS (`rediss+sentinel://`): the sentinels, the master and
+/// the replica all speak TLS; decisions follow the master through a
+/// failover.
+#[cfg(feature = "redis-sentinel")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_follows_the_master() {
+    use crate::support::sentinel::Sentinels;
+    let certs = std::sync::Arc::new(Certificates::generate("sentinel"));
+    let mut setup = {
+        let certs = std::sync::Arc::clone(&certs);
+        tokio::task::spawn_blocking(move || Sentinels::start_tls(&certs))
+            .await
+            .unwrap()
+    };
+    let redis = RedisBackend::builder(&setup.tls_url())
+        .tls_root_certificates(certs.read("ca.crt"))
+        .timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let policy: Policy = "100/min".parse().unwrap();
+    let key = Key::new("user", "sentinel-tls");
+    for _ in 0..10 {
+        assert!(redis.check(&key, &policy, 1).await.unwrap().is_allowed());
+    }
+    setup.primary.kill();
+    let setup = tokio::task::spawn_blocking(move || {
+        setup.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
+        setup
+    })
+    .await
+    .unwrap();
+    let promoted = Instant::now();
+    loop {
+        if redis.check(&key, &policy, 1).await.is_ok() {
+            break;
+        }
+        assert!(
+            promoted.elapsed() < Duration::from_secs(2),
+            "not on the new master"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(setup);
+}

@@ -25,7 +25,7 @@ fn free_port() -> u16 {
 }
 
 /// A free port for a cluster node: below 55536, with port + 10000 free.
-fn cluster_port() -> u16 {
+pub fn cluster_port() -> u16 {
     loop {
         let port = free_port();
         if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {

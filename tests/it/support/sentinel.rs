@@ -8,13 +8,15 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use super::redis::RedisServer;
+use super::tls::Certificates;
 
 pub const MASTER: &str = "mymaster";
 
 pub struct Sentinels {
     pub primary: RedisServer,
     pub replica: RedisServer,
-    sentinels: Vec<(Child, u16)>,
+    /// Each sentinel, its port, and its TLS port if it has one.
+    sentinels: Vec<(Child, u16, Option<u16>)>,
     dir: PathBuf,
 }
 
@@ -23,17 +25,45 @@ impl Sentinels {
     /// sentinel knows the replica and the two other sentinels (so that a
     /// failover can be agreed).
     pub fn start() -> Self {
-        let sync = [
+        Self::start_with(None)
+    }
+
+    /// The same, every server and sentinel also on a TLS port with `certs`
+    /// (replication and the sentinels' own connections over TLS too).
+    pub fn start_tls(certs: &Certificates) -> Self {
+        Self::start_with(Some(certs))
+    }
+
+    fn start_with(tls: Option<&Certificates>) -> Self {
+        let mut sync: Vec<String> = [
             "--repl-diskless-sync",
             "yes",
             "--repl-diskless-sync-delay",
             "0",
-        ];
-        let primary = RedisServer::start_with("redis-server", &sync);
-        let replica_of = format!("127.0.0.1 {}", primary.port);
-        let mut args = sync.to_vec();
-        args.extend(["--replicaof", &replica_of]);
-        let replica = RedisServer::start_with("redis-server", &args);
+        ]
+        .map(String::from)
+        .to_vec();
+        // A server's TLS port, and the arguments that open it.
+        let tls_port = |certs: &Certificates| {
+            let port = RedisServer::unused_port();
+            let mut args = certs.server_args(port, "no");
+            args.extend(["--tls-replication".to_owned(), "yes".to_owned()]);
+            (port, args)
+        };
+        let (primary_tls, primary_args) = match tls {
+            Some(certs) => {
+                let (port, args) = tls_port(certs);
+                (Some(port), [sync.clone(), args].concat())
+            }
+            None => (None, sync.clone()),
+        };
+        let primary = RedisServer::start_with("redis-server", &strs(&primary_args));
+        let watched = primary_tls.unwrap_or(primary.port);
+        sync.extend(["--replicaof".to_owned(), format!("127.0.0.1 {watched}")]);
+        if let Some(certs) = tls {
+            sync.extend(tls_port(certs).1);
+        }
+        let replica = RedisServer::start_with("redis-server", &strs(&sync));
         let dir = std::env::temp_dir().join(format!(
             "tower-ratelimit-sentinel-{}-{}",
             std::process::id(),
@@ -44,19 +74,26 @@ impl Sentinels {
             .map(|i| {
                 let port = RedisServer::unused_port();
                 let conf = dir.join(format!("sentinel-{i}.conf"));
-                std::fs::write(
-                    &conf,
-                    format!(
-                        "port {port}\nbind 127.0.0.1\ndir {}\n\
-                         sentinel monitor {MASTER} 127.0.0.1 {} 2\n\
-                         sentinel down-after-milliseconds {MASTER} 1000\n\
-                         sentinel failover-timeout {MASTER} 5000\n\
-                         sentinel parallel-syncs {MASTER} 1\n",
-                        dir.display(),
-                        primary.port
-                    ),
-                )
-                .unwrap();
+                let mut text = format!(
+                    "port {port}\nbind 127.0.0.1\ndir {}\n\
+                     sentinel monitor {MASTER} 127.0.0.1 {watched} 2\n\
+                     sentinel down-after-milliseconds {MASTER} 1000\n\
+                     sentinel failover-timeout {MASTER} 5000\n\
+                     sentinel parallel-syncs {MASTER} 1\n",
+                    dir.display(),
+                );
+                let tls_port = tls.map(|certs| {
+                    let tls_port = RedisServer::unused_port();
+                    text.push_str(&format!(
+                        "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                         tls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                        certs.path("server.crt"),
+                        certs.path("server.key"),
+                        certs.path("ca.crt"),
+                    ));
+                    tls_port
+                });
+                std::fs::write(&conf, text).unwrap();
                 let child = Command::new("redis-server")
                     .arg(&conf)
                     .arg("--sentinel")
@@ -64,7 +101,7 @@ impl Sentinels {
                     .stderr(Stdio::null())
                     .spawn()
                     .expect("redis-server --sentinel");
-                (child, port)
+                (child, port, tls_port)
             })
             .collect();
         let setup = Self {
@@ -80,15 +117,14 @@ impl Sentinels {
                 && s.sentinel_ports().iter().all(|&port| {
                     let replicas = cli(port, &["SENTINEL", "REPLICAS", MASTER]);
                     let others = cli(port, &["SENTINEL", "SENTINELS", MASTER]);
-                    replicas.contains(&s.replica.port.to_string())
-                        && others.matches("127.0.0.1").count() >= 2
+                    replicas.contains("127.0.0.1") && others.matches("127.0.0.1").count() >= 2
                 })
         });
         setup
     }
 
     pub fn sentinel_ports(&self) -> Vec<u16> {
-        self.sentinels.iter().map(|(_, port)| *port).collect()
+        self.sentinels.iter().map(|(_, port, _)| *port).collect()
     }
 
     /// `redis+sentinel://…/mymaster` for these sentinels.
@@ -99,6 +135,16 @@ impl Sentinels {
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
         format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// `rediss+sentinel://…/mymaster` for these sentinels' TLS ports.
+    pub fn tls_url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .filter_map(|(_, _, tls)| Some(format!("127.0.0.1:{}", (*tls)?)))
+            .collect();
+        format!("rediss+sentinel://{}/{MASTER}", hosts.join(","))
     }
 
     /// Whether the replica has been promoted.
@@ -130,10 +176,14 @@ fn cli(port: u16, args: &[&str]) -> String {
 
 impl Drop for Sentinels {
     fn drop(&mut self) {
-        for (child, _) in &mut self.sentinels {
+        for (child, _, _) in &mut self.sentinels {
             let _ = child.kill();
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
