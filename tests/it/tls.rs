@@ -121,6 +121,9 @@ async fn the_example_server_keeps_its_limits_over_tls() {
     let (server, url) = tls_server(&certs, "no");
     let config = crate::server::Config {
         redis_ca_file: Some(certs.path("ca.crt").into()),
+        // The first request makes the lazy connection, TLS handshake and
+        // all: under a loaded test run that takes longer than 50 ms.
+        store_timeout: Duration::from_secs(2),
         ..Default::default()
     };
     let app = crate::server::redis_app(&config, &url)
