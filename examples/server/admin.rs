@@ -140,6 +140,66 @@ pub(super) async fn replace_limits<B>(
     Json(json!({ "route": path, "policy": described })).into_response()
 }
 
+/// `DELETE /admin/keys?user=<id>&ip=<address>` (either or both): forget
+/// what that client has used on every limited route, and its bans — support
+/// lifting a customer's limit after a mistake. Each route's key is found
+/// from a request as that client would send it; routes keyed by the
+/// address are left alone when no `ip` is named.
+pub(super) async fn reset_keys<B: Backend>(
+    State(state): State<AppState<B>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let error =
+        |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
+    let ip = match query.get("ip").map(|ip| ip.parse::<std::net::IpAddr>()) {
+        Some(Ok(ip)) => Some(ip),
+        Some(Err(e)) => return error(StatusCode::BAD_REQUEST, format!("ip: {e}")),
+        None => None,
+    };
+    let user = query.get("user").filter(|u| !u.is_empty());
+    if user.is_none() && ip.is_none() {
+        let text = "name the client: ?user=<id>, ?ip=<address>, or both";
+        return error(StatusCode::BAD_REQUEST, text.into());
+    }
+    let mut request = Request::builder().uri("/");
+    if let Some(user) = user {
+        request = request.header("x-user-id", user.as_str());
+    }
+    let Ok(mut request) = request.body(axum::body::Body::empty()) else {
+        return error(StatusCode::BAD_REQUEST, "user: not a header value".into());
+    };
+    if let Some(ip) = ip {
+        let peer = std::net::SocketAddr::new(ip, 0);
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
+    }
+    let head = RequestHead::from(&request);
+    let table = state
+        .routes
+        .iter()
+        .map(|r| (r.path, (r.peek_key)(&head), (r.policy)(&head)));
+    let settled = state.settled.iter().map(|s| {
+        (
+            s.path,
+            (s.key)(&head),
+            Some(Policy::clone(&s.live.current())),
+        )
+    });
+    let mut reset = Vec::new();
+    for (path, key, policy) in table.chain(settled) {
+        // No key for this client here (no address named, or no API key).
+        let (Ok(key), Some(policy)) = (key, policy) else {
+            continue;
+        };
+        if let Err(e) = state.backend.reset(&key, &policy).await {
+            return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+        }
+        reset.push(json!({ "route": path, "key": key.redacted() }));
+    }
+    Json(json!({ "reset": reset })).into_response()
+}
+
 /// In front of every `/admin/*` route when `ADMIN_TOKEN` is set: the
 /// request must carry `Authorization: Bearer <token>` (the scheme in any
 /// case, as HTTP says), or gets 401.

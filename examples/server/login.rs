@@ -6,6 +6,7 @@
 //! counted as one user and authenticated as another.
 
 use axum::body::to_bytes;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Extension, Request, State};
@@ -26,6 +27,22 @@ use super::{Common, Config};
 struct LoginForm {
     user: Vec<u8>,
     password: Vec<u8>,
+}
+
+/// The login limit's key of the user named by `x-user-id`, from the
+/// request's address: what `DELETE /admin/keys?user=…&ip=…` forgets.
+pub(super) fn key_of_user(config: &Config) -> super::routes::KeyOf {
+    let ip = client_ip(config);
+    Arc::new(move |r| {
+        let user = r
+            .headers
+            .get("x-user-id")
+            .ok_or(KeyError::Missing("the user"))?;
+        Ok(Key::composite(&[
+            ip.extract(r)?,
+            Key::new("login-user", user.as_bytes()),
+        ]))
+    })
 }
 
 /// Login forms are small; a larger body is refused before anything else.

@@ -61,6 +61,7 @@
 //! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency (on `METRICS_ADDR` instead, when set) |
 //! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20; with `ADMIN_TOKEN` set, the token is required) |
 //! | `GET /admin/limits` | each route's limits now (likewise) |
+//! | `DELETE /admin/keys?user=<id>&ip=<address>` | with `ADMIN_TOKEN`: forget what that client used on every limited route, and its bans |
 //! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a limited route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`), or for `/api/slow` a number of requests in flight; 401 without the token; 404 when `ADMIN_TOKEN` is unset |
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
@@ -102,7 +103,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, put};
+use axum::routing::{delete, get, put};
 use axum::{Json, Router};
 use ipnet::IpNet;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -137,6 +138,7 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     if let Some(token) = &config.admin_token {
         admin = admin
             .route("/admin/limits/{*route}", put(replace_limits::<B>))
+            .route("/admin/keys", delete(reset_keys::<B>))
             .route_layer(middleware::from_fn_with_state(
                 Arc::<str>::from(token.as_str()),
                 require_admin,
@@ -175,27 +177,35 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         };
         app = app.route(path, handler);
     }
+    let user_key: KeyOf = {
+        let user = Header::new("x-user-id").or(client_ip(config));
+        Arc::new(move |r| user.extract(r))
+    };
     let settled = [
         Settled {
             path: "/api/login",
             about: "5 failed logins per 15 minutes per client IP and user",
             live: Live::new(limits(config, "logins = 5/15min")),
+            key: login::key_of_user(config),
         },
         Settled {
             path: "/api/tokens",
             about: "1000 tokens per minute per user, settled to what each request used",
             live: Live::new(limits(config, "tokens = 1000/min")),
+            key: user_key.clone(),
         },
         Settled {
             path: "/api/slow",
             about:
                 "2 requests in flight per user (a body streamed over ?ms=); PUT a number of permits",
             live: Live::new(slow::in_flight(2).expect("a valid demo policy")),
+            key: user_key.clone(),
         },
         Settled {
             path: "/api/quota",
             about: "60/min per user: every route's budget in one store call",
             live: Live::new(limits(config, "quota = 60/min")),
+            key: user_key,
         },
     ];
     let [login, tokens, slow, quota_policy] = settled.clone().map(|s| s.live);

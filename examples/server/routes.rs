@@ -14,7 +14,7 @@ pub(super) const TIERS: [(&str, &str, u32); 3] = [
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Tier(usize);
 
-type KeyOf = Arc<dyn Fn(&RequestHead<'_>) -> Result<Key, KeyError> + Send + Sync>;
+pub(super) type KeyOf = Arc<dyn Fn(&RequestHead<'_>) -> Result<Key, KeyError> + Send + Sync>;
 type PolicyOf = Arc<dyn Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync>;
 
 /// One limited route: how it keys requests and which policy it applies.
@@ -38,6 +38,9 @@ pub(super) struct Settled {
     pub(super) path: &'static str,
     pub(super) about: &'static str,
     pub(super) live: Live<Policy>,
+    /// The route's key for a client named by its `x-user-id` and address
+    /// (for `DELETE /admin/keys`; the login's user is the form's).
+    pub(super) key: KeyOf,
 }
 
 #[derive(Clone)]

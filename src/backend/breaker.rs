@@ -9,7 +9,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 
 use super::circuit::{Circuit, Pass, Probe, Settings};
-use super::{Backend, BackendError, Peeks};
+use super::{Backend, BackendError, Peeks, Reset};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
 
@@ -123,6 +123,11 @@ impl<B: Backend> Backend for Breaker<B> {
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         self.ask(key, policy, |inner| inner.renew(key, policy, permit, cost))
+    }
+
+    /// Asked even while the breaker is open: an operator's request.
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        self.inner.reset(key, policy)
     }
 
     /// Fails at once while the breaker is open; never a probe.

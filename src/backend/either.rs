@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{Backend, BackendError, Peeks};
+use super::{Backend, BackendError, Peeks, Reset};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
 
@@ -68,6 +68,13 @@ impl<L: Backend, R: Backend> Backend for Either<L, R> {
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         either!(self, b => b.renew(key, policy, permit, cost))
+    }
+
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        match self {
+            Either::Left(b) => b.reset(key, policy),
+            Either::Right(b) => b.reset(key, policy),
+        }
     }
 
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {

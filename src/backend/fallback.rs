@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::{Backend, BackendError, FailureLog, Peeks};
+use super::{Backend, BackendError, FailureLog, Peeks, Reset};
 use crate::key::Key;
 use crate::{Decision, Micros, Origin, Policy};
 
@@ -77,6 +77,18 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         self.ask(key, policy, Op::Renew { permit, cost })
+    }
+
+    /// Both forget: the key starts afresh whichever decides next.
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        let (primary, second) = (
+            self.primary.reset(key, policy),
+            self.second.backend.reset(key, policy),
+        );
+        Box::pin(async move {
+            let (primary, second) = (primary.await, second.await);
+            primary.and(second)
+        })
     }
 
     /// The primary's answer, else the fallback's.

@@ -82,6 +82,9 @@ pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 pub use redis::{RedisBackend, RedisBackendBuilder};
 pub use store::{KeyStates, StateStore, StoreBackend};
 
+/// The answer of [`Backend::reset`]: done, or why not.
+pub type Reset = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send>>;
+
 /// The answer of [`Backend::peek_many`]: each key's state, in order.
 pub type Peeks = Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>> + Send>>;
 
@@ -149,6 +152,21 @@ pub trait Backend: Clone + Send + Sync + 'static {
             }
             Ok(decisions)
         })
+    }
+
+    /// Forget what `key` has used under every limit of `policy`, and its
+    /// penalty box's strikes and bans: its next request starts with every
+    /// limit full (support lifting a customer's limit after a mistake).
+    /// Other keys, and `key` under other policies, are untouched.
+    ///
+    /// The default fails with an error that says so: a backend of your own
+    /// that cannot forget never pretends it did.
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        let _ = (key, policy);
+        Box::pin(std::future::ready(Err(BackendError::new(format!(
+            "the {} backend cannot reset a key",
+            self.name()
+        )))))
     }
 
     /// A short name for the `backend` label of decision-latency metrics:

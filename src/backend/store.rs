@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::memory::decide;
 use super::memory::shard::{Entries, Shard, TimedLog};
-use super::{AtCapacity, Backend, BackendError};
+use super::{AtCapacity, Backend, BackendError, Reset};
 use crate::algorithm::State;
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
@@ -153,6 +153,9 @@ impl<V> Entries<V> for Few<V> {
         let last = self.entries.len() - 1;
         &mut self.entries[last].1
     }
+    fn remove(&mut self, fp: u64) {
+        self.entries.retain(|(f, _)| *f != fp);
+    }
     fn has_room(&mut self, _: u64, _: usize, _: Micros) -> bool {
         self.limits.0
     }
@@ -277,5 +280,13 @@ impl<S: StateStore, C: Clock> Backend for StoreBackend<S, C> {
         ready(Ok(self.decide(key, |shard, now| {
             decide::permit(shard, policy, 0, (permit, cost, true), now)
         })))
+    }
+
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        self.decide(key, |shard, _| {
+            decide::reset(shard, policy, 0);
+            Decision::empty()
+        });
+        Box::pin(ready(Ok(())))
     }
 }

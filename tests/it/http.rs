@@ -892,3 +892,54 @@ async fn slow_requests_are_limited_in_flight_until_their_bodies_end() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(get(addr, "/api/slow?ms=0", &frank).await.0, 200);
 }
+
+/// Support lifts a customer's limit after a mistake: `DELETE /admin/keys`
+/// forgets what one client used on every route (by user, by address), and
+/// no one else's.
+#[tokio::test]
+async fn an_admin_resets_one_clients_limits() {
+    let addr = start_with(Config {
+        admin_token: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await;
+    let reset = |query: &'static str, auth: &'static [(&'static str, &'static str)]| async move {
+        send(
+            addr,
+            Method::DELETE,
+            &format!("/admin/keys{query}"),
+            auth,
+            "",
+        )
+        .await
+    };
+    let (erin, frank) = ([("x-user-id", "erin")], [("x-user-id", "frank")]);
+    assert_eq!(statuses(addr, "/api/search", &erin, 11).await[10], 429);
+    assert_eq!(statuses(addr, "/api/search", &frank, 11).await[10], 429);
+    assert_eq!(statuses(addr, "/api/ip", &[], 31).await[30], 429);
+
+    assert_eq!(reset("?user=erin", &[]).await.0, 401);
+    const AUTH: &[(&str, &str)] = &[("authorization", "Bearer s3cret")];
+    assert_eq!(reset("", AUTH).await.0, 400);
+    assert_eq!(reset("?ip=nowhere", AUTH).await.0, 400);
+    let (status, _, body) = reset("?user=erin", AUTH).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""route":"/api/search""#), "{body}");
+    assert!(!body.contains(r#""route":"/api/ip""#), "{body}");
+    assert_eq!(statuses(addr, "/api/search", &erin, 10).await, [200; 10]);
+    assert_eq!(
+        get(addr, "/api/search", &frank).await.0,
+        429,
+        "frank keeps his"
+    );
+    assert_eq!(
+        get(addr, "/api/ip", &[]).await.0,
+        429,
+        "the address keeps its own"
+    );
+
+    let (status, _, body) = reset("?ip=127.0.0.1", AUTH).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""route":"/api/ip""#), "{body}");
+    assert_eq!(get(addr, "/api/ip", &[]).await.0, 200);
+}

@@ -1015,3 +1015,80 @@ fn the_example_server_prints_why_redis_is_not_deciding() {
         "{told}"
     );
 }
+
+/// A reset forgets one key's state under one policy — every limit, and its
+/// penalty box's strikes and bans — on memory and Redis alike; other keys
+/// and other policies keep theirs. A backend that cannot reset says so.
+#[test]
+fn a_reset_key_starts_afresh_on_both_backends() {
+    use tower_ratelimit::backend::Backend;
+    type Decide<'a> = &'a dyn Fn(&Key, &Policy, u32) -> tower_ratelimit::Decision;
+    use tower_ratelimit::policy::PenaltyBox;
+    let (_server, rt, redis, memory) = both();
+    for algorithm in Algorithm::ALL {
+        let banning =
+            PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+        let policy = Policy::parse_with("a = 3/min; b = 5/h", algorithm)
+            .unwrap()
+            .to_builder()
+            .penalty(banning)
+            .build()
+            .unwrap();
+        let other: Policy = Policy::parse_with("c = 2/min", algorithm).unwrap();
+        let (alice, bob) = (
+            Key::new("user", format!("alice-{algorithm}")),
+            Key::new("user", format!("bob-{algorithm}")),
+        );
+        let remaining = |backend: Decide<'_>, key: &Key, policy: &Policy| {
+            let d = backend(key, policy, 0);
+            (
+                d.is_allowed(),
+                d.is_banned(),
+                d.outcomes().map(|o| o.remaining()).collect::<Vec<_>>(),
+            )
+        };
+        let on_redis = |k: &Key, p: &Policy, c: u32| rt.block_on(redis.check(k, p, c)).unwrap();
+        let on_memory = |k: &Key, p: &Policy, c: u32| memory.check_now(k, p, c);
+        let backends: [(Decide<'_>, &str); 2] = [(&on_redis, "redis"), (&on_memory, "memory")];
+        let mut seen = Vec::new();
+        for (decide, name) in backends {
+            // Spent, denied twice, banned; bob and alice's other policy used too.
+            for _ in 0..6 {
+                decide(&alice, &policy, 1);
+            }
+            decide(&bob, &policy, 1);
+            decide(&alice, &other, 1);
+            assert!(decide(&alice, &policy, 0).is_banned(), "{algorithm} {name}");
+            let reset = match name {
+                "redis" => rt.block_on(redis.reset(&alice, &policy)),
+                _ => rt.block_on(memory.reset(&alice, &policy)),
+            };
+            reset.unwrap();
+            let after = remaining(decide, &alice, &policy);
+            assert_eq!(after, (true, false, vec![3, 5]), "{algorithm} {name}");
+            assert_eq!(
+                remaining(decide, &bob, &policy).2,
+                [2, 4],
+                "{algorithm} {name}"
+            );
+            assert_eq!(
+                remaining(decide, &alice, &other).2,
+                [1],
+                "{algorithm} {name}"
+            );
+            assert!(
+                decide(&alice, &policy, 1).is_allowed(),
+                "{algorithm} {name}"
+            );
+            seen.push(after);
+        }
+        assert_eq!(seen[0], seen[1], "{algorithm}");
+    }
+    let err = rt
+        .block_on(crate::support::Broken.reset(
+            &Key::new("user", "x"),
+            &Policy::single(Algorithm::Gcra, Quota::per_minute(1).unwrap()).unwrap(),
+        ))
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot reset"), "{err}");
+}

@@ -216,6 +216,20 @@ where
     }
 }
 
+/// Forget the key's state under every limit of `policy` and its penalty box.
+pub(crate) fn reset<S, L>(shard: &mut Shard<S, L>, policy: &Policy, base: u64)
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+{
+    for limit in policy.limits() {
+        shard.forget(limit, fingerprint(base, limit.id()));
+    }
+    if let Some(id) = policy.penalty_id() {
+        shard.forget_penalty(base, id);
+    }
+}
+
 /// Run `change` on each limit's state, then report what each holds.
 fn after_each<S, L>(
     shard: &mut Shard<S, L>,

@@ -75,7 +75,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use self::shard::{LogBytes, Shard};
-use super::{Backend, BackendError};
+use super::{Backend, BackendError, Reset};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
@@ -332,6 +332,12 @@ impl Store {
         let (base, mut shard) = self.locate(key);
         decide::permit(&mut shard, &policy, base, permit, now)
     }
+
+    fn reset(&self, key: &Key, policy: &Policy) {
+        let policy = self.local(policy);
+        let (base, mut shard) = self.locate(key);
+        decide::reset(&mut shard, &policy, base);
+    }
 }
 
 /// Our critical sections cannot panic half-way, so a poisoned lock still
@@ -395,5 +401,10 @@ impl<C: Clock> Backend for MemoryBackend<C> {
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let now = self.inner.clock.now();
         ready(Ok(self.permit_at(key, policy, permit, cost, true, now)))
+    }
+
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        self.inner.store.reset(key, policy);
+        Box::pin(ready(Ok(())))
     }
 }

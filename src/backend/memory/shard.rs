@@ -32,6 +32,8 @@ pub(crate) trait Entries<V> {
     fn soonest_expiry_near(&self, fp: u64) -> Micros;
     /// Drop expired entries among the next `slots` (moves entries).
     fn reclaim(&mut self, _now: Micros, _slots: usize) {}
+    /// Drop `fp`'s entry, if there is one (moves entries).
+    fn remove(&mut self, fp: u64);
 }
 
 impl<V: Expires> Entries<V> for Table<V> {
@@ -59,6 +61,9 @@ impl<V: Expires> Entries<V> for Table<V> {
     }
     fn reclaim(&mut self, now: Micros, slots: usize) {
         Table::reclaim_step(self, now, slots);
+    }
+    fn remove(&mut self, fp: u64) {
+        Table::remove(self, fp);
     }
 }
 
@@ -192,6 +197,21 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 };
                 (outcome, slot)
             }
+        }
+    }
+
+    /// Forget `limit`'s state at `fp`.
+    pub(crate) fn forget(&mut self, limit: &Limit, fp: u64) {
+        match limit.rule().form() {
+            Form::Fixed(_) => self.states.remove(fp),
+            Form::Log(_) => self.logs.remove(fp),
+        }
+    }
+
+    /// Forget a key's strikes and bans under a penalty box.
+    pub(crate) fn forget_penalty(&mut self, base: u64, id: u64) {
+        for fp in penalty_fingerprints(base, id) {
+            self.states.remove(fp);
         }
     }
 

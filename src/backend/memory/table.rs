@@ -199,6 +199,13 @@ impl<V: Expires> Table<V> {
         &mut self.slots[i].value
     }
 
+    /// Drop `fp`'s entry, if it has one.
+    pub(crate) fn remove(&mut self, fp: u64) {
+        if let Some(slot) = self.find(fp) {
+            self.remove_at(slot);
+        }
+    }
+
     /// Occupied slots among the few that follow `fp`'s home.
     fn neighbourhood(&self, fp: u64) -> impl Iterator<Item = usize> + '_ {
         let len = self.slots.len();

@@ -405,6 +405,20 @@ impl Leases {
         }
     }
 
+    /// Forget the lease of `key` under `policy`: the Redis state its units
+    /// were counted in is gone (a reset), so they are neither spent nor
+    /// given back, and the next request takes a lease afresh.
+    pub(super) fn forget(&self, key: &Key, policy: &Policy) {
+        let (hash, shard) = self.slot(key, policy);
+        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(lease) = shard.get_mut(&hash) {
+            if lease.key == *key && Self::ids(policy).eq(lease.limits.iter().copied()) {
+                lease.units = 0;
+                lease.ends = Instant::now();
+            }
+        }
+    }
+
     /// Units counted in Redis but not spent: held in leases, ended ones
     /// included until they are given back.
     pub(super) fn held(&self) -> u64 {

@@ -23,7 +23,7 @@ use self::leases::Leases;
 use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
 use super::health::HealthTracker;
-use super::{Backend, BackendError, Cause, Health, Peeks};
+use super::{Backend, BackendError, Cause, Health, Peeks, Reset};
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Policy};
 
@@ -342,6 +342,17 @@ impl RedisBackend {
         }
     }
 
+    async fn query_as<T: ::redis::FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, RedisError> {
+        match self.route()? {
+            Route::One(mut conn) => cmd.query_async(&mut conn).await,
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+        }
+    }
+
     async fn load(&self, script: &Script) -> Result<String, RedisError> {
         match self.route()? {
             Route::One(mut conn) => script.load_async(&mut conn).await,
@@ -481,6 +492,27 @@ impl Backend for RedisBackend {
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         self.ask(key, policy, Ask::Settle { reserved, actual })
+    }
+
+    /// One `DEL` of every Redis key of `key` under `policy` (one slot: a
+    /// cluster takes it as one command too). Remembered denials and leases
+    /// of the key are dropped with it.
+    fn reset(&self, key: &Key, policy: &Policy) -> Reset {
+        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+        Box::pin(async move {
+            if let Some(denials) = &this.denials {
+                denials.forget(&key, &policy);
+            }
+            if let Some(leases) = &this.leases {
+                leases.forget(&key, &policy);
+            }
+            let mut cmd = ::redis::cmd("DEL");
+            script::policy_keys(&this.prefix, &key, &policy, |k| {
+                cmd.arg(k);
+            });
+            let _: i64 = this.answered(this.query_as(&cmd)).await?;
+            Ok(())
+        })
     }
 
     /// One pipeline, one round trip, on a standalone server; on a cluster,

@@ -208,6 +208,25 @@ pub(super) enum Ask {
     Lease { cost: u32, want: u32, back: u32 },
 }
 
+/// Every Redis key of `key` under `policy`: each limit's, then the penalty
+/// box's strikes and bans (the order the scripts read them in).
+pub(super) fn policy_keys(prefix: &str, key: &Key, policy: &Policy, mut each: impl FnMut(&[u8])) {
+    // One buffer for every key: prefix, identity, then each limit's part.
+    let mut base = key_base(prefix, key);
+    for limit in policy.limits() {
+        keys_of(&mut base, limit, &mut each);
+    }
+    if let Some(penalty) = policy.penalty_identity() {
+        base.extend_from_slice(penalty.as_bytes());
+        let end = base.len();
+        for suffix in [&b":strikes"[..], b":bans"] {
+            base.extend_from_slice(suffix);
+            each(&base);
+            base.truncate(end);
+        }
+    }
+}
+
 /// The script's number of keys, keys and arguments for one decision,
 /// written to `out` (after `EVALSHA <sha>`), for a script of `shape`.
 pub(super) fn invocation(
@@ -230,20 +249,7 @@ pub(super) fn invocation(
     };
     out.number((limits.len() + logs + penalty_keys) as i64);
 
-    // One buffer for every key: prefix, identity, then each limit's part.
-    let mut base = key_base(prefix, key);
-    for limit in limits {
-        keys_of(&mut base, limit, &mut |k| out.word(k));
-    }
-    if let Some(penalty) = policy.penalty_identity() {
-        base.extend_from_slice(penalty.as_bytes());
-        let end = base.len();
-        for suffix in [&b":strikes"[..], b":bans"] {
-            base.extend_from_slice(suffix);
-            out.word(&base);
-            base.truncate(end);
-        }
-    }
+    policy_keys(prefix, key, policy, |k| out.word(k));
 
     match now {
         Some(now) => out.number(now.as_u64() as i64),
