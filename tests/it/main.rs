@@ -27,6 +27,7 @@ mod layer;
 mod leases;
 mod limiter;
 mod live_changes;
+mod lookup;
 mod memory_backend;
 mod metrics;
 mod operations;

@@ -1,0 +1,387 @@
+//! A policy per tenant from a store of your own (a database, a claims
+//! service): looked up asynchronously, kept in a bounded cache, and never
+//! allowed to hold a request longer than a bound you set.
+//!
+//! [`PolicyLookup`]: the layer, its cache, and its service.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::Request;
+use tokio::sync::watch;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::select::{policy_fn, PolicyFn};
+use crate::key::{Key, KeyExtractor, RequestHead};
+use crate::Policy;
+
+/// Looks a tenant's policy up, caches it, and puts it in the request's
+/// extensions for the limiter.
+///
+/// [`PolicyLookup`] is a layer of its own, placed in front of the limiter:
+/// it finds the request's tenant (any [`KeyExtractor`]), answers from the
+/// cache while an entry is fresh, and otherwise asks `lookup`:
+///
+/// * **one lookup at a time per tenant**: requests that arrive while it
+///   runs wait for the same answer (no stampede on the store);
+/// * **a bound on the wait** ([`wait_up_to`](PolicyLookup::wait_up_to),
+///   default 100 ms): a request whose lookup has not answered by then is
+///   decided by the last policy the tenant had, or the
+///   [default](PolicyLookup::new); the lookup goes on and its answer serves
+///   the next requests;
+/// * **a stale entry** is answered at once and refreshed in the background;
+/// * **a failing lookup** is answered by the default (or the last policy),
+///   and asked again after [`retry_after`](PolicyLookup::retry_after);
+/// * **other tenants never wait** for one tenant's lookup;
+/// * **bounded memory**: at most [`max_entries`](PolicyLookup::max_entries)
+///   tenants are kept.
+///
+/// The policy it found rides in the request's extensions; the limiter
+/// reads it with [`PolicyLookup::resolver`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower::ServiceBuilder;
+/// use tower_ratelimit::key::{Header, Key};
+/// use tower_ratelimit::layer::PolicyLookup;
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+///
+/// // The contract of a tenant, as a database would give it.
+/// async fn contract(tenant: Key) -> Result<Option<Policy>, std::io::Error> {
+///     let per_minute = if tenant.as_bytes().ends_with(b"big-co") { 10_000 } else { 100 };
+///     Ok(Some(format!("{per_minute}/min").parse().unwrap()))
+/// }
+///
+/// let lookup = PolicyLookup::new(Header::new("x-tenant"), contract, "10/min".parse().unwrap())
+///     .ttl(Duration::from_secs(60))
+///     .wait_up_to(Duration::from_millis(50));
+/// let limiter = RateLimitLayer::new(lookup.resolver()).key(Header::new("x-tenant"));
+/// let stack = ServiceBuilder::new().layer(lookup).layer(limiter);
+/// # let _ = stack;
+/// ```
+pub struct PolicyLookup<K, F> {
+    key: K,
+    lookup: Arc<F>,
+    default: Policy,
+    cache: Arc<Cache>,
+    settings: Settings,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    ttl: Duration,
+    retry_after: Duration,
+    wait_up_to: Duration,
+}
+
+/// The policy a [`PolicyLookup`] found for a request, in its extensions.
+#[derive(Clone, Debug)]
+pub struct LookedUp(pub Policy);
+
+/// Tenants' entries, at most `max` of them.
+struct Cache {
+    entries: Mutex<HashMap<Key, Entry>>,
+    max: usize,
+}
+
+struct Entry {
+    /// The last policy the lookup gave (none: it has not answered yet, or
+    /// said the tenant has none).
+    policy: Option<Policy>,
+    /// Until when `policy` is fresh (a failure: when to ask again).
+    fresh_until: Instant,
+    /// The lookup under way: its answer arrives here.
+    running: Option<watch::Receiver<bool>>,
+}
+
+impl<K, F, Fut, E> PolicyLookup<K, F>
+where
+    K: KeyExtractor,
+    F: Fn(Key) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Policy>, E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    /// Find each request's tenant with `key`, its policy with `lookup`
+    /// (`Ok(None)`: the tenant has none of its own), and use `default` while
+    /// there is no answer. Defaults: fresh for 60 s, a failure asked again
+    /// after 5 s, a request waits at most 100 ms, 100,000 tenants kept.
+    pub fn new(key: K, lookup: F, default: Policy) -> Self {
+        Self {
+            key,
+            lookup: Arc::new(lookup),
+            default,
+            cache: Arc::new(Cache {
+                entries: Mutex::default(),
+                max: 100_000,
+            }),
+            settings: Settings {
+                ttl: Duration::from_secs(60),
+                retry_after: Duration::from_secs(5),
+                wait_up_to: Duration::from_millis(100),
+            },
+        }
+    }
+
+    /// How long an answer is used before the tenant is looked up again.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = ttl;
+        self
+    }
+
+    /// How long after a failed lookup the store is asked again (the
+    /// default or the last policy is used meanwhile).
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.settings.retry_after = after;
+        self
+    }
+
+    /// The longest a request waits for its tenant's lookup.
+    pub fn wait_up_to(mut self, wait: Duration) -> Self {
+        self.settings.wait_up_to = wait;
+        self
+    }
+
+    /// Keep at most this many tenants (at least 1).
+    pub fn max_entries(mut self, max: usize) -> Self {
+        self.cache = Arc::new(Cache {
+            entries: Mutex::default(),
+            max: max.max(1),
+        });
+        self
+    }
+}
+
+impl<K, F> PolicyLookup<K, F> {
+    /// The limiter's resolver: the policy this layer found ([`LookedUp`]).
+    pub fn resolver(&self) -> PolicyFn<fn(&RequestHead<'_>) -> Option<Policy>> {
+        let found: fn(&RequestHead<'_>) -> Option<Policy> =
+            |req| req.extensions.get::<LookedUp>().map(|p| p.0.clone());
+        policy_fn(found)
+    }
+
+    /// Tenants held now.
+    pub fn len(&self) -> usize {
+        self.cache.lock().len()
+    }
+
+    /// Whether no tenant is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Cache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a request does about its tenant's policy.
+enum Plan {
+    /// Use this one now.
+    Ready(Option<Policy>),
+    /// Wait (at most the bound) for the lookup under way.
+    Wait(watch::Receiver<bool>, Option<Policy>),
+}
+
+impl<K, F, Fut, E> PolicyLookup<K, F>
+where
+    K: KeyExtractor,
+    F: Fn(Key) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Policy>, E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    /// The policy for `tenant`: from the cache, or after (at most the
+    /// bound of) its lookup.
+    async fn policy(&self, tenant: Key) -> Policy {
+        let plan = self.plan(&tenant);
+        let found = match plan {
+            Plan::Ready(policy) => policy,
+            Plan::Wait(mut done, last) => {
+                let answered =
+                    tokio::time::timeout(self.settings.wait_up_to, done.wait_for(|d| *d))
+                        .await
+                        .is_ok();
+                if answered {
+                    self.cache
+                        .lock()
+                        .get(&tenant)
+                        .and_then(|e| e.policy.clone())
+                } else {
+                    last
+                }
+            }
+        };
+        found.unwrap_or_else(|| self.default.clone())
+    }
+
+    /// Answer from the cache, or start (or join) the tenant's lookup.
+    fn plan(&self, tenant: &Key) -> Plan {
+        let now = Instant::now();
+        let mut entries = self.cache.lock();
+        if let Some(entry) = entries.get(tenant) {
+            if now < entry.fresh_until || entry.running.is_some() {
+                return match (&entry.running, &entry.policy) {
+                    // A stale answer is used at once while it is refreshed.
+                    (Some(_), Some(policy)) => Plan::Ready(Some(policy.clone())),
+                    (Some(running), None) => Plan::Wait(running.clone(), None),
+                    (None, policy) => Plan::Ready(policy.clone()),
+                };
+            }
+        }
+        if entries.len() >= self.cache.max && !entries.contains_key(tenant) {
+            entries.retain(|_, e| e.running.is_some() || now < e.fresh_until);
+            if entries.len() >= self.cache.max {
+                // Still full: make room by dropping some tenant (asked
+                // again when it returns). The bound holds either way.
+                if let Some(victim) = entries.keys().next().cloned() {
+                    entries.remove(&victim);
+                }
+            }
+        }
+        let (sender, receiver) = watch::channel(false);
+        let last = entries.get(tenant).and_then(|e| e.policy.clone());
+        entries.insert(
+            tenant.clone(),
+            Entry {
+                policy: last.clone(),
+                fresh_until: now,
+                running: Some(receiver.clone()),
+            },
+        );
+        drop(entries);
+        self.start(tenant.clone(), sender);
+        match last {
+            Some(policy) => Plan::Ready(Some(policy)),
+            None => Plan::Wait(receiver, None),
+        }
+    }
+
+    /// Run the lookup on a task of its own: it outlives the request that
+    /// started it, and its answer is kept for the next ones.
+    fn start(&self, tenant: Key, done: watch::Sender<bool>) {
+        let (lookup, cache, settings) = (
+            Arc::clone(&self.lookup),
+            Arc::clone(&self.cache),
+            self.settings,
+        );
+        tokio::spawn(async move {
+            let answer = lookup(tenant.clone()).await;
+            let now = Instant::now();
+            let mut entries = cache.lock();
+            if let Some(entry) = entries.get_mut(&tenant) {
+                entry.running = None;
+                match answer {
+                    Ok(policy) => {
+                        entry.policy = policy;
+                        entry.fresh_until = now + settings.ttl;
+                    }
+                    Err(_error) => {
+                        #[cfg(feature = "tracing")]
+                        tracing::warn!(error = %_error, tenant = %tenant.redacted(), "policy lookup failed");
+                        entry.fresh_until = now + settings.retry_after;
+                    }
+                }
+            }
+            drop(entries);
+            let _ = done.send(true);
+        });
+    }
+}
+
+impl<K: Clone, F> Clone for PolicyLookup<K, F> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            lookup: Arc::clone(&self.lookup),
+            default: self.default.clone(),
+            cache: Arc::clone(&self.cache),
+            settings: self.settings,
+        }
+    }
+}
+
+impl<K, F> fmt::Debug for PolicyLookup<K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolicyLookup")
+            .field("settings", &self.settings)
+            .field("tenants", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K: Clone, F> Layer<S> for PolicyLookup<K, F> {
+    type Service = LookupService<S, K, F>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LookupService {
+            inner,
+            lookup: self.clone(),
+        }
+    }
+}
+
+/// The service of a [`PolicyLookup`].
+pub struct LookupService<S, K, F> {
+    inner: S,
+    lookup: PolicyLookup<K, F>,
+}
+
+impl<S: Clone, K: Clone, F> Clone for LookupService<S, K, F> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            lookup: self.lookup.clone(),
+        }
+    }
+}
+
+impl<S, K, F> fmt::Debug for LookupService<S, K, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LookupService")
+            .field("lookup", &self.lookup)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, B, K, F, Fut, E> Service<Request<B>> for LookupService<S, K, F>
+where
+    S: Service<Request<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    B: Send + 'static,
+    K: KeyExtractor,
+    F: Fn(Key) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Option<Policy>, E>> + Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        // The ready inner service goes with this request; a clone stays.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let tenant = self.lookup.key.extract(&RequestHead::from(&req));
+        let lookup = self.lookup.clone();
+        Box::pin(async move {
+            // A request without a tenant gets no policy from here: the
+            // limiter's own rule for that applies (`on_no_policy`).
+            if let Ok(tenant) = tenant {
+                let policy = lookup.policy(tenant).await;
+                req.extensions_mut().insert(LookedUp(policy));
+            }
+            inner.call(req).await
+        })
+    }
+}
