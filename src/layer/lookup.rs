@@ -155,48 +155,7 @@ where
         });
         self
     }
-}
 
-impl<K, F> PolicyLookup<K, F> {
-    /// The limiter's resolver: the policy this layer found ([`LookedUp`]).
-    pub fn resolver(&self) -> PolicyFn<fn(&RequestHead<'_>) -> Option<Policy>> {
-        let found: fn(&RequestHead<'_>) -> Option<Policy> =
-            |req| req.extensions.get::<LookedUp>().map(|p| p.0.clone());
-        policy_fn(found)
-    }
-
-    /// Tenants held now.
-    pub fn len(&self) -> usize {
-        self.cache.lock().len()
-    }
-
-    /// Whether no tenant is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Cache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// What a request does about its tenant's policy.
-enum Plan {
-    /// Use this one now.
-    Ready(Option<Policy>),
-    /// Wait (at most the bound) for the lookup under way.
-    Wait(watch::Receiver<bool>, Option<Policy>),
-}
-
-impl<K, F, Fut, E> PolicyLookup<K, F>
-where
-    K: KeyExtractor,
-    F: Fn(Key) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Policy>, E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
-{
     /// The policy for `tenant`: from the cache, or after (at most the
     /// bound of) its lookup.
     async fn policy(&self, tenant: Key) -> Policy {
@@ -293,6 +252,39 @@ where
             let _ = done.send(true);
         });
     }
+}
+
+impl<K, F> PolicyLookup<K, F> {
+    /// The limiter's resolver: the policy this layer found ([`LookedUp`]).
+    pub fn resolver(&self) -> PolicyFn<fn(&RequestHead<'_>) -> Option<Policy>> {
+        let found: fn(&RequestHead<'_>) -> Option<Policy> =
+            |req| req.extensions.get::<LookedUp>().map(|p| p.0.clone());
+        policy_fn(found)
+    }
+
+    /// Tenants held now.
+    pub fn len(&self) -> usize {
+        self.cache.lock().len()
+    }
+
+    /// Whether no tenant is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Cache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a request does about its tenant's policy.
+enum Plan {
+    /// Use this one now.
+    Ready(Option<Policy>),
+    /// Wait (at most the bound) for the lookup under way.
+    Wait(watch::Receiver<bool>, Option<Policy>),
 }
 
 impl<K: Clone, F> Clone for PolicyLookup<K, F> {

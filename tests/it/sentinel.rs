@@ -61,12 +61,7 @@ async fn the_master_is_followed_through_a_failover() {
     // Killed at once: what the replica had not received yet is lost.
     setup.primary.kill();
     let killed = Instant::now();
-    let setup = tokio::task::spawn_blocking(move || {
-        setup.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
-        setup
-    })
-    .await
-    .unwrap();
+    let setup = setup.promotion().await;
     let promoted = Instant::now();
     // Decisions come from Redis again (the promoted replica) within 1 s.
     loop {

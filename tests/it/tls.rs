@@ -280,12 +280,7 @@ async fn sentinel_over_tls_follows_the_master() {
         assert!(redis.check(&key, &policy, 1).await.unwrap().is_allowed());
     }
     setup.primary.kill();
-    let setup = tokio::task::spawn_blocking(move || {
-        setup.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
-        setup
-    })
-    .await
-    .unwrap();
+    let setup = setup.promotion().await;
     let promoted = Instant::now();
     loop {
         if redis.check(&key, &policy, 1).await.is_ok() {

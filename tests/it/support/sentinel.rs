@@ -152,6 +152,16 @@ impl Sentinels {
         self.replica.cli(&["ROLE"]).starts_with("master")
     }
 
+    /// Wait, on a blocking thread, until the replica has been promoted.
+    pub async fn promotion(self) -> Self {
+        tokio::task::spawn_blocking(move || {
+            self.wait_until(Duration::from_secs(20), Self::replica_is_master);
+            self
+        })
+        .await
+        .unwrap()
+    }
+
     /// Wait (blocking) until `done`, at most `limit`.
     pub fn wait_until(&self, limit: Duration, done: impl Fn(&Self) -> bool) {
         let deadline = Instant::now() + limit;
