@@ -312,9 +312,7 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
     if config.leased {
         redis = redis.leased(config.servers);
     }
-    let cluster =
-        url.contains("+cluster://") || (url.contains(',') && !url.contains("+sentinel://"));
-    if cluster {
+    if redis.is_cluster() {
         // The backend keeps a circuit per node (a whole-backend breaker
         // would send every key to the failure rule when one primary dies).
         // A cluster client learns the slots first, so it connects now.

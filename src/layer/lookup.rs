@@ -4,9 +4,11 @@
 //!
 //! [`PolicyLookup`]: the layer, its cache, and its service.
 
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::hash::BuildHasher;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -84,11 +86,16 @@ struct Settings {
 #[derive(Clone, Debug)]
 pub struct LookedUp(pub Policy);
 
-/// Tenants' entries, at most `max` of them.
+/// Tenants' entries, in shards so that requests of different tenants do
+/// not wait on one lock; at most `per_shard` in each.
 struct Cache {
-    entries: Mutex<HashMap<Key, Entry>>,
-    max: usize,
+    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
+    per_shard: usize,
+    hasher: RandomState,
 }
+
+/// Shards of the cache.
+const SHARDS: usize = 16;
 
 struct Entry {
     /// The last policy the lookup gave (none: it has not answered yet, or
@@ -116,10 +123,7 @@ where
             key,
             lookup: Arc::new(lookup),
             default,
-            cache: Arc::new(Cache {
-                entries: Mutex::default(),
-                max: 100_000,
-            }),
+            cache: Arc::new(Cache::new(100_000)),
             settings: Settings {
                 ttl: Duration::from_secs(60),
                 retry_after: Duration::from_secs(5),
@@ -147,12 +151,9 @@ where
         self
     }
 
-    /// Keep at most this many tenants (at least 1).
+    /// Keep at most this many tenants (at least 16: one per shard of the cache).
     pub fn max_entries(mut self, max: usize) -> Self {
-        self.cache = Arc::new(Cache {
-            entries: Mutex::default(),
-            max: max.max(1),
-        });
+        self.cache = Arc::new(Cache::new(max));
         self
     }
 
@@ -169,7 +170,7 @@ where
                         .is_ok();
                 if answered {
                     self.cache
-                        .lock()
+                        .lock(&tenant)
                         .get(&tenant)
                         .and_then(|e| e.policy.clone())
                 } else {
@@ -183,7 +184,7 @@ where
     /// Answer from the cache, or start (or join) the tenant's lookup.
     fn plan(&self, tenant: &Key) -> Plan {
         let now = Instant::now();
-        let mut entries = self.cache.lock();
+        let mut entries = self.cache.lock(tenant);
         if let Some(entry) = entries.get(tenant) {
             if now < entry.fresh_until || entry.running.is_some() {
                 return match (&entry.running, &entry.policy) {
@@ -194,9 +195,9 @@ where
                 };
             }
         }
-        if entries.len() >= self.cache.max && !entries.contains_key(tenant) {
+        if entries.len() >= self.cache.per_shard && !entries.contains_key(tenant) {
             entries.retain(|_, e| e.running.is_some() || now < e.fresh_until);
-            if entries.len() >= self.cache.max {
+            if entries.len() >= self.cache.per_shard {
                 // Still full: make room by dropping some tenant (asked
                 // again when it returns). The bound holds either way.
                 if let Some(victim) = entries.keys().next().cloned() {
@@ -233,7 +234,7 @@ where
         tokio::spawn(async move {
             let answer = lookup(tenant.clone()).await;
             let now = Instant::now();
-            let mut entries = cache.lock();
+            let mut entries = cache.lock(&tenant);
             if let Some(entry) = entries.get_mut(&tenant) {
                 entry.running = None;
                 match answer {
@@ -264,7 +265,11 @@ impl<K, F> PolicyLookup<K, F> {
 
     /// Tenants held now.
     pub fn len(&self) -> usize {
-        self.cache.lock().len()
+        self.cache
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
     }
 
     /// Whether no tenant is held.
@@ -274,8 +279,21 @@ impl<K, F> PolicyLookup<K, F> {
 }
 
 impl Cache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    /// At most `max` tenants (at least one per shard, so 16 for a smaller `max`).
+    fn new(max: usize) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            per_shard: (max / SHARDS).max(1),
+            hasher: RandomState::new(),
+        }
+    }
+
+    /// The shard that holds `tenant`, locked.
+    fn lock(&self, tenant: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        let shard = self.hasher.hash_one(tenant.as_bytes()) as usize % SHARDS;
+        self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -102,12 +102,16 @@ where
     let mut committed = false;
     if cost > 0 && (decision.is_allowed() || policy.counts_denied()) {
         let lacking = match at_capacity {
-            AtCapacity::Deny => shard.lacks_room(limits, found, now),
+            AtCapacity::Deny => {
+                let lacking = shard.lacks_room(limits, found, now);
+                // Making room may have moved entries.
+                shard.refind(limits, found);
+                lacking
+            }
             AtCapacity::EvictSoonestExpiring => None,
         }
+        // Finds its slots again itself when it reclaims.
         .or_else(|| shard.lacks_log_bytes(limits, found, now));
-        // Making room may have moved entries.
-        shard.refind(limits, found);
         if let Some((index, retry_at)) = lacking {
             decision.exhaust_capacity(index, retry_at.saturating_sub(now));
         } else {

@@ -242,6 +242,17 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether this builder names a Redis Cluster: such a backend must
+    /// [`connect`](Self::connect) (it learns the slots first), where one
+    /// server or Sentinel may [`connect_lazy`](Self::connect_lazy).
+    pub fn is_cluster(&self) -> bool {
+        match &self.topology {
+            #[cfg(feature = "redis-cluster")]
+            Topology::Cluster(_) | Topology::ClusterConnection(_) => true,
+            _ => false,
+        }
+    }
+
     /// Connect now. Fails if the prefix is invalid or the server (or, for a
     /// cluster, its nodes) cannot be reached: a wrong address shows at once.
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {

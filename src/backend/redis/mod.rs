@@ -334,18 +334,7 @@ impl RedisBackend {
         }
     }
 
-    async fn query(&self, cmd: &::redis::Cmd) -> Result<Value, RedisError> {
-        match self.route()? {
-            Route::One(mut conn) => cmd.query_async(&mut conn).await,
-            #[cfg(feature = "redis-cluster")]
-            Route::Cluster(mut conn) => cmd.query_async(&mut conn).await,
-        }
-    }
-
-    async fn query_as<T: ::redis::FromRedisValue>(
-        &self,
-        cmd: &::redis::Cmd,
-    ) -> Result<T, RedisError> {
+    async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, RedisError> {
         match self.route()? {
             Route::One(mut conn) => cmd.query_async(&mut conn).await,
             #[cfg(feature = "redis-cluster")]
@@ -428,7 +417,7 @@ impl RedisBackend {
         cmd.arg("EVALSHA").arg(script.get_hash());
         invocation(&self.prefix, key, policy, (ask, shape), now, &mut cmd);
         let call = async {
-            match self.query(&cmd).await {
+            match self.query::<Value>(&cmd).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     self.load(script).await?;
                     self.query(&cmd).await
@@ -510,7 +499,7 @@ impl Backend for RedisBackend {
             script::policy_keys(&this.prefix, &key, &policy, |k| {
                 cmd.arg(k);
             });
-            let _: i64 = this.answered(this.query_as(&cmd)).await?;
+            let _: i64 = this.answered(this.query(&cmd)).await?;
             Ok(())
         })
     }
@@ -613,8 +602,8 @@ fn cause_of(e: &RedisError) -> Cause {
         _ => {}
     }
     // The rest is told only by the text (the crate keeps no kind for them).
-    let text = e.to_string();
-    let has = |word: &str| text.to_ascii_lowercase().contains(word);
+    let text = e.to_string().to_ascii_lowercase();
+    let has = |word: &str| text.contains(word);
     if has("wrongpass") || has("noauth") || has("invalid username-password") {
         Cause::Authentication
     } else if has("unknown command") {
