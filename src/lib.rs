@@ -144,6 +144,9 @@ pub mod backend;
 // The tower middleware, the same limits for code that is not HTTP, and
 // throttling on the client's side.
 pub mod client;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 pub mod layer;
 mod limiter;
 

@@ -61,21 +61,42 @@ pub(super) fn describe(policy: &Policy) -> Value {
     })
 }
 
-/// Every limited route's limits now.
-pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
-    let routes = state.routes.iter().map(|route| match &route.live {
-        Some(live) => {
-            json!({ "route": route.path, "replaceable": true, "policy": describe(&live.current()) })
-        }
-        None => json!({ "route": route.path, "replaceable": false, "about": route.about }),
-    });
-    let settled = state.settled.iter().map(|route| {
-        json!({ "route": route.path, "replaceable": true, "about": route.about, "policy": describe(&route.live.current()) })
-    });
-    Json(Value::Array(routes.chain(settled).collect()))
+/// A request with nothing of a client's: what a route's own policy (not a
+/// tier's) is read with.
+fn nobody() -> Request {
+    Request::new(axum::body::Body::empty())
 }
 
-/// `PUT /admin/limits/{route}`: replace a route's limits, live.
+/// Every limited route's limits now, and the version of the limits file.
+pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Value> {
+    let file = state.limits.current();
+    let request = nobody();
+    let head = RequestHead::from(&request);
+    let routes: Vec<Value> = ROUTES
+        .iter()
+        .map(
+            |route| match file.policy(&route.method, route.path, &head) {
+                Some(policy) => json!({
+                    "route": route.path,
+                    "method": route.method.as_str(),
+                    "replaceable": true,
+                    "about": route.about,
+                    "policy": describe(&policy),
+                }),
+                None => json!({
+                    "route": route.path,
+                    "method": route.method.as_str(),
+                    "replaceable": false,
+                    "about": route.about,
+                }),
+            },
+        )
+        .collect();
+    Json(json!({ "version": file.version(), "routes": routes }))
+}
+
+/// `PUT /admin/limits/{route}`: replace a route's limits in the limits
+/// file running now (on every server of a fleet), live.
 pub(super) async fn replace_limits<B>(
     State(state): State<AppState<B>>,
     Path(route): Path<String>,
@@ -84,60 +105,53 @@ pub(super) async fn replace_limits<B>(
     let error =
         |status: StatusCode, text: String| (status, Json(json!({ "error": text }))).into_response();
     let path = format!("/{}", route.trim_start_matches('/'));
-    let live = match state.live(&path) {
-        Some(Ok(live)) => live,
-        Some(Err(())) => {
-            return error(
-                StatusCode::CONFLICT,
-                format!("{path}'s limits follow the caller's tier"),
-            )
-        }
-        None => return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}")),
+    let Some(route) = ROUTES.iter().find(|r| r.path == path) else {
+        return error(StatusCode::NOT_FOUND, format!("no limited route {path:?}"));
     };
-    let old = live.current();
-    if old.limits().iter().any(|l| l.is_concurrent()) {
+    let request = nobody();
+    let head = RequestHead::from(&request);
+    let Some(old) = state
+        .limits
+        .current()
+        .policy(&route.method, route.path, &head)
+    else {
+        let text = format!("{path}'s limits follow the caller's tier");
+        return error(StatusCode::CONFLICT, text);
+    };
+    let body = body.trim().to_owned();
+    let made = if old.limits().iter().any(|l| l.is_concurrent()) {
         // Requests in flight have no quota syntax: the body is a number
         // of permits.
-        let policy = body
-            .trim()
-            .parse()
-            .map_err(|_| "the body is a number of requests in flight, e.g. 3".to_owned())
-            .and_then(|permits| slow::in_flight(permits).map_err(|e| e.to_string()));
-        return match policy {
-            Ok(policy) => {
-                let described = describe(&policy);
-                live.replace(policy);
-                Json(json!({ "route": path, "policy": described })).into_response()
-            }
-            Err(e) => error(StatusCode::BAD_REQUEST, e),
+        let Ok(permits) = body.parse::<u32>() else {
+            let text = "the body is a number of requests in flight, e.g. 3";
+            return error(StatusCode::BAD_REQUEST, text.into());
         };
-    }
-    // The body says what the route's limits are. One unnamed quota for a
-    // route of one *named* limit keeps that name (and so its state and its
-    // metrics label: see `Live`); any other unnamed limit stays unnamed,
-    // kept to this route, never named after an old quota's text.
-    let text = match &old.limits() {
-        [limit] if limit.is_named() && !body.contains('=') => {
-            format!("{} = {}", limit.name(), body.trim())
+        let change = |file: &LimitsFile| file.with_route_in_flight(None, route.path, permits);
+        state.changes.make(&state.limits, change).await
+    } else {
+        // The body says what the route's limits are. One unnamed quota for
+        // a route of one *named* limit keeps that name (and so its state
+        // and its metrics label: see `Live`); any other unnamed limit stays
+        // unnamed, kept to this route.
+        let text = match old.limits() {
+            [limit] if limit.is_named() && !body.contains('=') => {
+                format!("{} = {body}", limit.name())
+            }
+            _ => body,
+        };
+        let method = (route.method != Method::GET).then_some(&route.method);
+        let change = |file: &LimitsFile| file.with_route_limits(method, route.path, &text);
+        state.changes.make(&state.limits, change).await
+    };
+    match made {
+        Ok(file) => {
+            let policy = file.policy(&route.method, route.path, &head);
+            let described = policy.as_ref().map(describe);
+            Json(json!({ "route": path, "version": file.version(), "policy": described }))
+                .into_response()
         }
-        _ => body.trim().to_owned(),
-    };
-    let policy = match Policy::parse_with(&text, state.algorithm) {
-        Ok(policy) => policy.scoped(&path),
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    // The route keeps its own settings (shadow mode, penalty box).
-    let mut builder = policy.to_builder().shadow(old.is_shadow());
-    if let Some(penalty) = old.penalty() {
-        builder = builder.penalty(*penalty);
+        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
     }
-    let policy = match builder.build() {
-        Ok(policy) => policy,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
-    };
-    let described = describe(&policy);
-    live.replace(policy);
-    Json(json!({ "route": path, "policy": described })).into_response()
 }
 
 /// `DELETE /admin/keys?user=<id>&ip=<address>` (either or both): forget
@@ -175,27 +189,19 @@ pub(super) async fn reset_keys<B: Backend>(
             .insert(axum::extract::ConnectInfo(peer));
     }
     let head = RequestHead::from(&request);
-    let table = state
-        .routes
-        .iter()
-        .map(|r| (r.path, (r.peek_key)(&head), (r.policy)(&head)));
-    let settled = state.settled.iter().map(|s| {
-        (
-            s.path,
-            (s.key)(&head),
-            Some(Policy::clone(&s.live.current())),
-        )
-    });
+    let file = state.limits.current();
     let mut reset = Vec::new();
-    for (path, key, policy) in table.chain(settled) {
+    for route in &ROUTES {
+        let key = state.key_on(route, &head);
+        let policy = file.policy(&route.method, route.path, &head);
         // No key for this client here (no address named, or no API key).
-        let (Ok(key), Some(policy)) = (key, policy) else {
+        let (Some(Ok(key)), Some(policy)) = (key, policy) else {
             continue;
         };
         if let Err(e) = state.backend.reset(&key, &policy).await {
             return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
-        reset.push(json!({ "route": path, "key": key.redacted() }));
+        reset.push(json!({ "route": route.path, "key": key.redacted() }));
     }
     Json(json!({ "reset": reset })).into_response()
 }
@@ -252,37 +258,51 @@ pub(super) fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 pub(super) async fn index<B>(State(state): State<AppState<B>>) -> String {
-    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /api/quota   your remaining budget on each route (consumes nothing)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\nPOST /api/login  form user=<name>&password=<pw> (demo is right): 5 failures per 15 min per IP and user\nGET /api/tokens?n=<k>  reports x-tokens-used: k; 1000 tokens/min per user, reserved 100, settled after\nGET /api/slow?ms=<n>  a body streamed over n ms; at most 2 in flight per user\n");
-    for route in state.routes.iter() {
-        text.push_str(&format!("GET {:<13}{}\n", route.path, route.about));
+    let mut text = String::from("tower-ratelimit demo\n\nGET /            this page (not limited)\nGET /health      (not limited)\nGET /metrics     Prometheus metrics\nGET /admin/top   the most denied keys (redacted)\nGET /admin/limits  each route's limits\n");
+    text.push_str(&format!(
+        "limits: version {}\n\n",
+        state.limits.current().version()
+    ));
+    for route in &ROUTES {
+        text.push_str(&format!(
+            "{:<4} {:<13}{}\n",
+            route.method, route.path, route.about
+        ));
     }
     text
 }
 
-/// Each route's limits for the caller, peeked with cost 0, in one read of
-/// the store ([`Backend::peek_many`]: one round trip on Redis).
+/// Each `GET` route's limits for the caller, peeked with cost 0, in one
+/// read of the store ([`Backend::peek_many`]: one round trip on Redis).
 pub(super) async fn quota<B: Backend>(
     State(state): State<AppState<B>>,
     req: Request,
 ) -> Json<Value> {
     let head = RequestHead::from(&req);
-    // Each route's key and policy for this caller, where it has both.
-    let asks: Vec<_> = state
-        .routes
+    let file = state.limits.current();
+    let routes: Vec<&Route> = SIMPLE
         .iter()
-        .map(
-            |route| match ((route.peek_key)(&head), (route.policy)(&head)) {
-                (Ok(key), Some(policy)) => Some((key, policy)),
+        .filter_map(|path| ROUTES.iter().find(|r| r.path == *path))
+        .collect();
+    // Each route's key and policy for this caller, where it has both.
+    let asks: Vec<_> = routes
+        .iter()
+        .map(|route| {
+            match (
+                state.key_on(route, &head),
+                file.policy(&route.method, route.path, &head),
+            ) {
+                (Some(Ok(key)), Some(policy)) => Some((key, policy)),
                 _ => None,
-            },
-        )
+            }
+        })
         .collect();
     let peeks = asks.iter().flatten().cloned().collect();
     let (mut decisions, error) = match state.backend.peek_many(peeks).await {
         Ok(decisions) => (decisions.into_iter(), None),
         Err(e) => (Vec::new().into_iter(), Some(e.to_string())),
     };
-    let routes = state.routes.iter().zip(&asks).map(|(route, ask)| {
+    let routes = routes.iter().zip(&asks).map(|(route, ask)| {
         let Some((_, policy)) = ask else {
             return json!({ "route": route.path, "limits": null });
         };

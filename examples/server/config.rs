@@ -39,6 +39,9 @@ pub struct Config {
     /// `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY`: PEM files of the client
     /// certificate a `rediss://` server requires (mutual TLS); both or none.
     pub redis_client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// `LIMITS_FILE`: the routes' limits, from this file (watched), not the
+    /// built-in `examples/limits.toml`.
+    pub limits_file: Option<std::path::PathBuf>,
 }
 
 /// What decides while the store is down.
@@ -69,6 +72,7 @@ impl Default for Config {
             metrics_addr: None,
             redis_ca_file: None,
             redis_client_cert: None,
+            limits_file: None,
         }
     }
 }
@@ -149,6 +153,9 @@ impl Config {
                 (None, None) => None,
                 _ => return Err("REDIS_CLIENT_CERT and REDIS_CLIENT_KEY go together".into()),
             },
+            limits_file: std::env::var_os("LIMITS_FILE")
+                .filter(|p| !p.is_empty())
+                .map(Into::into),
         })
     }
 }

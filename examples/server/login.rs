@@ -16,8 +16,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use tower_ratelimit::backend::Backend;
+use tower_ratelimit::config::FilePolicies;
 use tower_ratelimit::key::{key_fn, Key, KeyError, KeyExtractor};
-use tower_ratelimit::{Live, Policy};
 
 use super::routes::client_ip;
 use super::{Common, Config};
@@ -51,7 +51,7 @@ const MAX_FORM: usize = 4 * 1024;
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
     config: &Config,
     common: &Common<B>,
-    policy: Live<Policy>,
+    policy: FilePolicies,
 ) -> MethodRouter<S> {
     let ip = client_ip(config);
     let key = key_fn(move |r| {

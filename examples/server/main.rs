@@ -100,6 +100,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
+use axum::http::Method;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -110,16 +111,31 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
 use tower_ratelimit::backend::OnBackendError;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
+use tower_ratelimit::config::{ConfigError, Limits, LimitsFile, Reload};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::key::RequestHead;
-use tower_ratelimit::key::{key_fn, ApiKey, ClientIp, Endpoint, Header, KeyError, KeyExtractor};
-use tower_ratelimit::layer::{policy_fn, AccessLists, PolicyResolver, Shadow, TopOffenders};
-use tower_ratelimit::policy::PenaltyBox;
-use tower_ratelimit::{Algorithm, Live, Policy, Quota, RateLimitLayer};
+use tower_ratelimit::key::{ApiKey, ClientIp, KeyError, KeyExtractor};
+use tower_ratelimit::layer::{AccessLists, PolicyResolver, Shadow, TopOffenders};
+use tower_ratelimit::{Algorithm, Policy, RateLimitLayer};
 
-/// The demo app, every route's limits kept in `backend`.
+/// The demo app, every route's limits kept in `backend`, from the limits
+/// file the configuration names (or the built-in one).
+///
+/// # Panics
+///
+/// If `LIMITS_FILE` is invalid: `main` checks it first.
 pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
-    let routes: Arc<[Route]> = routes(config).into();
+    let file = limits_file(config).expect("the limits file is checked before the app is built");
+    app_with(config, backend, Limits::new(file), Changes::Local)
+}
+
+/// The demo app on `limits`, changed through `changes`.
+pub fn app_with<B: Backend>(
+    config: &Config,
+    backend: B,
+    limits: Limits,
+    changes: Changes,
+) -> Router {
     let top = TopOffenders::new(100);
     let lists = (!config.deny_cidrs.is_empty() || !config.allow_cidrs.is_empty()).then(|| {
         let lists = AccessLists::new().client_ip(client_ip(config));
@@ -161,69 +177,75 @@ pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
         top: top.clone(),
         lists,
     };
-    for route in routes.iter() {
-        let (key, policy) = (route.key.clone(), route.policy.clone());
-        let limiter = common.layer(key_fn(move |r| key(r)), policy_fn(move |r| policy(r)));
-        let path = route.path;
-        let handler = get(move || async move { format!("ok: {path}\n") }).layer(limiter);
+    // Each route's policy is the file's for the route the request matched
+    // (axum's template): one resolver serves them all, and follows every
+    // new version of the file.
+    let policies = limits.policies();
+    for path in SIMPLE {
+        let handler = get(move || async move { format!("ok: {path}\n") });
         let handler = if path == "/api/key" {
-            // Outermost: failed key checks, counted per client IP, so that
+            // Keyed by the API key (hashed under the demo's secret);
+            // outermost, failed key checks counted per client IP, so that
             // keys cannot be guessed at full speed.
             handler
-                .layer::<_, std::convert::Infallible>(middleware::from_fn(authenticate))
+                .layer(common.layer(api_key(), policies.clone()))
+                .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(
+                    limits.clone(),
+                    authenticate,
+                ))
                 .layer(failed_key_checks(config))
         } else {
-            handler
+            handler.layer(common.layer(limits.keys(), policies.clone()))
         };
         app = app.route(path, handler);
     }
-    let user_key: KeyOf = {
-        let user = Header::new("x-user-id").or(client_ip(config));
-        Arc::new(move |r| user.extract(r))
-    };
-    let settled = [
-        Settled {
-            path: "/api/login",
-            about: "5 failed logins per 15 minutes per client IP and user",
-            live: Live::new(limits(config, "logins = 5/15min")),
-            key: login::key_of_user(config),
-        },
-        Settled {
-            path: "/api/tokens",
-            about: "1000 tokens per minute per user, settled to what each request used",
-            live: Live::new(limits(config, "tokens = 1000/min")),
-            key: user_key.clone(),
-        },
-        Settled {
-            path: "/api/slow",
-            about:
-                "2 requests in flight per user (a body streamed over ?ms=); PUT a number of permits",
-            live: Live::new(slow::in_flight(2).expect("a valid demo policy")),
-            key: user_key.clone(),
-        },
-        Settled {
-            path: "/api/quota",
-            about: "60/min per user: every route's budget in one store call",
-            live: Live::new(limits(config, "quota = 60/min")),
-            key: user_key,
-        },
-    ];
-    let [login, tokens, slow, quota_policy] = settled.clone().map(|s| s.live);
     // What the caller has left everywhere: a read of the store, so it is
     // limited too.
-    let quota_limit = common.layer(Header::new("x-user-id").or(client_ip(config)), quota_policy);
+    let quota_limit = common.layer(limits.keys(), policies.clone());
     let app = app
         .route("/api/quota", get(quota::<B>).layer(quota_limit))
-        .route("/api/login", login::route(config, &common, login))
-        .route("/api/tokens", tokens::route(config, &common, tokens))
-        .route("/api/slow", slow::route(config, &common, slow));
+        .route(
+            "/api/login",
+            login::route(config, &common, policies.clone()),
+        )
+        .route("/api/tokens", tokens::route(&common, &limits))
+        .route("/api/slow", slow::route(&common, &limits));
+    let api_key = api_key();
+    let coded_keys: [(&'static str, KeyOf); 2] = [
+        ("/api/key", Arc::new(move |r| api_key.extract(r))),
+        ("/api/login", login::key_of_user(config)),
+    ];
     app.with_state(AppState {
         backend,
-        routes,
-        settled: settled.into(),
+        limits,
+        changes,
         top,
-        algorithm: config.algorithm,
+        coded_keys: coded_keys.into(),
     })
+}
+
+/// Where a change of the limits (`PUT /admin/limits/…`) is made.
+#[derive(Clone)]
+pub enum Changes {
+    /// This server's limits only.
+    Local,
+}
+
+impl Changes {
+    /// Make `change` to the limits running now; the version it made.
+    pub(crate) async fn make(
+        &self,
+        limits: &Limits,
+        change: impl Fn(&LimitsFile) -> Result<LimitsFile, ConfigError>,
+    ) -> Result<Arc<LimitsFile>, ConfigError> {
+        match self {
+            Self::Local => {
+                let file = change(&limits.current())?;
+                limits.apply(file);
+                Ok(limits.current())
+            }
+        }
+    }
 }
 
 /// What every limited route's layer shares.
@@ -262,15 +284,38 @@ impl<B: Backend> Common<B> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let [flag, path] = &std::env::args().skip(1).collect::<Vec<_>>()[..] {
+        if flag == "--check" {
+            std::process::exit(check(path));
+        }
+    }
     let config = Config::from_env()?;
     let addr: SocketAddr = std::env::var("ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
         .parse()
         .map_err(|e| format!("ADDR: {e}"))?;
+    let limits = Limits::new(limits_file(&config)?);
+    if let Some(path) = &config.limits_file {
+        println!(
+            "limits: version {} from {}",
+            limits.current().version(),
+            path.display()
+        );
+        limits.watch(path, |reload| match reload {
+            Reload::Applied(file) => println!("limits: version {} live", file.version()),
+            Reload::Refused(error) => {
+                println!("limits: refused, the running version stays: {error}")
+            }
+            _ => {}
+        });
+    }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let (app, store) = match std::env::var("REDIS_URL") {
-        Ok(url) => (redis_app(&config, &url).await?, "Redis"),
-        Err(_) => (app(&config, MemoryBackend::new()), "in memory"),
+        Ok(url) => (redis_app_with(&config, &url, limits).await?, "Redis"),
+        Err(_) => (
+            app_with(&config, MemoryBackend::new(), limits, Changes::Local),
+            "in memory",
+        ),
     };
     println!(
         "tower-ratelimit demo on http://{addr} ({} algorithm, {store})",
@@ -279,8 +324,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
     );
-    for route in routes(&config) {
-        println!("  GET {:<13} {}", route.path, route.about);
+    for route in &ROUTES {
+        println!("  {:<4} {:<13} {}", route.method, route.path, route.about);
     }
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
     if let Some(metrics_addr) = config.metrics_addr {
@@ -293,11 +338,41 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// `--check path`: whether the file at `path` is one this server can run
+/// (`ok`, or the error with its line and column); the exit code.
+fn check(path: &str) -> i32 {
+    let config = Config {
+        algorithm: Config::from_env().map(|c| c.algorithm).unwrap_or_default(),
+        limits_file: Some(path.into()),
+        ..Config::default()
+    };
+    match limits_file(&config) {
+        Ok(_) => {
+            println!("ok");
+            0
+        }
+        Err(error) => {
+            println!("{error}");
+            1
+        }
+    }
+}
+
 /// The app on Redis: the library reads every URL form (one server, a
 /// cluster — `redis+cluster://` or several URLs — or Sentinel's
 /// `redis+sentinel://host:port,…/master`).
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    redis_app_with(config, url, Limits::new(limits_file(config)?)).await
+}
+
+/// The app on Redis, running `limits`.
+#[cfg(feature = "redis")]
+pub async fn redis_app_with(
+    config: &Config,
+    url: &str,
+    limits: Limits,
+) -> Result<Router, Box<dyn std::error::Error>> {
     use tower_ratelimit::backend::{Health, RedisBackend};
     let mut redis = RedisBackend::builder(url)
         .timeout(config.store_timeout)
@@ -316,12 +391,22 @@ pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std
         // The backend keeps a circuit per node (a whole-backend breaker
         // would send every key to the failure rule when one primary dies).
         // A cluster client learns the slots first, so it connects now.
-        return Ok(on_store_failure(config, redis.connect().await?));
+        return Ok(on_store_failure(
+            config,
+            redis.connect().await?,
+            limits,
+            Changes::Local,
+        ));
     }
     // Lazily connected: the server starts even while Redis is down, and
     // decides by ON_STORE_FAILURE until it is up.
     let redis = redis.connect_lazy()?;
-    Ok(on_store_failure(config, redis.with_breaker()))
+    Ok(on_store_failure(
+        config,
+        redis.with_breaker(),
+        limits,
+        Changes::Local,
+    ))
 }
 
 /// `REDIS_CA_FILE`, `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY` applied to
@@ -357,17 +442,31 @@ fn with_tls(
 
 /// The app on `store`, decided by `ON_STORE_FAILURE` while it fails.
 #[cfg(feature = "redis")]
-fn on_store_failure<B: Backend>(config: &Config, store: B) -> Router {
+fn on_store_failure<B: Backend>(
+    config: &Config,
+    store: B,
+    limits: Limits,
+    changes: Changes,
+) -> Router {
     match config.on_store_failure {
         StoreFailure::Local => {
             let local = MemoryBackend::builder().servers(config.servers).build();
-            app(config, store.or_fallback(local))
+            app_with(config, store.or_fallback(local), limits, changes)
         }
-        StoreFailure::Open | StoreFailure::Closed => app(config, store),
+        StoreFailure::Open | StoreFailure::Closed => app_with(config, store, limits, changes),
     }
 }
 
 #[cfg(not(feature = "redis"))]
 pub async fn redis_app(_: &Config, _: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
+}
+
+#[cfg(not(feature = "redis"))]
+pub async fn redis_app_with(
+    _: &Config,
+    _: &str,
+    _: Limits,
+) -> Result<Router, Box<dyn std::error::Error>> {
     Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
 }

@@ -11,31 +11,18 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
-use tower_ratelimit::key::{Header, KeyExtractor};
-use tower_ratelimit::policy::PolicyError;
-use tower_ratelimit::{Limit, Live, Policy};
+use tower_ratelimit::config::Limits;
 
-use super::routes::client_ip;
-use super::{Common, Config};
+use super::Common;
 
 /// Chunks of a slow body.
 const CHUNKS: u64 = 10;
 
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
-    config: &Config,
     common: &Common<B>,
-    in_flight: Live<Policy>,
+    limits: &Limits,
 ) -> MethodRouter<S> {
-    let user = Header::new("x-user-id").or(client_ip(config));
-    get(slow).layer(common.layer(user, in_flight))
-}
-
-/// At most `permits` requests in flight per user, each permit leased for
-/// 15 s and renewed every 7.5 s while a body streams.
-pub(super) fn in_flight(permits: u32) -> Result<Policy, PolicyError> {
-    Limit::concurrent("slow", permits)
-        .and_then(|l| l.lease(Duration::from_secs(15)))
-        .and_then(|limit| Policy::builder().with(limit).build())
+    get(slow).layer(common.layer(limits.keys(), limits.policies()))
 }
 
 async fn slow(Query(query): Query<HashMap<String, String>>) -> Response {

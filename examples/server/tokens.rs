@@ -8,20 +8,16 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
-use tower_ratelimit::key::{Header, KeyExtractor};
-use tower_ratelimit::{Live, Policy};
+use tower_ratelimit::config::Limits;
 
-use super::routes::client_ip;
-use super::{Common, Config};
+use super::Common;
 
 pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
-    config: &Config,
     common: &Common<B>,
-    policy: Live<Policy>,
+    limits: &Limits,
 ) -> MethodRouter<S> {
-    let user = Header::new("x-user-id").or(client_ip(config));
     let limiter = common
-        .layer(user, policy)
+        .layer(limits.keys(), limits.policies())
         .cost(100)
         .settle(|res| res.number("x-tokens-used"));
     get(tokens).layer(limiter)

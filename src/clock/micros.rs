@@ -176,6 +176,18 @@ pub(crate) fn in_largest_unit(span: Micros) -> (u64, &'static Unit) {
     (span.0 / unit.micros, unit)
 }
 
+/// A span written `90s`, `5min`, `1 h` (a whole number and a unit of
+/// [`UNITS`]), or `None`.
+#[cfg_attr(not(feature = "config"), allow(dead_code))]
+pub(crate) fn parse_span(text: &str) -> Option<Micros> {
+    let text = text.trim();
+    let digits = text.find(|c: char| !c.is_ascii_digit())?;
+    let count: u64 = text[..digits].parse().ok()?;
+    let unit = text[digits..].trim_start();
+    let unit = UNITS.iter().find(|u| u.names.contains(&unit))?;
+    count.checked_mul(unit.micros).map(Micros)
+}
+
 /// A span as `1s`, `1m`, `5m`, `1h`, `1d`, `1500ms`.
 pub(crate) fn compact(span: Micros) -> String {
     let (n, unit) = in_largest_unit(span);
@@ -192,6 +204,17 @@ mod tests {
         assert_eq!(compact(Micros::from_secs(300)), "5m");
         assert_eq!(compact(Micros::from_millis(1_500)), "1500ms");
         assert_eq!(compact(Micros::from_secs(86_400)), "1d");
+    }
+
+    #[test]
+    fn spans_parse() {
+        assert_eq!(parse_span("90s"), Some(Micros::from_secs(90)));
+        assert_eq!(parse_span(" 5 min"), Some(Micros::from_secs(300)));
+        assert_eq!(parse_span("1h"), Some(Micros::from_secs(3600)));
+        assert_eq!(parse_span("h"), None);
+        assert_eq!(parse_span("5"), None);
+        assert_eq!(parse_span("5 fortnights"), None);
+        assert_eq!(parse_span("99999999999999999999d"), None);
     }
 
     #[test]

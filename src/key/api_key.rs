@@ -64,6 +64,21 @@ impl ApiKey {
         )
     }
 
+    /// From the header `name` (the whole value is the key), hashed under
+    /// `secret` (the same on every server).
+    pub fn from_name(name: HeaderName, secret: impl AsRef<[u8]>) -> Self {
+        Self::new(Source::Header(name), secret.as_ref())
+    }
+
+    /// The key a request presenting the API key `raw` is counted against:
+    /// for per-key policies and lists, without a request.
+    pub fn key_of(&self, raw: &[u8]) -> Key {
+        let mut mac = self.mac.clone();
+        mac.update(raw);
+        let digest = mac.finalize().into_bytes();
+        Key::new("api-key", &digest[..16])
+    }
+
     fn new(source: Source, secret: &[u8]) -> Self {
         Self {
             source,
@@ -109,10 +124,6 @@ impl std::fmt::Debug for ApiKey {
 
 impl KeyExtractor for ApiKey {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
-        let raw = self.raw(req)?;
-        let mut mac = self.mac.clone();
-        mac.update(raw);
-        let digest = mac.finalize().into_bytes();
-        Ok(Key::new("api-key", &digest[..16]))
+        Ok(self.key_of(self.raw(req)?))
     }
 }

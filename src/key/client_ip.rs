@@ -123,6 +123,21 @@ impl ClientIp {
         self
     }
 
+    /// The key of a client at `ip` (an IPv6 address cut to the prefix):
+    /// for per-key policies and lists, without a request.
+    pub fn key_of(&self, ip: IpAddr) -> Key {
+        match canonical(ip) {
+            IpAddr::V4(v4) => Key::new("ip", v4.octets()),
+            IpAddr::V6(v6) => {
+                let bits = u128::from(v6);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.ipv6_prefix))
+                    .unwrap_or(0);
+                Key::new("ip", Ipv6Addr::from(bits & mask).octets())
+            }
+        }
+    }
+
     /// The client's address for this request.
     pub fn client_addr(&self, req: &RequestHead<'_>) -> Result<IpAddr, KeyError> {
         let peer = peer_addr(req).ok_or(KeyError::NoPeerAddress)?;
@@ -191,16 +206,7 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
-        Ok(match self.client_addr(req)? {
-            IpAddr::V4(v4) => Key::new("ip", v4.octets()),
-            IpAddr::V6(v6) => {
-                let bits = u128::from(v6);
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.ipv6_prefix))
-                    .unwrap_or(0);
-                Key::new("ip", Ipv6Addr::from(bits & mask).octets())
-            }
-        })
+        Ok(self.key_of(self.client_addr(req)?))
     }
 }
 

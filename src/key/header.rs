@@ -50,6 +50,14 @@ impl Header {
     }
 }
 
+impl Header {
+    /// The key of a request whose header holds `value`: for per-key
+    /// policies and lists, without a request.
+    pub fn key_of(&self, value: &[u8]) -> Key {
+        Key::new(&self.namespace, value)
+    }
+}
+
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
         let mut values = req.headers.get_all(&self.name).iter();
@@ -60,7 +68,7 @@ impl KeyExtractor for Header {
         match value.as_bytes() {
             [] => Err(KeyError::Missing("key header")),
             v if v.len() > MAX_KEY_VALUE => Err(KeyError::Invalid("key header", "too long")),
-            v => Ok(Key::new(&self.namespace, v)),
+            v => Ok(self.key_of(v)),
         }
     }
 }

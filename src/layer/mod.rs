@@ -58,7 +58,7 @@ mod observe;
 mod permit;
 mod rendered;
 mod response;
-mod select;
+pub(crate) mod select;
 mod service;
 mod settle;
 mod shaping;

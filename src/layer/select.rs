@@ -136,14 +136,75 @@ where
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct RoutePolicies {
-    routes: Arc<HashMap<String, RouteEntry>>,
+    routes: RouteTable<Policy>,
     fallback: Option<Policy>,
 }
 
-#[derive(Clone, Debug, Default)]
-struct RouteEntry {
-    any_method: Option<Policy>,
-    by_method: Vec<(Method, Policy)>,
+/// Values by route template and method: what [`RoutePolicies`] and the
+/// limits file look requests up in.
+#[derive(Clone, Debug)]
+pub(crate) struct RouteTable<T> {
+    routes: Arc<HashMap<String, RouteEntry<T>>>,
+}
+
+#[derive(Clone, Debug)]
+struct RouteEntry<T> {
+    any_method: Option<T>,
+    by_method: Vec<(Method, T)>,
+}
+
+impl<T> Default for RouteTable<T> {
+    fn default() -> Self {
+        Self {
+            routes: Arc::default(),
+        }
+    }
+}
+
+impl<T: Clone> RouteTable<T> {
+    /// `value` for `method` requests to `route` (any method when `None`),
+    /// replacing an earlier one.
+    pub(crate) fn insert(&mut self, method: Option<Method>, route: String, value: T) {
+        let entry = Arc::make_mut(&mut self.routes)
+            .entry(route)
+            .or_insert_with(|| RouteEntry {
+                any_method: None,
+                by_method: Vec::new(),
+            });
+        match method {
+            None => entry.any_method = Some(value),
+            Some(method) => {
+                entry.by_method.retain(|(m, _)| *m != method);
+                entry.by_method.push((method, value));
+            }
+        }
+    }
+
+    /// The value for `req`'s route: its method's, else any method's.
+    pub(crate) fn find(&self, req: &RequestHead<'_>) -> Option<&T> {
+        let entry = self.routes.get(route_of(req))?;
+        // HEAD is answered by the GET handler: it spends GET's budget.
+        let method = match *req.method {
+            Method::HEAD => &Method::GET,
+            ref method => method,
+        };
+        entry
+            .by_method
+            .iter()
+            .find(|(m, _)| m == method)
+            .map(|(_, value)| value)
+            .or(entry.any_method.as_ref())
+    }
+}
+
+/// The route `req` matched: axum's template when the `axum` feature is on
+/// and the request matched one, else the exact path.
+pub(crate) fn route_of<'a>(req: &'a RequestHead<'_>) -> &'a str {
+    #[cfg(feature = "axum")]
+    if let Some(matched) = req.extensions.get::<axum::extract::MatchedPath>() {
+        return matched.as_str();
+    }
+    req.uri.path()
 }
 
 impl RoutePolicies {
@@ -175,43 +236,14 @@ impl RoutePolicies {
             None => policy.scoped(&route),
             Some(method) => policy.scoped(&format!("{method} {route}")),
         };
-        let entry = Arc::make_mut(&mut self.routes).entry(route).or_default();
-        match method {
-            None => entry.any_method = Some(policy),
-            Some(method) => {
-                entry.by_method.retain(|(m, _)| *m != method);
-                entry.by_method.push((method, policy));
-            }
-        }
+        self.routes.insert(method, route, policy);
         self
     }
 }
 
 impl PolicyResolver for RoutePolicies {
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
-        #[cfg(feature = "axum")]
-        let route = req
-            .extensions
-            .get::<axum::extract::MatchedPath>()
-            .map_or(req.uri.path(), |m| m.as_str());
-        #[cfg(not(feature = "axum"))]
-        let route = req.uri.path();
-        let entry = self.routes.get(route);
-        // HEAD is answered by the GET handler: it spends GET's budget.
-        let method = match *req.method {
-            Method::HEAD => &Method::GET,
-            ref method => method,
-        };
-        let by_method = entry.and_then(|e| {
-            e.by_method
-                .iter()
-                .find(|(m, _)| m == method)
-                .map(|(_, p)| p)
-        });
-        by_method
-            .or_else(|| entry?.any_method.as_ref())
-            .or(self.fallback.as_ref())
-            .cloned()
+        self.routes.find(req).or(self.fallback.as_ref()).cloned()
     }
 }
 

@@ -1,0 +1,462 @@
+//! Limits from a file: routes, keys, tiers, per-key policies and lists in
+//! one TOML document, validated before it runs, reloaded while it runs
+//! (feature `config`).
+//!
+//! ```toml
+//! algorithm = "sliding-window"     # of every limit without its own
+//! on_store_failure = "allow"       # or "deny": while the store cannot decide
+//! unmatched = "unlimited"          # or "refuse": requests no route matches
+//!
+//! [client_ip]
+//! trusted_proxies = ["10.0.0.0/8"] # or trust_hops = 1; header, ipv6_prefix
+//!
+//! [keys]                           # ip, endpoint and global are built in
+//! user = { header = "x-user-id", or = "ip" }
+//! user-endpoint = { all = ["user", "endpoint"] }
+//! api = { api_key = "x-api-key", secret_env = "API_KEY_SECRET" }
+//!
+//! [tiers]                          # policies by name
+//! free = "key-free = 100/h"
+//! pro = "key-pro = 1000/h"
+//!
+//! [tier_of]                        # which requests get which tier
+//! header = "x-plan"                # its value names the tier (or: values = {...})
+//! default = "free"                 # or extension = true: a Tier an auth layer set
+//!
+//! [[routes]]
+//! path = "/api/search"             # the route template (axum's MatchedPath)
+//! method = "GET"                   # any method when absent
+//! key = "user-endpoint"            # default: ip
+//! limits = "search = 10/min"       # the quota syntax: "burst = 10/s; 100/min"
+//! penalty = { strikes = 10, within = "1min", ban = "5min", max_ban = "1h" }
+//!
+//! [[routes]]
+//! path = "/api/key"
+//! key = "api"
+//! tiered = true
+//!
+//! [[routes]]
+//! path = "/api/slow"
+//! in_flight = { name = "slow", permits = 2 }
+//!
+//! [fallback]                       # every other request (optional)
+//! limits = "1000/min"
+//!
+//! [[overrides]]                    # one client's own policy, on every route
+//! key = "user"
+//! value = "acme"
+//! limits = "5000/min"
+//!
+//! [lists]
+//! deny_networks = ["203.0.113.0/24"]
+//! allow = [{ key = "user", value = "monitoring" }]
+//! ```
+//!
+//! Routes also take `algorithm`, `shadow` and `count_denied`; the file takes
+//! `shadow` (every policy) and `version` (a label; a hash of the text when
+//! absent). A key not listed here is an error, as is every mistake in a
+//! value: [`ConfigError`] names the file, the line and column, and what was
+//! expected there.
+//!
+//! [`LimitsFile`] is one version of the file, parsed and built;
+//! [`Limits`] runs one, gives the layer its keys, policies, lists and
+//! per-key policies, and replaces it — by hand, when the file changes
+//! ([`Limits::watch`]), or, on Redis, when any server of a fleet changes it
+//! (`Fleet`, features `config` and `redis`). What a replacement does to
+//! clients' state is [`Live`](crate::Live)'s rule: a named limit keeps its
+//! clients' state through a change of its number; an anonymous one, or a
+//! change of algorithm or window, starts afresh.
+//!
+//! ```
+//! use tower_ratelimit::config::{Limits, LimitsFile};
+//!
+//! let file = LimitsFile::parse(r#"
+//!     [keys]
+//!     user = { header = "x-user-id", or = "ip" }
+//!
+//!     [[routes]]
+//!     path = "/api/search"
+//!     key = "user"
+//!     limits = "search = 10/min"
+//! "#)?;
+//! let limits = Limits::new(file);
+//! let app = axum::Router::new()
+//!     .route("/api/search", axum::routing::get(|| async { "results" }))
+//!     .layer(limits.layer());
+//! # drop(app);
+//! # Ok::<(), tower_ratelimit::config::ConfigError>(())
+//! ```
+
+mod compile;
+mod error;
+// #[cfg(feature = "redis")]
+// mod fleet;
+mod running;
+mod schema;
+mod watch;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use http::Method;
+use ipnet::IpNet;
+use sha2::{Digest, Sha256};
+
+pub use error::ConfigError;
+// #[cfg(feature = "redis")]
+// pub use fleet::Fleet;
+pub use running::{FileKeys, FilePolicies, Limits};
+pub use watch::Reload;
+
+use crate::key::{Key, KeyError};
+use crate::{Algorithm, Policy, RequestHead};
+use compile::{Compiled, FileRoute};
+use schema::{FileSpec, InFlightSpec, KeyValueSpec, OverrideSpec};
+
+/// The tier of a request, put in its extensions by an authentication layer
+/// for a file whose `[tier_of]` says `extension = true`.
+///
+/// ```
+/// use tower_ratelimit::config::Tier;
+/// let mut req = http::Request::get("/").body(()).unwrap();
+/// req.extensions_mut().insert(Tier::new("pro"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tier(Arc<str>);
+
+impl Tier {
+    /// The tier named `name` under `[tiers]`.
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        Self(name.into())
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+}
+
+/// One version of a limits file: read, checked and built. See the
+/// [module](self) for the format.
+#[derive(Clone, Debug)]
+pub struct LimitsFile {
+    spec: FileSpec,
+    /// What applies where the file says nothing.
+    defaults: FileDefaults,
+    text: Arc<str>,
+    version: Arc<str>,
+    compiled: Compiled,
+}
+
+/// What applies where a limits file says nothing: settings of the process
+/// (its environment, its command line) that a file may override.
+///
+/// ```
+/// use tower_ratelimit::config::FileDefaults;
+/// use tower_ratelimit::Algorithm;
+///
+/// let file = FileDefaults::new()
+///     .algorithm(Algorithm::Gcra)
+///     .parse("[[routes]]\npath = \"/a\"\nlimits = \"a = 10/s\"\n")?;
+/// # Ok::<(), tower_ratelimit::config::ConfigError>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct FileDefaults {
+    algorithm: Algorithm,
+    trusted_proxies: Vec<IpNet>,
+}
+
+impl FileDefaults {
+    /// The crate's defaults: [`Algorithm::default`], no trusted proxy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The algorithm of every limit, unless the file or its route names one.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The proxies whose forwarded addresses are believed, unless the
+    /// file's `[client_ip]` names its own.
+    pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
+        self.trusted_proxies = networks.into_iter().collect();
+        self
+    }
+
+    /// The file in `text`.
+    pub fn parse(&self, text: &str) -> Result<LimitsFile, ConfigError> {
+        let spec: FileSpec = toml::from_str(text).map_err(|e| {
+            let message = e.message().trim_end().to_owned();
+            ConfigError::at(text, e.span().map(|s| s.start), message)
+        })?;
+        let compiled = compile::compile(&spec, text, self)?;
+        let version = match &spec.version {
+            Some(label) => label.as_str().into(),
+            None => {
+                let digest = Sha256::digest(text.as_bytes());
+                let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+                format!("sha256:{hex}").into()
+            }
+        };
+        Ok(LimitsFile {
+            spec,
+            defaults: self.clone(),
+            text: text.into(),
+            version,
+            compiled,
+        })
+    }
+
+    /// The file at `path`; an error names it.
+    pub fn read(&self, path: impl AsRef<Path>) -> Result<LimitsFile, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::unreadable(path, &e))?;
+        self.parse(&text).map_err(|e| e.in_file(path))
+    }
+}
+
+/// A list of [`Limits`]: clients refused (403) or never limited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum List {
+    /// `[lists] deny…`.
+    Deny,
+    /// `[lists] allow…`.
+    Allow,
+}
+
+/// An entry of a [`List`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListEntry {
+    /// A network (or one address, as a /32 or /128).
+    Network(IpNet),
+    /// The client `value` names under the file's key `key`.
+    Key {
+        /// A key's name under `[keys]`, or `ip`.
+        key: String,
+        /// The client: a header's value, an address, an API key.
+        value: String,
+    },
+}
+
+impl LimitsFile {
+    /// The file in `text`.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        FileDefaults::new().parse(text)
+    }
+
+    /// The file at `path`; an error names it.
+    pub fn read(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        FileDefaults::new().read(path)
+    }
+
+    /// Another text read with this file's defaults: the file a new version
+    /// of it is.
+    pub(crate) fn reparse(&self, text: &str) -> Result<Self, ConfigError> {
+        self.defaults.parse(text)
+    }
+
+    /// The file's `version` label, or `sha256:` and the first 12 hex digits
+    /// of its text's hash.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The text it was read from.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The policy the layer applies to `req` on `method` requests to
+    /// `route` (its template): the route's, or on a tiered route `req`'s
+    /// tier's; `None` for a route the file does not limit, or a request
+    /// in no tier.
+    pub fn policy(&self, method: &Method, route: &str, req: &RequestHead<'_>) -> Option<Policy> {
+        self.route(method, route)?.policy_for(self, req)
+    }
+
+    /// The tier `req` is in (by `[tier_of]`), if any.
+    pub fn tier<'a>(&'a self, req: &'a RequestHead<'_>) -> Option<&'a str> {
+        self.compiled.tier_of.as_ref()?.tier(req)
+    }
+
+    /// The key `req` would be counted against on `method` requests to
+    /// `route` (its endpoint is that route's): a request to one route
+    /// asking about its budget on another.
+    pub fn key_on(
+        &self,
+        method: &Method,
+        route: &str,
+        req: &RequestHead<'_>,
+    ) -> Option<Result<Key, KeyError>> {
+        let endpoint = format!("{method} {route}");
+        Some(self.route(method, route)?.key.extract(req, Some(&endpoint)))
+    }
+
+    /// The routes, as `(method, path)`; `None` for every method.
+    pub fn routes(&self) -> impl Iterator<Item = (Option<&str>, &str)> {
+        self.spec.routes.iter().filter_map(|r| {
+            let r = r.get_ref();
+            Some((
+                r.method.as_ref().map(|m| m.get_ref().as_str()),
+                r.path.as_deref()?,
+            ))
+        })
+    }
+
+    fn route(&self, method: &Method, route: &str) -> Option<&FileRoute> {
+        let req = http::Request::builder()
+            .method(method.clone())
+            .uri(route)
+            .body(())
+            .ok()?;
+        let head = RequestHead::from(&req);
+        self.compiled.routes.find(&head).map(|r| &**r)
+    }
+
+    /// This file with the limits of `method` requests to `path` (any
+    /// method when `None`) replaced by `limits` (the quota syntax); an
+    /// error when no such route is in the file, or the limits are invalid.
+    pub fn with_route_limits(
+        &self,
+        method: Option<&Method>,
+        path: &str,
+        limits: &str,
+    ) -> Result<Self, ConfigError> {
+        self.edit(|spec| {
+            let route = find_route(spec, method, path)?;
+            route.limits = Some(toml::Spanned::new(0..0, limits.to_owned()));
+            Ok(())
+        })
+    }
+
+    /// This file with the route's limit of requests in flight set to
+    /// `permits` (named after the route when it had none).
+    pub fn with_route_in_flight(
+        &self,
+        method: Option<&Method>,
+        path: &str,
+        permits: u32,
+    ) -> Result<Self, ConfigError> {
+        self.edit(|spec| {
+            let route = find_route(spec, method, path)?;
+            let spec = match route.in_flight.take() {
+                Some(old) => InFlightSpec {
+                    permits,
+                    ..old.into_inner()
+                },
+                None => InFlightSpec {
+                    name: path.trim_matches('/').replace('/', "-"),
+                    permits,
+                    lease: None,
+                },
+            };
+            route.in_flight = Some(toml::Spanned::new(0..0, spec));
+            Ok(())
+        })
+    }
+
+    /// This file with the client `value` names under the key `key` given
+    /// its own `limits` on every route, or back to its route's (`None`).
+    pub fn with_override(
+        &self,
+        key: &str,
+        value: &str,
+        limits: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        self.edit(|spec| {
+            spec.overrides
+                .retain(|o| (o.get_ref().key.as_str(), o.get_ref().value.as_str()) != (key, value));
+            if let Some(limits) = limits {
+                spec.overrides.push(toml::Spanned::new(
+                    0..0,
+                    OverrideSpec {
+                        key: key.to_owned(),
+                        value: value.to_owned(),
+                        limits: toml::Spanned::new(0..0, limits.to_owned()),
+                    },
+                ));
+            }
+            Ok(())
+        })
+    }
+
+    /// This file with `entry` on `list` (`listed`), or off it.
+    pub fn with_listed(
+        &self,
+        list: List,
+        entry: &ListEntry,
+        listed: bool,
+    ) -> Result<Self, ConfigError> {
+        self.edit(|spec| {
+            let lists = spec.lists.get_or_insert_with(Default::default);
+            match entry {
+                ListEntry::Network(net) => {
+                    let nets = match list {
+                        List::Deny => &mut lists.deny_networks,
+                        List::Allow => &mut lists.allow_networks,
+                    };
+                    let text = net.to_string();
+                    nets.retain(|n| {
+                        n.get_ref().parse::<IpNet>().ok() != Some(*net) && *n.get_ref() != text
+                    });
+                    if listed {
+                        nets.push(toml::Spanned::new(0..0, text));
+                    }
+                }
+                ListEntry::Key { key, value } => {
+                    let keys = match list {
+                        List::Deny => &mut lists.deny,
+                        List::Allow => &mut lists.allow,
+                    };
+                    let entry = KeyValueSpec {
+                        key: key.clone(),
+                        value: value.clone(),
+                    };
+                    keys.retain(|k| *k.get_ref() != entry);
+                    if listed {
+                        keys.push(toml::Spanned::new(0..0, entry));
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// This file changed by `change`, written out and read again (so that
+    /// every check runs on it, and errors point into its new text). The
+    /// edited file's version is its text's hash.
+    fn edit(
+        &self,
+        change: impl FnOnce(&mut FileSpec) -> Result<(), String>,
+    ) -> Result<Self, ConfigError> {
+        let mut spec = self.spec.clone();
+        change(&mut spec).map_err(ConfigError::from_message)?;
+        spec.version = None;
+        let text = toml::to_string(&spec).map_err(|e| ConfigError::from_message(e.to_string()))?;
+        self.reparse(&text)
+    }
+}
+
+fn find_route<'a>(
+    spec: &'a mut FileSpec,
+    method: Option<&Method>,
+    path: &str,
+) -> Result<&'a mut schema::RouteSpec, String> {
+    spec.routes
+        .iter_mut()
+        .map(|r| r.get_mut())
+        .find(|r| {
+            let same_method = match (&r.method, method) {
+                (None, None) => true,
+                (Some(m), Some(method)) => m.get_ref().eq_ignore_ascii_case(method.as_str()),
+                _ => false,
+            };
+            r.path.as_deref() == Some(path) && same_method
+        })
+        .ok_or_else(|| match method {
+            Some(method) => format!("no route {method} {path} in the limits file"),
+            None => format!("no route {path} (for every method) in the limits file"),
+        })
+}
