@@ -326,12 +326,14 @@ impl Compiler<'_> {
                 "x-forwarded-for" => ForwardedHeader::XForwardedFor,
                 "forwarded" => ForwardedHeader::Forwarded,
                 "x-real-ip" => ForwardedHeader::XRealIp,
-                other => return Err(self.error(
-                    header,
-                    format!(
+                other => {
+                    return Err(self.error(
+                        header,
+                        format!(
                         "{other:?}: expected \"x-forwarded-for\", \"forwarded\" or \"x-real-ip\""
                     ),
-                )),
+                    ))
+                }
             });
         }
         if let Some(prefix) = &spec.ipv6_prefix {

@@ -26,6 +26,7 @@ mod keys;
 mod layer;
 mod leases;
 mod limiter;
+mod limits_file;
 mod live_changes;
 mod lookup;
 mod memory_backend;

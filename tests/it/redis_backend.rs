@@ -962,53 +962,13 @@ async fn a_denial_made_before_an_outage_holds_through_it() {
 /// not deciding on its output (and decides by its failure rule meanwhile).
 #[test]
 fn the_example_server_prints_why_redis_is_not_deciding() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::{Command, Stdio};
     let server = RedisServer::start();
     let url = server.limiter_url().replace("limiter-secret", "typo");
-    // Built by `cargo test` next to this test binary's folder.
-    let example = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|debug| debug.join("examples").join("server"))
-        .unwrap();
-    let port = RedisServer::unused_port();
-    let mut child = Command::new(&example)
-        .env("REDIS_URL", &url)
-        .env("ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
-    // Its lines, read on a thread of their own so that no wait is unbounded.
-    let (sender, lines) = std::sync::mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = sender.send(line);
-        }
-    });
-    let next = || lines.recv_timeout(Duration::from_secs(10)).ok();
-    let first = next().unwrap_or_default();
-    if !first.starts_with("tower-ratelimit demo on") {
-        let _ = child.kill();
-        panic!("{} did not start: {first:?}", example.display());
-    }
+    let mut example = crate::support::example::ExampleServer::start(&[("REDIS_URL", &url)]);
     // One request asks Redis.
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream
-        .write_all(b"GET /api/user HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
+    let response = example.get("/api/user", &[]);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    let told = std::iter::from_fn(next).find(|line| line.starts_with("redis: "));
-    let _ = child.kill();
-    let _ = child.wait();
+    let told = example.line_starting("redis: ");
     let told = told.expect("no line about Redis within 10 s");
     assert!(
         told.starts_with("redis: failing (authentication):"),

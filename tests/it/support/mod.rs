@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod conformance;
+pub mod example;
 pub mod http;
 pub mod redis;
 pub mod sentinel;
