@@ -224,14 +224,39 @@ pub fn app_with<B: Backend>(
     })
 }
 
-/// Where a change of the limits (`PUT /admin/limits/…`) is made.
+/// Where a change of the limits (`PUT /admin/limits/…`, an edit of
+/// `LIMITS_FILE`) is made.
 #[derive(Clone)]
 pub enum Changes {
     /// This server's limits only.
     Local,
+    /// Every server's on the Redis: stored there and published.
+    #[cfg(feature = "redis")]
+    Fleet(tower_ratelimit::config::Fleet),
 }
 
 impl Changes {
+    /// On Redis, the fleet of every server on it, when the URL names one
+    /// server (not a cluster or Sentinel's, not with a CA of one's own);
+    /// this server's limits, saying why, otherwise.
+    #[cfg(feature = "redis")]
+    pub async fn for_redis(config: &Config, url: &str, limits: &Limits) -> Self {
+        let standalone = (url.starts_with("redis://") || url.starts_with("rediss://"))
+            && !url.contains(',')
+            && config.redis_ca_file.is_none();
+        if !standalone {
+            println!("limits: changes stay on this server (the fleet's copy needs one Redis server's URL)");
+            return Self::Local;
+        }
+        match tower_ratelimit::config::Fleet::connect(url, limits.clone()).await {
+            Ok(fleet) => Self::Fleet(fleet),
+            Err(e) => {
+                println!("limits: changes stay on this server: {e}");
+                Self::Local
+            }
+        }
+    }
+
     /// Make `change` to the limits running now; the version it made.
     pub(crate) async fn make(
         &self,
@@ -244,6 +269,25 @@ impl Changes {
                 limits.apply(file);
                 Ok(limits.current())
             }
+            #[cfg(feature = "redis")]
+            Self::Fleet(fleet) => fleet.change(change).await,
+        }
+    }
+
+    /// Watch the file at `path`: each valid edit runs (on every server of a
+    /// fleet), each invalid one is refused; both are printed.
+    pub fn watch(&self, limits: &Limits, path: &std::path::Path) {
+        let print = |reload: Reload<'_>| match reload {
+            Reload::Applied(file) => println!("limits: version {} live", file.version()),
+            Reload::Refused(error) => {
+                println!("limits: refused, the running version stays: {error}")
+            }
+            _ => {}
+        };
+        match self {
+            Self::Local => drop(limits.watch(path, print)),
+            #[cfg(feature = "redis")]
+            Self::Fleet(fleet) => drop(fleet.watch(path, print)),
         }
     }
 }
@@ -295,25 +339,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()
         .map_err(|e| format!("ADDR: {e}"))?;
     let limits = Limits::new(limits_file(&config)?);
+    let redis_url = std::env::var("REDIS_URL").ok();
+    let changes = match &redis_url {
+        #[cfg(feature = "redis")]
+        Some(url) => Changes::for_redis(&config, url, &limits).await,
+        _ => Changes::Local,
+    };
     if let Some(path) = &config.limits_file {
-        println!(
-            "limits: version {} from {}",
-            limits.current().version(),
-            path.display()
-        );
-        limits.watch(path, |reload| match reload {
-            Reload::Applied(file) => println!("limits: version {} live", file.version()),
-            Reload::Refused(error) => {
-                println!("limits: refused, the running version stays: {error}")
-            }
-            _ => {}
-        });
+        let version = limits.current().version().to_owned();
+        println!("limits: version {version} from {}", path.display());
+        changes.watch(&limits, path);
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    let (app, store) = match std::env::var("REDIS_URL") {
-        Ok(url) => (redis_app_with(&config, &url, limits).await?, "Redis"),
-        Err(_) => (
-            app_with(&config, MemoryBackend::new(), limits, Changes::Local),
+    let (app, store) = match redis_url {
+        Some(url) => (
+            redis_app_with(&config, &url, limits, changes).await?,
+            "Redis",
+        ),
+        None => (
+            app_with(&config, MemoryBackend::new(), limits, changes),
             "in memory",
         ),
     };
@@ -363,15 +407,18 @@ fn check(path: &str) -> i32 {
 /// `redis+sentinel://host:port,…/master`).
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
-    redis_app_with(config, url, Limits::new(limits_file(config)?)).await
+    let limits = Limits::new(limits_file(config)?);
+    let changes = Changes::for_redis(config, url, &limits).await;
+    redis_app_with(config, url, limits, changes).await
 }
 
-/// The app on Redis, running `limits`.
+/// The app on Redis, running `limits`, changed through `changes`.
 #[cfg(feature = "redis")]
 pub async fn redis_app_with(
     config: &Config,
     url: &str,
     limits: Limits,
+    changes: Changes,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     use tower_ratelimit::backend::{Health, RedisBackend};
     let mut redis = RedisBackend::builder(url)
@@ -395,7 +442,7 @@ pub async fn redis_app_with(
             config,
             redis.connect().await?,
             limits,
-            Changes::Local,
+            changes,
         ));
     }
     // Lazily connected: the server starts even while Redis is down, and
@@ -405,7 +452,7 @@ pub async fn redis_app_with(
         config,
         redis.with_breaker(),
         limits,
-        Changes::Local,
+        changes,
     ))
 }
 
@@ -467,6 +514,7 @@ pub async fn redis_app_with(
     _: &Config,
     _: &str,
     _: Limits,
+    _: Changes,
 ) -> Result<Router, Box<dyn std::error::Error>> {
     Err("REDIS_URL is set but this build has no Redis: run with --features redis".into())
 }

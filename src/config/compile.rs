@@ -77,7 +77,14 @@ impl FileKey {
             Self::ApiKey(api) => api.extract(req),
             Self::Endpoint => match endpoint {
                 Some(endpoint) => Ok(Key::new("endpoint", endpoint)),
+                #[cfg(feature = "axum")]
                 None => crate::key::Endpoint.extract(req),
+                // Without axum the route is the path (as the table finds it).
+                #[cfg(not(feature = "axum"))]
+                None => Ok(Key::new(
+                    "endpoint",
+                    format!("{} {}", req.method, crate::layer::select::route_of(req)),
+                )),
             },
             Self::Global => crate::key::Global.extract(req),
             Self::Or(a, b) => a

@@ -89,8 +89,8 @@
 
 mod compile;
 mod error;
-// #[cfg(feature = "redis")]
-// mod fleet;
+#[cfg(feature = "redis")]
+mod fleet;
 mod running;
 mod schema;
 mod watch;
@@ -103,8 +103,8 @@ use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
 pub use error::ConfigError;
-// #[cfg(feature = "redis")]
-// pub use fleet::Fleet;
+#[cfg(feature = "redis")]
+pub use fleet::Fleet;
 pub use running::{FileKeys, FilePolicies, Limits};
 pub use watch::Reload;
 

@@ -20,6 +20,7 @@ mod client;
 mod client_example;
 mod distributed;
 mod faults;
+mod fleet;
 mod hostile;
 mod http;
 mod keys;

@@ -1,0 +1,332 @@
+//! [`Fleet`]: one limits file for every server on a Redis, changed from any
+//! of them.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+
+use super::watch::{log_applied, log_refused, watch_file};
+use super::{ConfigError, Limits, LimitsFile, Reload};
+
+/// How often a server asks Redis for the version even without a message:
+/// a message missed while its subscription was down costs at most this.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// How many times a change is tried again when another server's change
+/// landed between reading the version and writing the next.
+const MAX_TRIES: usize = 20;
+
+/// Writes a new version if the stored one is still `ARGV[1]`, and tells
+/// every server: `{1, new}`, or `{0, stored}` when another change won.
+const CHANGE: &str = r"
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+if seq ~= tonumber(ARGV[1]) then return {0, seq} end
+redis.call('HSET', KEYS[1], 'seq', seq + 1, 'text', ARGV[2])
+redis.call('PUBLISH', KEYS[1], seq + 1)
+return {1, seq + 1}
+";
+
+/// A fleet of servers running one limits file kept in Redis: a change made
+/// on any of them — a route's limits, a key's override, a list entry, a
+/// whole new version ([`change`](Self::change), [`publish`](Self::publish),
+/// [`watch`](Self::watch)) — is written to Redis as the next numbered
+/// version and published; every server applies it when the message wakes
+/// it, or within half a second if it missed the message, and a server that
+/// joins later starts on the current version. The fleet's copy wins over a
+/// joining server's own file; the first server to join writes its own.
+///
+/// So a named limit changed on one server is never enforced with two
+/// budgets for longer than that: its state is kept under its name (see
+/// [`Live`](crate::Live)), and every server reads it under the new quota
+/// within a second.
+///
+/// The copy lives in one hash (`seq`, the version's number, and `text`) at
+/// the name given, whose channel of the same name carries the numbers. On
+/// a standalone Redis (or the primary a Sentinel names, through its URL).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tower_ratelimit::config::{Fleet, Limits, LimitsFile};
+///
+/// let limits = Limits::new(LimitsFile::read("limits.toml")?);
+/// let fleet = Fleet::connect("redis://127.0.0.1:6379", limits.clone()).await?;
+/// // On any server: every server runs 20/min within a second.
+/// fleet.change(|file| file.with_route_limits(None, "/api/search", "search = 20/min")).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Fleet {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    limits: Limits,
+    conn: ConnectionManager,
+    name: String,
+    /// The number of the version this server runs.
+    applied: AtomicU64,
+    /// The task following the fleet (it holds only a weak reference).
+    follower: OnceLock<tokio::task::AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(follower) = self.follower.get() {
+            follower.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("name", &self.inner.name)
+            .field("version", &self.version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// The name of the fleet's copy when none is given.
+    pub const DEFAULT_NAME: &'static str = "ratelimit:limits";
+
+    /// Join the fleet on the Redis at `url` (its copy at
+    /// [`DEFAULT_NAME`](Self::DEFAULT_NAME)), running `limits`.
+    pub async fn connect(url: &str, limits: Limits) -> Result<Self, ConfigError> {
+        let client = redis::Client::open(url).map_err(|e| redis_error(&e))?;
+        Self::join(client, Self::DEFAULT_NAME, limits).await
+    }
+
+    /// Join the fleet whose copy is at `name` on `client`'s Redis: the
+    /// current version is applied to `limits` before this returns (or
+    /// `limits`' own is written, when the fleet has none yet), and followed
+    /// from then on, on a task of the tokio runtime, until the last clone
+    /// of the fleet is dropped.
+    pub async fn join(
+        client: redis::Client,
+        name: &str,
+        limits: Limits,
+    ) -> Result<Self, ConfigError> {
+        let conn = ConnectionManager::new(client.clone())
+            .await
+            .map_err(|e| redis_error(&e))?;
+        let inner = Arc::new(Inner {
+            limits,
+            conn,
+            name: name.to_owned(),
+            applied: AtomicU64::new(0),
+            follower: OnceLock::new(),
+        });
+        let fleet = Self { inner };
+        // The first to join writes its own version; the others read theirs.
+        let own = fleet.inner.limits.current();
+        match fleet.write(0, own.text()).await? {
+            Written::Yes(seq) => fleet.inner.applied.store(seq, Ordering::Release),
+            Written::No(_) => fleet.sync().await?,
+        }
+        let (subscribed, listening) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(follow(client, Arc::downgrade(&fleet.inner), subscribed));
+        let _ = fleet.inner.follower.set(task.abort_handle());
+        // Listening before this returns, so that the next change wakes it
+        // (a subscription that fails is made up for by polling).
+        let _ = tokio::time::timeout(POLL_EVERY, listening).await;
+        // A change made while it subscribed.
+        fleet.sync().await?;
+        Ok(fleet)
+    }
+
+    /// The limits this server runs.
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// The number of the fleet's version this server runs (1 for the
+    /// first written).
+    pub fn version(&self) -> u64 {
+        self.inner.applied.load(Ordering::Acquire)
+    }
+
+    /// Make `change` to the fleet's current version and run the result on
+    /// every server: written as the next version when no other change
+    /// landed meanwhile, else made again on the one that did. The version
+    /// made is returned, and runs here already; an error of `change` (an
+    /// invalid quota, a route the file lacks) changes nothing.
+    pub async fn change(
+        &self,
+        change: impl Fn(&LimitsFile) -> Result<LimitsFile, ConfigError>,
+    ) -> Result<Arc<LimitsFile>, ConfigError> {
+        for _ in 0..MAX_TRIES {
+            self.sync().await?;
+            let seq = self.version();
+            let next = change(&self.inner.limits.current())?;
+            if let Written::Yes(seq) = self.write(seq, next.text()).await? {
+                self.run(seq, next);
+                return Ok(self.inner.limits.current());
+            }
+        }
+        Err(ConfigError::from_message(format!(
+            "the fleet's limits changed {MAX_TRIES} times while this change was made; try again"
+        )))
+    }
+
+    /// Run `file` on every server, as the fleet's next version.
+    pub async fn publish(&self, file: LimitsFile) -> Result<Arc<LimitsFile>, ConfigError> {
+        self.change(|_| Ok(file.clone())).await
+    }
+
+    /// Read the file at `path` every half second, and publish each valid
+    /// new text to the fleet (see [`Limits::watch`]; an invalid one is
+    /// refused here, and no server runs it).
+    pub fn watch(
+        &self,
+        path: impl Into<PathBuf>,
+        on_reload: impl Fn(Reload<'_>) + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let fleet = self.clone();
+        let on_reload = Arc::new(on_reload);
+        let running = LimitsFile::clone(&self.inner.limits.current());
+        watch_file(path.into(), running, move |path, read| {
+            let (fleet, on_reload, path) = (fleet.clone(), on_reload.clone(), path.to_owned());
+            async move {
+                let published = match read {
+                    Ok(file) => fleet.publish(file).await,
+                    Err(error) => Err(error),
+                };
+                match published {
+                    Ok(file) => {
+                        log_applied(&path, &file);
+                        on_reload(Reload::Applied(&file));
+                    }
+                    Err(error) => {
+                        log_refused(&error);
+                        on_reload(Reload::Refused(&error));
+                    }
+                }
+            }
+        })
+    }
+
+    /// Write `text` as the version after `seq`, if `seq` is still the
+    /// fleet's.
+    async fn write(&self, seq: u64, text: &str) -> Result<Written, ConfigError> {
+        let mut conn = self.inner.conn.clone();
+        let (written, seq): (u8, u64) = redis::Script::new(CHANGE)
+            .key(&self.inner.name)
+            .arg(seq)
+            .arg(text)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(&e))?;
+        Ok(if written == 1 {
+            Written::Yes(seq)
+        } else {
+            Written::No(seq)
+        })
+    }
+
+    /// Run the fleet's version if it is newer than this server's.
+    async fn sync(&self) -> Result<(), ConfigError> {
+        let mut conn = self.inner.conn.clone();
+        let name = &self.inner.name;
+        let seq: Option<u64> = conn.hget(name, "seq").await.map_err(|e| redis_error(&e))?;
+        let seq = seq.unwrap_or(0);
+        if seq <= self.version() {
+            return Ok(());
+        }
+        let (seq, text): (Option<u64>, Option<String>) = redis::cmd("HMGET")
+            .arg(name)
+            .arg("seq")
+            .arg("text")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(&e))?;
+        let (Some(seq), Some(text)) = (seq, text) else {
+            return Ok(());
+        };
+        match self.inner.limits.current().reparse(&text) {
+            Ok(file) => self.run(seq, file),
+            Err(error) => {
+                // A version this server cannot read (written by a newer
+                // one, say): it keeps running its own, and says so once.
+                self.inner.applied.fetch_max(seq, Ordering::AcqRel);
+                log_refused(&error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `file`, the fleet's version `seq`, unless a later one runs.
+    fn run(&self, seq: u64, file: LimitsFile) {
+        if self.inner.applied.fetch_max(seq, Ordering::AcqRel) < seq {
+            #[cfg(feature = "tracing")]
+            tracing::info!(
+                fleet_version = seq,
+                version = file.version(),
+                "limits: the fleet's version live"
+            );
+            self.inner.limits.apply(file);
+        }
+    }
+}
+
+enum Written {
+    Yes(u64),
+    No(#[allow(dead_code)] u64),
+}
+
+/// Follows the fleet for as long as it lives: each published number wakes
+/// it, and it asks anyway every [`POLL_EVERY`].
+async fn follow(
+    client: redis::Client,
+    inner: Weak<Inner>,
+    subscribed: tokio::sync::oneshot::Sender<()>,
+) {
+    let name = match inner.upgrade() {
+        Some(inner) => inner.name.clone(),
+        None => return,
+    };
+    let mut subscribed = Some(subscribed);
+    loop {
+        let mut messages = match client.get_async_pubsub().await {
+            Ok(mut pubsub) => match pubsub.subscribe(&name).await {
+                Ok(()) => Some(pubsub.into_on_message()),
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        if let Some(told) = subscribed.take() {
+            let _ = told.send(());
+        }
+        loop {
+            match &mut messages {
+                Some(stream) => {
+                    let next = std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx));
+                    // The subscription ended: subscribe again.
+                    if let Ok(None) = tokio::time::timeout(POLL_EVERY, next).await {
+                        messages = None;
+                    }
+                }
+                None => tokio::time::sleep(POLL_EVERY).await,
+            }
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let _ = Fleet { inner }.sync().await;
+            if messages.is_none() {
+                break;
+            }
+        }
+    }
+}
+
+/// A Redis error as a limits error.
+fn redis_error(error: &redis::RedisError) -> ConfigError {
+    ConfigError::from_message(format!("the fleet's Redis: {error}"))
+}

@@ -1,0 +1,239 @@
+//! One limits file for a fleet on one Redis: a change made on any server
+//! runs on every server within a second, a server that joins later starts
+//! on the current version, and a changed named limit is one budget.
+#![cfg(feature = "redis")]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use http::{Method, Request};
+use tokio::net::TcpListener;
+use tower_ratelimit::config::{Fleet, Limits, LimitsFile, List, ListEntry};
+use tower_ratelimit::key::{Header, RequestHead};
+use tower_ratelimit::layer::PolicyResolver;
+
+use crate::support::{send, RedisServer};
+
+const FILE: &str = "[keys]\nuser = { header = \"x-user-id\" }\n\n[[routes]]\npath = \"/api/search\"\nkey = \"user\"\nlimits = \"search = 10/min\"\n";
+
+/// The limit `limits` runs on `/api/search`.
+fn search_limit(limits: &Limits) -> u32 {
+    let req = Request::get("/api/search").body(()).unwrap();
+    let policy = limits.policies().resolve(&RequestHead::from(&req)).unwrap();
+    policy.limits()[0].quota().limit()
+}
+
+/// Waits (at most 5 s) until `done`; how long that took.
+async fn until(done: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() && start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+/// Three servers: a route's limits, an override and a list entry changed
+/// on one run on the others within a second; a server joining later, with
+/// a file of its own, runs the fleet's current version at once.
+#[tokio::test]
+async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
+    let redis = RedisServer::start();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
+        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
+        servers.push((limits, fleet));
+    }
+    assert_eq!(servers[0].1.version(), 1, "the first wrote its own version");
+    assert!(servers.iter().all(|(_, f)| f.version() == 1));
+
+    // A route's limits, changed on the second server.
+    let changed = Instant::now();
+    servers[1]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 20/min"))
+        .await
+        .unwrap();
+    for (limits, _) in &servers {
+        let took = until(|| search_limit(limits) == 20).await;
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+    }
+    println!(
+        "a route's change ran on all three in {:?}",
+        changed.elapsed()
+    );
+
+    // An override and a deny entry, changed on the third.
+    let user = Header::new("x-user-id");
+    servers[2]
+        .1
+        .change(|f| {
+            f.with_override("user", "acme", Some("acme = 500/min"))?
+                .with_listed(
+                    List::Deny,
+                    &ListEntry::Network("203.0.113.0/24".parse().unwrap()),
+                    true,
+                )
+        })
+        .await
+        .unwrap();
+    for (limits, _) in &servers {
+        let took = until(|| {
+            limits
+                .overrides()
+                .current()
+                .get(&user.key_of(b"acme"))
+                .is_some()
+        })
+        .await;
+        assert!(took < Duration::from_secs(1), "took {took:?}");
+        assert!(limits.current().text().contains("203.0.113.0/24"));
+    }
+
+    // Concurrent changes on every server: none is lost.
+    let tasks: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, (_, fleet))| {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                let who = format!("tenant-{i}");
+                fleet
+                    .change(|f| f.with_override("user", &who, Some("7/min")))
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for (limits, _) in &servers {
+        until(|| limits.overrides().current().len() == 4).await;
+        assert_eq!(
+            limits.overrides().current().len(),
+            4,
+            "acme and the three tenants"
+        );
+    }
+
+    // Servers whose subscriptions were cut (a message they may miss) still
+    // run the next change within a second.
+    redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    let changed = Instant::now();
+    servers[0]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 25/min"))
+        .await
+        .unwrap();
+    for (limits, _) in &servers {
+        until(|| search_limit(limits) == 25).await;
+    }
+    let took = changed.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    servers[0]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 20/min"))
+        .await
+        .unwrap();
+
+    // A late starter with its own (older) file runs the fleet's.
+    let late = Limits::new(LimitsFile::parse(FILE).unwrap());
+    assert_eq!(search_limit(&late), 10);
+    let fleet = Fleet::connect(&redis.url(), late.clone()).await.unwrap();
+    assert_eq!(
+        search_limit(&late),
+        20,
+        "the fleet's version, before join returns"
+    );
+    assert_eq!(fleet.version(), servers[0].1.version());
+
+    // An invalid change is refused and changes nothing anywhere.
+    let before = fleet.version();
+    let err = servers[0]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 20/fortnight"))
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("fortnight"), "{err}");
+    assert_eq!(servers[0].1.version(), before);
+}
+
+/// Three example servers on one Redis: `PUT /admin/limits/api/search` on
+/// one, and within a second the others answer with the new quota, from one
+/// budget (a client cannot get 20 on one server and 10 on another); a
+/// fourth started later answers with it at once.
+#[tokio::test]
+async fn the_example_servers_change_a_limit_together() {
+    let redis = RedisServer::start();
+    let config = crate::server::Config {
+        admin_token: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let start = || async {
+        let app = crate::server::redis_app(&config, &redis.url())
+            .await
+            .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    };
+    let mut addrs = Vec::new();
+    for _ in 0..3 {
+        addrs.push(start().await);
+    }
+    let ann = [("x-user-id", "ann")];
+    let policy = |addr: SocketAddr| async move {
+        let (_, headers, _) = send(addr, Method::GET, "/api/search", &ann, "").await;
+        headers["ratelimit-policy"].to_str().unwrap().to_owned()
+    };
+    // Ann spends 4 of 10 on the first server.
+    for _ in 0..4 {
+        policy(addrs[0]).await;
+    }
+    let auth = [("authorization", "Bearer s3cret")];
+    let put = Instant::now();
+    let (status, _, body) = send(
+        addrs[0],
+        Method::PUT,
+        "/admin/limits/api/search",
+        &auth,
+        "20/min",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for addr in &addrs[1..] {
+        loop {
+            if policy(*addr).await == r#""search";q=20;w=60"# {
+                break;
+            }
+            assert!(
+                put.elapsed() < Duration::from_secs(1),
+                "{addr}: still the old limit after {:?}",
+                put.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // One budget: what Ann spent on every server, counted once under the
+    // new quota.
+    let (_, headers, _) = send(addrs[2], Method::GET, "/api/search", &ann, "").await;
+    let spent: u32 = 4 + 2; // her 4, and the two reads of the loop above at least
+    let remaining: u32 = headers["ratelimit"]
+        .to_str()
+        .unwrap()
+        .split(";r=")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .and_then(|r| r.parse().ok())
+        .unwrap();
+    assert!(
+        remaining < 20 - spent,
+        "r={remaining}: the budget of 20 began afresh somewhere"
+    );
+
+    let late = start().await;
+    assert_eq!(policy(late).await, r#""search";q=20;w=60"#);
+}
