@@ -80,7 +80,7 @@
 //!     limits = "search = 10/min"
 //! "#)?;
 //! let limits = Limits::new(file);
-//! let app = axum::Router::new()
+//! let app: axum::Router = axum::Router::new()
 //!     .route("/api/search", axum::routing::get(|| async { "results" }))
 //!     .layer(limits.layer());
 //! # drop(app);
