@@ -1,11 +1,13 @@
 //! Fixed window counter.
 
 use super::State;
+use crate::policy::Calendar;
 use crate::{Micros, Outcome, Quota};
 
 /// Counts cost per window aligned to multiples of the window length since
 /// the clock's epoch (with the default clock, the Unix epoch: a `/min` window
-/// resets at every whole minute). A window admits at most `limit`; across a
+/// resets at every whole minute), or for a calendar quota (`/month`) to its
+/// periods. A window admits at most `limit`; across a
 /// boundary two windows can admit up to twice that within one window's length.
 ///
 /// State: `expires_at` is the current window's end, `value` the cost counted
@@ -26,6 +28,8 @@ use crate::{Micros, Outcome, Quota};
 pub struct FixedWindow {
     limit: u32,
     window_us: u64,
+    /// The calendar whose periods are the windows, if any.
+    calendar: Option<Calendar>,
 }
 
 impl FixedWindow {
@@ -35,6 +39,7 @@ impl FixedWindow {
         Self {
             limit: quota.limit(),
             window_us: quota.window_micros().as_u64(),
+            calendar: quota.calendar(),
         }
     }
 
@@ -42,7 +47,11 @@ impl FixedWindow {
     #[inline]
     fn current(&self, state: State, now: u64) -> (u64, u64) {
         if state.is_expired(Micros::new(now)) {
-            ((now / self.window_us + 1) * self.window_us, 0)
+            let end = match &self.calendar {
+                Some(calendar) => calendar.end_after(Micros::new(now)).as_u64(),
+                None => (now / self.window_us + 1) * self.window_us,
+            };
+            (end, 0)
         } else {
             (state.expires_at.as_u64(), state.value)
         }

@@ -53,7 +53,12 @@ impl Rendered {
             let mut body = br#""limit":"#.to_vec();
             push_u64(&mut body, u64::from(limit.capacity()));
             body.extend_from_slice(br#","window":""#);
-            body.extend_from_slice(compact(limit.quota().window_micros()).as_bytes());
+            // A calendar's window is its period ("month from 15").
+            let window = match limit.quota().calendar() {
+                Some(calendar) => calendar.to_string(),
+                None => compact(limit.quota().window_micros()),
+            };
+            body.extend_from_slice(window.as_bytes());
             body.extend_from_slice(br#"","retry_after_seconds":"#);
             Bytes::from(body)
         };

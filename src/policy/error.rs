@@ -44,6 +44,14 @@ pub enum PolicyError {
     /// A lease was given to a limit of requests made; only a limit of
     /// requests in flight ([`Limit::concurrent`](crate::Limit::concurrent)) holds leases.
     LeaseNotInFlight(String),
+    /// A calendar quota (`/week`, `/month`, `/year`) under another
+    /// algorithm than the fixed window, whose windows its periods are.
+    CalendarNeedsFixedWindow {
+        /// The limit's name.
+        limit: String,
+        /// The algorithm asked for.
+        algorithm: Algorithm,
+    },
 }
 
 impl fmt::Display for PolicyError {
@@ -77,6 +85,10 @@ impl fmt::Display for PolicyError {
             Self::LeaseNotInFlight(limit) => write!(
                 f,
                 "invalid limit {limit:?}: only a limit of requests in flight (Limit::concurrent) takes a lease"
+            ),
+            Self::CalendarNeedsFixedWindow { limit, algorithm } => write!(
+                f,
+                "invalid limit {limit:?}: a calendar quota's windows are its weeks, months or years, so it is a fixed window, not {algorithm}"
             ),
         }
     }

@@ -133,6 +133,12 @@ impl Limit {
         algorithm: Algorithm,
         quota: Quota,
     ) -> Result<Self, PolicyError> {
+        if quota.calendar().is_some() && algorithm != Algorithm::FixedWindow {
+            return Err(PolicyError::CalendarNeedsFixedWindow {
+                limit: name.to_string(),
+                algorithm,
+            });
+        }
         if quota.burst().is_some() && !algorithm.takes_burst() {
             return Err(PolicyError::BurstNotSupported {
                 limit: name.to_string(),
@@ -158,11 +164,8 @@ impl Limit {
     pub(super) fn share(&self, servers: u32) -> Self {
         let part = |n: u32| n.div_ceil(servers.max(1)).max(1);
         let quota = self.quota;
-        let scaled = Quota::new(part(quota.limit()), quota.window())
-            .and_then(|q| match quota.burst() {
-                Some(burst) => q.with_burst(part(burst)),
-                None => Ok(q),
-            })
+        let scaled = quota
+            .with_limit(part(quota.limit()), quota.burst().map(part))
             // A smaller limit over the same window is always valid; keep
             // the whole quota should that ever change.
             .unwrap_or(quota);
@@ -296,8 +299,14 @@ impl fmt::Debug for Limit {
 /// number a window allows, nor a burst: changing those keeps every
 /// client's state (see [`Live`](crate::Live)).
 fn identity_of(name: &str, kind: String, quota: Quota) -> String {
-    let window = crate::clock::micros::compact(quota.window_micros());
-    format!("{name}:{kind}:{window}")
+    match quota.calendar() {
+        // `month-from-15-utc+02:00`: never the same as a window's `31d`.
+        Some(calendar) => format!("{name}:{kind}:{}", calendar.to_string().replace(' ', "-")),
+        None => {
+            let window = crate::clock::micros::compact(quota.window_micros());
+            format!("{name}:{kind}:{window}")
+        }
+    }
 }
 
 /// A hash of a limit's identity, for backends that key by number.

@@ -22,6 +22,7 @@
 //! ```
 
 mod builder;
+pub(crate) mod calendar;
 mod error;
 pub(crate) mod limit;
 pub(crate) mod live;
@@ -31,6 +32,7 @@ pub(crate) mod set;
 
 pub use crate::algorithm::kind::UnknownAlgorithm;
 pub use builder::PolicyBuilder;
+pub use calendar::{Calendar, Period};
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};
 pub use quota::{QuotaError, MAX_WINDOW};

@@ -5,6 +5,7 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::calendar::{Calendar, Period};
 use crate::clock::micros::{in_largest_unit, Micros, Unit, UNITS};
 
 /// The longest window a quota may have: 366 days.
@@ -44,8 +45,10 @@ pub(crate) const MAX_SPAN: Micros = Micros::new(1 << 48);
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,
+    /// The window; for a calendar's, the longest of its periods.
     window: Micros,
     burst: Option<NonZeroU32>,
+    calendar: Option<Calendar>,
 }
 
 impl Quota {
@@ -72,7 +75,92 @@ impl Quota {
             limit,
             window,
             burst: None,
+            calendar: None,
         })
+    }
+
+    /// `limit` per calendar week, Monday 00:00 to Monday 00:00 UTC (see
+    /// [`Calendar`]; enforced as a fixed window).
+    pub fn per_week(limit: u32) -> Result<Self, QuotaError> {
+        Self::per_period(limit, Period::Week)
+    }
+
+    /// `limit` per calendar month, from 00:00 UTC of the 1st (or of the
+    /// day [`starting_on_day`](Self::starting_on_day) sets) to the same of the next.
+    ///
+    /// ```
+    /// use tower_ratelimit::Quota;
+    /// let billing = Quota::per_month(50_000)?.starting_on_day(15)?.utc_offset(120)?;
+    /// assert_eq!(billing.to_string(), "50000/month from 15 utc+02:00");
+    /// assert_eq!(billing, "50000/month from 15 utc+02:00".parse()?);
+    /// # Ok::<(), tower_ratelimit::policy::QuotaError>(())
+    /// ```
+    pub fn per_month(limit: u32) -> Result<Self, QuotaError> {
+        Self::per_period(limit, Period::Month)
+    }
+
+    /// `limit` per calendar year, from 1 January 00:00 UTC.
+    pub fn per_year(limit: u32) -> Result<Self, QuotaError> {
+        Self::per_period(limit, Period::Year)
+    }
+
+    fn per_period(limit: u32, period: Period) -> Result<Self, QuotaError> {
+        let calendar = Calendar::new(period);
+        let quota = Self::new(limit, calendar.longest().into())?;
+        Ok(Self {
+            calendar: Some(calendar),
+            ..quota
+        })
+    }
+
+    /// This monthly quota's months start on `day` of the month (1 to 31;
+    /// in a shorter month, on its last day): a billing period.
+    pub fn starting_on_day(self, day: u8) -> Result<Self, QuotaError> {
+        let calendar = self.calendar.and_then(|c| c.starting_on_day(day));
+        match calendar {
+            Some(calendar) => Ok(Self {
+                calendar: Some(calendar),
+                ..self
+            }),
+            None => Err(QuotaError::Calendar(format!(
+                "{self}: a month starts on a day from 1 to 31, and only a monthly quota has one"
+            ))),
+        }
+    }
+
+    /// This calendar quota's days start `minutes` east of UTC (negative:
+    /// west), at most 23:59 either way.
+    pub fn utc_offset(self, minutes: i16) -> Result<Self, QuotaError> {
+        let calendar = self.calendar.and_then(|c| c.offset(minutes));
+        match calendar {
+            Some(calendar) => Ok(Self {
+                calendar: Some(calendar),
+                ..self
+            }),
+            None => Err(QuotaError::Calendar(format!(
+                "{self}: an offset from UTC is at most 23:59, and only a week, month or year has one"
+            ))),
+        }
+    }
+
+    /// The calendar its windows follow, for a weekly, monthly or yearly
+    /// quota.
+    pub fn calendar(&self) -> Option<Calendar> {
+        self.calendar
+    }
+
+    /// The same quota with `limit` instead (and `burst`, if any): a share
+    /// of it, or a scaled one.
+    pub(crate) fn with_limit(self, limit: u32, burst: Option<u32>) -> Result<Self, QuotaError> {
+        let scaled = Self::new(limit, self.window())?;
+        let scaled = Self {
+            calendar: self.calendar,
+            ..scaled
+        };
+        match burst {
+            Some(burst) => scaled.with_burst(burst),
+            None => Ok(scaled),
+        }
     }
 
     /// `limit` per second.
@@ -117,7 +205,8 @@ impl Quota {
         self.limit.get()
     }
 
-    /// The window the limit applies to.
+    /// The window the limit applies to; for a [calendar](Self::calendar)
+    /// quota, the longest of its periods (31 days for a month).
     pub fn window(&self) -> Duration {
         self.window.into()
     }
@@ -154,7 +243,10 @@ impl fmt::Debug for Quota {
 impl fmt::Display for Quota {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/", self.limit)?;
-        write_window(f, self.window)?;
+        match &self.calendar {
+            Some(calendar) => write!(f, "{calendar}")?,
+            None => write_window(f, self.window)?,
+        }
         if let Some(burst) = self.burst {
             write!(f, " burst {burst}")?;
         }
@@ -212,6 +304,14 @@ impl<'a> Parser<'a> {
         };
         let unit_at = self.pos;
         let unit = self.word();
+        if let Some(period) = calendar_period(unit) {
+            if count != 1 {
+                return Err(
+                    self.error_at(unit_at, "one calendar week, month or year (\"100/month\")")
+                );
+            }
+            return self.calendar_quota(limit, limit_at, period);
+        }
         let Some(Unit {
             micros: unit_us, ..
         }) = UNITS.iter().find(|u| u.names.contains(&unit))
@@ -249,6 +349,54 @@ impl<'a> Parser<'a> {
             if !self.at_end() {
                 return Err(self.error("the end of the quota"));
             }
+        }
+        Ok(quota)
+    }
+
+    /// The rest of a calendar quota: `[from DAY] [utc±HH:MM]`.
+    fn calendar_quota(
+        mut self,
+        limit: u64,
+        limit_at: usize,
+        period: Period,
+    ) -> Result<Quota, QuotaError> {
+        let limit = u32::try_from(limit)
+            .map_err(|_| self.error_at(limit_at, "a limit of at most 4294967295"))?;
+        let mut quota = Quota::per_period(limit, period)?;
+        self.skip_space();
+        let mut word_at = self.pos;
+        let mut word = self.word();
+        if word == "from" {
+            self.skip_space();
+            let (day, day_at) = self.number("a day of the month after \"from\"")?;
+            quota = u8::try_from(day)
+                .ok()
+                .and_then(|day| quota.starting_on_day(day).ok())
+                .ok_or_else(|| {
+                    self.error_at(
+                        day_at,
+                        "a day of the month from 1 to 31, for a monthly quota",
+                    )
+                })?;
+            self.skip_space();
+            word_at = self.pos;
+            word = self.word();
+        }
+        if word == "utc" {
+            let offset = self.take_while(|c| matches!(c, '+' | '-' | ':') || c.is_ascii_digit());
+            let minutes = parse_offset(offset).ok_or_else(|| {
+                self.error_at(word_at, "an offset from UTC like utc+02:00 or utc-05:30")
+            })?;
+            quota = quota.utc_offset(minutes)?;
+            self.skip_space();
+            word_at = self.pos;
+            word = self.word();
+        }
+        if !word.is_empty() {
+            return Err(self.error_at(
+                word_at,
+                "\"from DAY\", \"utc+HH:MM\" or the end of the quota",
+            ));
         }
         Ok(quota)
     }
@@ -309,6 +457,33 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// The calendar period a unit names.
+fn calendar_period(unit: &str) -> Option<Period> {
+    match unit {
+        "week" | "weeks" | "wk" => Some(Period::Week),
+        "month" | "months" | "mo" => Some(Period::Month),
+        "year" | "years" | "yr" => Some(Period::Year),
+        _ => None,
+    }
+}
+
+/// `+02:00`, `-05:30`, `+2`: minutes east of UTC.
+fn parse_offset(text: &str) -> Option<i16> {
+    let (sign, rest) = match text.as_bytes().first()? {
+        b'+' => (1, &text[1..]),
+        b'-' => (-1, &text[1..]),
+        _ => return None,
+    };
+    let (hours, minutes) = rest.split_once(':').unwrap_or((rest, "0"));
+    let all_digits =
+        |s: &str| !s.is_empty() && s.len() <= 2 && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(hours) || !all_digits(minutes) {
+        return None;
+    }
+    let (hours, minutes): (i16, i16) = (hours.parse().ok()?, minutes.parse().ok()?);
+    (minutes < 60).then_some(sign * (hours * 60 + minutes))
+}
+
 /// Why a quota was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -337,6 +512,10 @@ pub enum QuotaError {
         /// The quota it was added to.
         quota: Quota,
     },
+    /// A calendar setting that does not fit its quota (a day of the
+    /// month past 31, an offset past 23:59, either on a quota that is not
+    /// a calendar's); says which.
+    Calendar(String),
     /// The text could not be read as a quota.
     Syntax {
         /// The whole text.
@@ -370,6 +549,7 @@ impl fmt::Display for QuotaError {
                 f,
                 "invalid quota: a burst of {burst} at {quota} takes longer than 8.9 years to refill"
             ),
+            Self::Calendar(problem) => write!(f, "invalid quota: {problem}"),
             Self::Syntax { input, at, problem } => {
                 let near = input.get(*at..).unwrap_or("");
                 if near.is_empty() {

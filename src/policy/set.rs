@@ -123,7 +123,8 @@ impl Policy {
             .and_then(|limit| Self::build_from(vec![limit], Settings::default()))
     }
 
-    /// Parse `"10/s; 100/min"` with one algorithm for every limit.
+    /// Parse `"10/s; 100/min"` with one algorithm for every limit (but a
+    /// calendar quota's, `"50000/month"`, which is a fixed window).
     /// Each item may be named: `"burst = 10/s burst 20; sustained = 100/min"`;
     /// unnamed ones are anonymous.
     pub fn parse_with(text: &str, algorithm: Algorithm) -> Result<Self, PolicyError> {
@@ -134,6 +135,11 @@ impl Policy {
                 None => (None, item),
             };
             let quota = quota_text.parse::<Quota>().map_err(PolicyError::Quota)?;
+            // A calendar's periods are fixed windows, whatever the rest use.
+            let algorithm = match quota.calendar() {
+                Some(_) => Algorithm::FixedWindow,
+                None => algorithm,
+            };
             builder.limits.push(match name {
                 Some(name) => Limit::new(name, algorithm, quota),
                 None => Limit::anonymous(algorithm, quota),

@@ -14,6 +14,7 @@ mod basic;
 #[path = "../../examples/basic.rs"]
 mod basic_example;
 mod breaker;
+mod calendar;
 mod client;
 #[allow(dead_code)]
 #[path = "../../examples/client.rs"]

@@ -90,6 +90,37 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Calendar quotas — weeks, months from any day (31 included: the last
+    /// day of shorter months), years, at offsets east and west of UTC —
+    /// beside a plain limit: both backends end each period at the same
+    /// microsecond, over traces that cross many month, leap-day and year
+    /// ends.
+    #[test]
+    fn calendar_windows_agree_too(
+        period in 0usize..3,
+        day in prop_oneof![Just(1u8), 28u8..=31, 1u8..=31],
+        offset in prop_oneof![Just(0i16), -1439i16..=1439],
+        limit in 1u32..=8,
+        with_plain in any::<bool>(),
+        trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..3_600_000_000, 0u64..40 * 86_400_000_000], 0u32..=4), 1..60),
+        start in 1_700_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let mut quota = [Quota::per_week, Quota::per_month, Quota::per_year][period](limit).unwrap();
+        if period == 1 {
+            quota = quota.starting_on_day(day).unwrap();
+        }
+        quota = quota.utc_offset(offset).unwrap();
+        let mut builder = Policy::builder().limit("calendar", Algorithm::FixedWindow, quota);
+        if with_plain {
+            builder = builder.limit("plain", Algorithm::FixedWindow, Quota::per_day(limit + 2).unwrap());
+        }
+        replay_agrees(&builder.build().unwrap(), &trace, start)?;
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     /// Settling — giving back what an admitted request did not use, or

@@ -44,10 +44,12 @@ impl Shape {
         if policy.penalty().is_some() {
             bits |= Self::PENALTY;
         }
+        // The lean fixed window knows no calendar.
         let lean = matches!(ask, Ask::Check(_))
             && policy.limits().len() == 1
             && bits & (Self::LOG | Self::PENALTY) == 0
-            && !policy.counts_denied();
+            && !policy.counts_denied()
+            && policy.limits()[0].quota().calendar().is_none();
         if lean {
             bits |= Self::LEAN;
         }
@@ -291,9 +293,13 @@ pub(super) fn invocation(
         None => (0..4).for_each(|_| out.number(0)),
     }
     for limit in limits {
-        // The algorithm codes of check.lua.
+        // The algorithm codes of check.lua; a fixed window's fourth number
+        // is its calendar's code (0: none).
         let (code, interval) = match limit.rule().form() {
-            Form::Fixed(FixedRule::FixedWindow(_)) => (1, Micros::ZERO),
+            Form::Fixed(FixedRule::FixedWindow(_)) => {
+                let calendar = limit.quota().calendar();
+                (1, Micros::new(calendar.map_or(0, |c| c.code())))
+            }
             Form::Log(_) if limit.is_concurrent() => (5, Micros::ZERO),
             Form::Log(_) => (2, Micros::ZERO),
             Form::Fixed(FixedRule::SlidingWindow(_)) => (3, Micros::ZERO),

@@ -55,14 +55,14 @@ while ARGV[a] do
 end
 
 local function check(l, c)
-  if l.alg == 1 then return fw_check(l.key, now, c, l.limit, l.w) end
+  if l.alg == 1 then return fw_check(l.key, now, c, l.limit, l.w, l.t) end
   if l.alg == 2 then return log_check(l.key, l.sum, now, c, l.limit, l.w) end
   if l.alg == 3 then return sw_check(l.key, now, c, l.limit, l.w) end
   return gcra_check(l.key, now, c, l.limit, l.t)
 end
 
 local function consume(l)
-  if l.alg == 1 then return fw_consume(l.key, now, cost, l.limit, l.w) end
+  if l.alg == 1 then return fw_consume(l.key, now, cost, l.limit, l.w, l.t) end
   if l.alg == 2 then return log_consume(l.key, l.sum, now, cost, l.limit, l.w) end
   if l.alg == 3 then return sw_consume(l.key, now, cost, l.limit, l.w) end
   return gcra_consume(l.key, now, cost, l.limit, l.t)
@@ -127,7 +127,7 @@ if ARGV[3] == 's' then
   if cost < 0 then refund(-cost) end
   return after_each(function(l)
     if cost > 0 and not l.concurrent then
-      if l.alg == 1 then fw_consume(l.key, now, cost, math.huge, l.w)
+      if l.alg == 1 then fw_consume(l.key, now, cost, math.huge, l.w, l.t)
       elseif l.alg == 2 then log_consume(l.key, l.sum, now, cost, math.huge, l.w)
       elseif l.alg == 3 then sw_consume(l.key, now, cost, 4294967295, l.w)
       else gcra_consume(l.key, now, cost, math.huge, l.t) end
