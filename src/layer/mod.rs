@@ -47,6 +47,7 @@
 mod body;
 pub(crate) mod builder;
 mod config;
+mod content_bytes;
 mod cost;
 mod decide;
 mod future;
@@ -65,6 +66,10 @@ mod shaping;
 
 pub use body::ResponseBody;
 pub use config::{OnKeyError, Shadow};
+pub use content_bytes::{
+    ContentBytes, ContentBytesExceeded, ContentBytesFuture, ContentBytesLayer, RequestBytes,
+    ResponseBytes,
+};
 pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
 pub use headers::HeaderStyle;

@@ -47,6 +47,9 @@ impl Rendered {
             } else {
                 field.extend_from_slice(b";w=");
                 push_u64(&mut field, limit.quota().window_micros().as_secs_ceil());
+                if limit.counts_bytes() {
+                    field.extend_from_slice(br#";qu="content-bytes""#);
+                }
             }
         }
         let members = |limit: &Limit| {

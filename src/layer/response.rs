@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use super::headers::{self, HeaderStyle};
 use super::rendered::{push_u64, Rendered};
 use crate::key::{Key, KeyError, RequestHead};
-use crate::{Decision, Micros, Policy, Verdict};
+use crate::{Decision, Limit, Micros, Policy, Verdict};
 
 /// A function that renders the response to a limited request.
 pub type LimitedFn = dyn Fn(&Refused<'_>) -> Response<Bytes> + Send + Sync;
@@ -159,6 +159,23 @@ impl LimitedResponse {
         }
         response
     }
+}
+
+/// The answer to a request body larger than `policy`'s limits in bytes can
+/// ever hold.
+pub(super) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
+    let capacity = policy
+        .limits()
+        .iter()
+        .map(Limit::capacity)
+        .min()
+        .unwrap_or(0);
+    // Limit names are printable ASCII without '"' or '\\'.
+    let name = policy.limits().first().map_or("", |l| l.name());
+    let body = format!(
+        r#"{{"error":"payload_too_large","detail":"the body is larger than the {capacity} bytes the limit \"{name}\" holds"}}"#
+    );
+    json(StatusCode::PAYLOAD_TOO_LARGE, false, Bytes::from(body))
 }
 
 /// The answer when no key could be derived and the layer rejects such requests.

@@ -22,6 +22,9 @@ pub struct Limit {
     /// Counts requests in flight (see [`Limit::concurrent`]), not requests
     /// made.
     concurrent: bool,
+    /// Counts bytes of content ([`counts_bytes`](Self::counts_bytes)), not
+    /// requests.
+    bytes: bool,
     /// `name:algorithm:window`, after the scope for an anonymous limit: what
     /// identifies this limit's state in a backend, the same in every process.
     identity: Box<str>,
@@ -106,14 +109,52 @@ impl Limit {
         }
     }
 
-    /// What the identity calls this kind of limit: its algorithm, or
-    /// `concurrent`.
+    /// What the identity calls this kind of limit: its algorithm (and
+    /// `-bytes` for bytes), or `concurrent`.
     fn kind_name(&self, concurrent: bool) -> String {
         if concurrent {
             "concurrent".to_owned()
+        } else if self.bytes {
+            format!("{}-bytes", self.algorithm)
         } else {
             self.algorithm.to_string()
         }
+    }
+
+    /// The same limit counting bytes of content (the IETF quota unit
+    /// `content-bytes`): its own state, apart from a limit of requests of
+    /// the same name. A limit of requests in flight stays one.
+    pub(crate) fn in_bytes(&self) -> Self {
+        if self.concurrent || self.bytes {
+            return self.clone();
+        }
+        let bytes = Self {
+            bytes: true,
+            ..self.clone()
+        };
+        match self.named {
+            true => bytes.with_kind(false),
+            // An anonymous limit's identity may carry a scope: keep it, with
+            // the kind changed.
+            false => {
+                let kind = self.algorithm.to_string();
+                let identity =
+                    self.identity
+                        .replacen(&format!(":{kind}:"), &format!(":{kind}-bytes:"), 1);
+                Self {
+                    id: hash(&identity),
+                    identity: identity.into(),
+                    ..bytes
+                }
+            }
+        }
+    }
+
+    /// Whether the limit counts bytes of content (a
+    /// [`ContentBytesLayer`](crate::layer::ContentBytesLayer)'s), not
+    /// requests.
+    pub fn counts_bytes(&self) -> bool {
+        self.bytes
     }
 
     /// Whether the limit counts requests in flight ([`Limit::concurrent`]).
@@ -152,6 +193,7 @@ impl Limit {
             identity: identity.into(),
             named,
             concurrent: false,
+            bytes: false,
             name,
             algorithm,
             quota,

@@ -220,6 +220,12 @@ impl Policy {
         self.inner.penalty_identity.as_ref().map(|(_, id)| *id)
     }
 
+    /// This policy with every limit counting bytes of content.
+    pub(crate) fn in_bytes(&self) -> Policy {
+        let limits = self.limits().iter().map(Limit::in_bytes).collect();
+        self.with_limits(limits)
+    }
+
     /// Each limit's share among `servers` (see [`Limit::share`]).
     pub(crate) fn share(&self, servers: u32) -> Policy {
         let limits = self.limits().iter().map(|l| l.share(servers)).collect();

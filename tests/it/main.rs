@@ -19,6 +19,7 @@ mod client;
 #[allow(dead_code)]
 #[path = "../../examples/client.rs"]
 mod client_example;
+mod content_bytes;
 mod distributed;
 mod faults;
 mod fleet;
