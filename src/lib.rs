@@ -22,6 +22,7 @@
 //! | [`algorithm`] | the six algorithms as pure state transitions | studying or replaying the math |
 //! | [`clock`] | the time the memory backend reads ([`clock::Micros`]) | tests that move time by hand |
 //! | [`client`] | a layer that makes an HTTP client wait for its turn | calling a rate-limited API |
+//! | `config` (feature `config`) | limits from a file: routes, keys, tiers, overrides, lists; reloaded, shared by a fleet | keeping limits out of code |
 //!
 //! # Guide
 //!
@@ -123,6 +124,7 @@
 //! | `redis-cluster` | no | the Redis backend on Redis Cluster (implies `redis`) |
 //! | `redis-sentinel` | no | the Redis backend on the master Redis Sentinel names, followed through failovers (implies `redis`) |
 //! | `redis-tls` | no | `rediss://` for the Redis backend, through rustls: the system's roots or a CA you name, client certificates (implies `redis`) |
+//! | `config` | no | `config`: limits from a TOML file, validated, reloaded when it changes, and with `redis` shared by a fleet (`config::Fleet`) |
 //!
 //! The map of the source — which file holds what, the invariants, and where
 //! each kind of change goes — is `ARCHITECTURE.md` in the repository.
