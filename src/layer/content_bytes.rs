@@ -14,6 +14,7 @@ use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::body::ResponseBody;
 use super::headers::{self, HeaderStyle};
 use super::response::{self, LimitedResponse, Refused};
 use crate::backend::{Backend, MemoryBackend, OnBackendError};
@@ -472,7 +473,7 @@ impl<B: Backend> After<B> {
             sent: 0,
         });
         response.map(|body| ResponseBytes {
-            kind: Kind::Inner { body },
+            body: ResponseBody::holding(body, None),
             charge: counting,
         })
     }
@@ -705,25 +706,15 @@ pin_project! {
     /// the limiter's own answer.
     pub struct ResponseBytes<Bd, B: Backend> {
         #[pin]
-        kind: Kind<Bd>,
+        body: ResponseBody<Bd>,
         charge: Option<Charge<B>>,
-    }
-}
-
-pin_project! {
-    #[project = KindProj]
-    enum Kind<Bd> {
-        Inner { #[pin] body: Bd },
-        Limiter { data: Option<Bytes> },
     }
 }
 
 impl<Bd, B: Backend> ResponseBytes<Bd, B> {
     fn limiter(data: Bytes) -> Self {
         Self {
-            kind: Kind::Limiter {
-                data: (!data.is_empty()).then_some(data),
-            },
+            body: ResponseBody::limiter(data),
             charge: None,
         }
     }
@@ -738,10 +729,7 @@ impl<Bd: Body<Data = Bytes>, B: Backend> Body for ResponseBytes<Bd, B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Bd::Error>>> {
         let this = self.project();
-        let frame = match this.kind.project() {
-            KindProj::Inner { body } => ready!(body.poll_frame(cx)),
-            KindProj::Limiter { data } => data.take().map(|d| Ok(Frame::data(d))),
-        };
+        let frame = ready!(this.body.poll_frame(cx));
         match (&frame, this.charge.as_mut()) {
             (Some(Ok(frame)), Some(charge)) => {
                 charge.sent += frame.data_ref().map_or(0, |d| d.remaining() as u64);
@@ -754,19 +742,11 @@ impl<Bd: Body<Data = Bytes>, B: Backend> Body for ResponseBytes<Bd, B> {
     }
 
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
-            Kind::Limiter { data } => data.is_none(),
-        }
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Limiter { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-        }
+        self.body.size_hint()
     }
 }
 

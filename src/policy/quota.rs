@@ -117,29 +117,30 @@ impl Quota {
     /// in a shorter month, on its last day): a billing period.
     pub fn starting_on_day(self, day: u8) -> Result<Self, QuotaError> {
         let calendar = self.calendar.and_then(|c| c.starting_on_day(day));
-        match calendar {
-            Some(calendar) => Ok(Self {
-                calendar: Some(calendar),
-                ..self
-            }),
-            None => Err(QuotaError::Calendar(format!(
-                "{self}: a month starts on a day from 1 to 31, and only a monthly quota has one"
-            ))),
-        }
+        self.with_calendar(
+            calendar,
+            "a month starts on a day from 1 to 31, and only a monthly quota has one",
+        )
     }
 
     /// This calendar quota's days start `minutes` east of UTC (negative:
     /// west), at most 23:59 either way.
     pub fn utc_offset(self, minutes: i16) -> Result<Self, QuotaError> {
         let calendar = self.calendar.and_then(|c| c.offset(minutes));
+        self.with_calendar(
+            calendar,
+            "an offset from UTC is at most 23:59, and only a week, month or year has one",
+        )
+    }
+
+    /// This quota on `calendar`, or the error `problem` when there is none.
+    fn with_calendar(self, calendar: Option<Calendar>, problem: &str) -> Result<Self, QuotaError> {
         match calendar {
             Some(calendar) => Ok(Self {
                 calendar: Some(calendar),
                 ..self
             }),
-            None => Err(QuotaError::Calendar(format!(
-                "{self}: an offset from UTC is at most 23:59, and only a week, month or year has one"
-            ))),
+            None => Err(QuotaError::Calendar(format!("{self}: {problem}"))),
         }
     }
 
