@@ -44,6 +44,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod adaptive;
 mod body;
 pub(crate) mod builder;
 mod config;
@@ -64,6 +65,10 @@ mod service;
 mod settle;
 mod shaping;
 
+pub use adaptive::{
+    Adaptive, AdaptivePolicies, Aimd, Classifier, Controller, FactorChange, Health, Observed,
+    ObservedFuture, Observer, Steps,
+};
 pub use body::ResponseBody;
 pub use config::{OnKeyError, Shadow};
 pub use content_bytes::{

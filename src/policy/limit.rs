@@ -204,10 +204,15 @@ impl Limit {
     /// the burst too), under the same identity: each server's share while
     /// they cannot share state.
     pub(super) fn share(&self, servers: u32) -> Self {
-        let part = |n: u32| n.div_ceil(servers.max(1)).max(1);
+        self.with_numbers(|n| n.div_ceil(servers.max(1)).max(1))
+    }
+
+    /// This limit with its number (and burst) made `part` of what they are,
+    /// under the same identity: its clients keep their state.
+    pub(super) fn with_numbers(&self, part: impl Fn(u32) -> u32) -> Self {
         let quota = self.quota;
         let scaled = quota
-            .with_limit(part(quota.limit()), quota.burst().map(part))
+            .with_limit(part(quota.limit()), quota.burst().map(&part))
             // A smaller limit over the same window is always valid; keep
             // the whole quota should that ever change.
             .unwrap_or(quota);

@@ -220,6 +220,33 @@ impl Policy {
         self.inner.penalty_identity.as_ref().map(|(_, id)| *id)
     }
 
+    /// This policy with every limit's number (and burst) multiplied by
+    /// `factor` in `(0, 1]` (rounded down, at least 1), under the same
+    /// identities: its clients keep their state, read under the scaled
+    /// numbers, on every backend — what an adaptive limit enforces while
+    /// the service it guards struggles.
+    ///
+    /// ```
+    /// use tower_ratelimit::Policy;
+    /// let policy: Policy = "report = 60/min".parse().unwrap();
+    /// let halved = policy.scaled(0.5);
+    /// assert_eq!(halved.limits()[0].quota().limit(), 30);
+    /// assert_eq!(halved.limits()[0].identity(), policy.limits()[0].identity());
+    /// ```
+    pub fn scaled(&self, factor: f64) -> Policy {
+        let factor = if factor.is_finite() {
+            factor.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
+        if factor >= 1.0 {
+            return self.clone();
+        }
+        let part = |n: u32| ((f64::from(n) * factor) as u32).max(1);
+        let limits = self.limits().iter().map(|l| l.with_numbers(part)).collect();
+        self.with_limits(limits)
+    }
+
     /// This policy with every limit counting bytes of content.
     pub(crate) fn in_bytes(&self) -> Policy {
         let limits = self.limits().iter().map(Limit::in_bytes).collect();

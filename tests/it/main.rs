@@ -8,6 +8,7 @@ mod support;
 #[path = "../../examples/server/main.rs"]
 mod server;
 
+mod adaptive;
 mod algorithms;
 mod backend_of_our_own;
 mod basic;

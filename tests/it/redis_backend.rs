@@ -90,6 +90,37 @@ proptest! {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// An adaptive limit's checks at scaled capacities: the same policy,
+    /// its numbers scaled by a factor that moves between requests (the
+    /// identities kept), decides the same on both backends, for every
+    /// algorithm and mix of limits.
+    #[test]
+    fn checks_at_scaled_capacities_agree_too(
+        limits in prop::collection::vec(limit_strategy(), 1..=3),
+        trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..30_000_000], 0u32..=6, 0usize..5), 1..60),
+        start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+    ) {
+        let base = policy(&limits, false);
+        let factors = [1.0, 0.75, 0.5, 0.25, 0.1];
+        let (_server, rt, redis, memory) = both();
+        let key = Key::new("user", "scaled");
+        let mut now = start;
+        for (i, &(gap, cost, f)) in trace.iter().enumerate() {
+            now += gap;
+            let scaled = base.scaled(factors[f]);
+            for (a, b) in scaled.limits().iter().zip(base.limits()) {
+                prop_assert_eq!(a.identity(), b.identity());
+            }
+            let expected = memory.check_at(&key, &scaled, cost, Micros::new(now));
+            let actual = rt.block_on(redis.check_at(&key, &scaled, cost, Micros::new(now))).unwrap();
+            prop_assert_eq!(observed(&actual), observed(&expected), "request {} at factor {}", i, factors[f]);
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Calendar quotas — weeks, months from any day (31 included: the last

@@ -1,0 +1,149 @@
+//! Adaptive limits through the layer: the factor follows the guarded
+//! service's failures (and recovers a step a window), scaling keeps
+//! clients' state, the brownout switch wins, and changes are told.
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::routing::get;
+use axum::Router;
+use http::{Request, StatusCode};
+use tower::ServiceExt;
+use tower_ratelimit::key::Header;
+use tower_ratelimit::layer::{Adaptive, FactorChange, Steps};
+use tower_ratelimit::{Policy, RateLimitLayer};
+
+/// An app whose handler fails `fail_permille` of its requests (spread
+/// evenly), behind 60/min per user scaled by `adaptive`.
+fn app(adaptive: &Adaptive, fail_permille: Arc<AtomicU32>) -> Router {
+    let served = Arc::new(AtomicUsize::new(0));
+    let handler = move || {
+        let n = served.fetch_add(1, Ordering::SeqCst) as u64;
+        let rate = u64::from(fail_permille.load(Ordering::SeqCst));
+        // The n-th request fails when the count of failures due grows.
+        let fails = (n + 1) * rate / 1000 > n * rate / 1000;
+        async move {
+            if fails {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::OK
+            }
+        }
+    };
+    let policy: Policy = "report = 60/min".parse().unwrap();
+    Router::new().route(
+        "/api/report",
+        get(handler)
+            .layer::<_, std::convert::Infallible>(adaptive.observer())
+            .layer(RateLimitLayer::new(adaptive.policies(policy)).key(Header::new("x-user-id"))),
+    )
+}
+
+/// The `q` of the response's `RateLimit-Policy`, and its status.
+async fn ask(app: &Router, user: &str) -> (StatusCode, u32) {
+    let req = Request::get("/api/report")
+        .header("x-user-id", user)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let policy = res.headers()["ratelimit-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let q = policy
+        .split(";q=")
+        .nth(1)
+        .and_then(|q| q.split(';').next())
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("{policy}"));
+    (res.status(), q)
+}
+
+#[tokio::test]
+async fn the_limit_halves_under_errors_and_climbs_back_a_step_a_window() {
+    let changes = Arc::new(Mutex::new(Vec::<FactorChange>::new()));
+    let told = changes.clone();
+    let adaptive = Adaptive::new(Steps::default())
+        .named("/api/report")
+        .window(Duration::from_millis(1_000))
+        .min_responses(20)
+        .on_change(move |c| told.lock().unwrap().push(c.clone()));
+    let failing = Arc::new(AtomicU32::new(200));
+    let app = app(&adaptive, failing.clone());
+
+    // 20% errors, spread over many users (each has its own 60/min).
+    let mut qs = Vec::new();
+    for i in 0..60 {
+        qs.push(ask(&app, &format!("user-{i}")).await.1);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(qs[0], 60);
+    assert_eq!(*qs.last().unwrap(), 30, "{qs:?}");
+    assert_eq!(adaptive.factor(), 0.5);
+
+    // The errors stop: once they have left the window, a step up (45), and
+    // a window later the whole limit; never 30 → 60 at once.
+    failing.store(0, Ordering::SeqCst);
+    let mut seen = Vec::new();
+    for i in 0..400 {
+        let q = ask(&app, &format!("later-{i}")).await.1;
+        if seen.last() != Some(&q) {
+            seen.push(q);
+        }
+        if q == 60 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(seen, [30, 45, 60], "{seen:?}");
+    let changes = changes.lock().unwrap();
+    let factors: Vec<_> = changes.iter().map(|c| (c.from, c.to)).collect();
+    assert_eq!(factors, [(1.0, 0.5), (0.5, 0.75), (0.75, 1.0)]);
+    assert!(changes[0].health.failure_rate() > 0.10, "{}", changes[0]);
+    assert!(
+        changes[0]
+            .to_string()
+            .contains("/api/report: limits at 0.50"),
+        "{}",
+        changes[0]
+    );
+}
+
+/// A window with too few responses never moves the factor.
+#[tokio::test]
+async fn a_few_failures_are_not_a_window() {
+    let adaptive = Adaptive::new(Steps::default())
+        .window(Duration::from_millis(500))
+        .min_responses(20);
+    let app = app(&adaptive, Arc::new(AtomicU32::new(1000)));
+    for i in 0..15 {
+        ask(&app, &format!("u{i}")).await;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert_eq!(adaptive.factor(), 1.0);
+    assert_eq!(adaptive.health().failures, adaptive.health().responses);
+}
+
+/// Scaling keeps every client's count: 40 spent of 60 is nothing left at
+/// half (40 of 30), and 20 left at the whole limit again. The brownout
+/// switch wins over the service's health, and lets go when cleared.
+#[tokio::test]
+async fn scaling_keeps_state_and_the_brownout_switch_wins() {
+    let adaptive = Adaptive::new(Steps::default()).min_factor(0.25);
+    let app = app(&adaptive, Arc::new(AtomicU32::new(0)));
+    for _ in 0..40 {
+        assert_eq!(ask(&app, "ann").await.0, StatusCode::OK);
+    }
+    adaptive.pin().replace(Some(0.5));
+    assert_eq!(ask(&app, "ann").await, (StatusCode::TOO_MANY_REQUESTS, 30));
+    assert_eq!(ask(&app, "bob").await, (StatusCode::OK, 30));
+    adaptive.pin().replace(Some(0.01));
+    assert_eq!(ask(&app, "bob").await.1, 15, "never under min_factor");
+    adaptive.pin().replace(None);
+    let mut left = 0;
+    while ask(&app, "ann").await.0 == StatusCode::OK {
+        left += 1;
+    }
+    assert_eq!(left, 20, "ann's 40 were kept through the scaling");
+}
