@@ -42,6 +42,9 @@ pub struct Config {
     /// `LIMITS_FILE`: the routes' limits, from this file (watched), not the
     /// built-in `examples/limits.toml`.
     pub limits_file: Option<std::path::PathBuf>,
+    /// `ADAPTIVE_WINDOW_MS`: the window `/api/report`'s adaptive limit
+    /// looks back over (default 10,000; shorter for a quick demo).
+    pub adaptive_window: std::time::Duration,
 }
 
 /// What decides while the store is down.
@@ -73,6 +76,7 @@ impl Default for Config {
             redis_ca_file: None,
             redis_client_cert: None,
             limits_file: None,
+            adaptive_window: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -153,6 +157,11 @@ impl Config {
                 (None, None) => None,
                 _ => return Err("REDIS_CLIENT_CERT and REDIS_CLIENT_KEY go together".into()),
             },
+            adaptive_window: std::time::Duration::from_millis(env_or(
+                "ADAPTIVE_WINDOW_MS",
+                10_000,
+                |v| v.parse().ok().filter(|ms| *ms >= 100),
+            )?),
             limits_file: std::env::var_os("LIMITS_FILE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),

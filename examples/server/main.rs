@@ -80,6 +80,8 @@ mod admin;
 mod config;
 #[path = "login.rs"]
 mod login;
+#[path = "report.rs"]
+mod report;
 #[path = "routes.rs"]
 mod routes;
 #[path = "serve.rs"]
@@ -151,8 +153,14 @@ pub fn app_with<B: Backend>(
     let mut admin = Router::new()
         .route("/admin/top", get(top_offenders::<B>))
         .route("/admin/limits", get(list_limits::<B>));
+    let report_service = Arc::new(report::Service::default());
     if let Some(token) = &config.admin_token {
+        let service = report_service.clone();
         admin = admin
+            .route(
+                "/admin/backend",
+                put(move |body: String| report::set(service.clone(), body)),
+            )
             .route("/admin/limits/{*route}", put(replace_limits::<B>))
             .route("/admin/keys", delete(reset_keys::<B>))
             .route_layer(middleware::from_fn_with_state(
@@ -209,7 +217,11 @@ pub fn app_with<B: Backend>(
             login::route(config, &common, policies.clone()),
         )
         .route("/api/tokens", tokens::route(&common, &limits))
-        .route("/api/slow", slow::route(&common, &limits));
+        .route("/api/slow", slow::route(&common, &limits))
+        .route(
+            "/api/report",
+            report::route(config, &common, &limits, report_service),
+        );
     let api_key = api_key();
     let coded_keys: [(&'static str, KeyOf); 2] = [
         ("/api/key", Arc::new(move |r| api_key.extract(r))),

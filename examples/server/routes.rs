@@ -25,7 +25,7 @@ const fn route(method: Method, path: &'static str, about: &'static str) -> Route
 }
 
 /// Every limited route; the limits file must limit each.
-pub(super) static ROUTES: [Route; 9] = [
+pub(super) static ROUTES: [Route; 10] = [
     route(
         Method::GET,
         "/api/user",
@@ -66,6 +66,11 @@ pub(super) static ROUTES: [Route; 9] = [
         Method::GET,
         "/api/slow",
         "2 requests in flight per user (a body streamed over ?ms=); PUT a number of permits",
+    ),
+    route(
+        Method::GET,
+        "/api/report",
+        "60/min per user, adaptive: halved while over 10% of the report service's answers fail (PUT /admin/backend)",
     ),
 ];
 

@@ -147,3 +147,77 @@ async fn scaling_keeps_state_and_the_brownout_switch_wins() {
     }
     assert_eq!(left, 20, "ann's 40 were kept through the scaling");
 }
+
+/// The example server's session: `/api/report` at q=60; the report
+/// service set failing 20% (`PUT /admin/backend`), q=30; healthy again,
+/// back to q=60 by a step.
+#[tokio::test]
+async fn the_example_report_follows_its_service() {
+    use crate::support::send;
+    use http::Method;
+    let config = crate::server::Config {
+        admin_token: Some("s3cret".into()),
+        adaptive_window: Duration::from_millis(1_000),
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new())
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let auth = [("authorization", "Bearer s3cret")];
+    let set = |body: &'static str| send(addr, Method::PUT, "/admin/backend", &auth, body);
+    let q = |i: usize| async move {
+        let user = format!("reader-{i}");
+        let (status, headers, _) = send(
+            addr,
+            Method::GET,
+            "/api/report",
+            &[("x-user-id", &user)],
+            "",
+        )
+        .await;
+        let policy = headers["ratelimit-policy"].to_str().unwrap().to_owned();
+        (status, policy)
+    };
+    assert_eq!(q(0).await.1, r#""report";q=60;w=60"#);
+    assert_eq!(
+        send(addr, Method::PUT, "/admin/backend", &[], "error_rate=0.2")
+            .await
+            .0,
+        401
+    );
+    assert_eq!(set("error_rate=2").await.0, 400);
+    assert_eq!(set("latency_ms=5").await.0, 400, "error_rate is required");
+    let (status, _, said) = set("error_rate=0.2&latency_ms=2").await;
+    assert_eq!(status, 200, "{said}");
+    let mut statuses = Vec::new();
+    for i in 1..=60 {
+        statuses.push(q(i).await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let failed = statuses.iter().filter(|(s, _)| *s == 503).count();
+    assert!((10..=14).contains(&failed), "{failed} of 60 failed");
+    assert_eq!(statuses.last().unwrap().1, r#""report";q=30;w=60"#);
+
+    set("error_rate=0").await;
+    let mut seen: Vec<String> = Vec::new();
+    for i in 100..600 {
+        let policy = q(i).await.1;
+        if seen.last() != Some(&policy) {
+            seen.push(policy.clone());
+        }
+        if policy.contains("q=60") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        seen,
+        [
+            r#""report";q=30;w=60"#,
+            r#""report";q=45;w=60"#,
+            r#""report";q=60;w=60"#
+        ]
+    );
+}
