@@ -12,6 +12,7 @@ use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy, PolicyResolver};
 use super::settle::{ResponseHead, Settlement};
 use super::shaping::Shaping;
+use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
@@ -154,6 +155,13 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// the bounds `shaping` sets (see [`Shaping`]).
     pub fn shape(mut self, shaping: Shaping) -> Self {
         self.config_mut().shaping = Some(shaping);
+        self
+    }
+
+    /// Delay admitted requests as a key nears a limit, before refusing
+    /// them at it (see [`SoftShed`]).
+    pub fn soft_shed(mut self, soft_shed: SoftShed) -> Self {
+        self.config_mut().soft_shed = Some(soft_shed);
         self
     }
 

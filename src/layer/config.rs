@@ -11,6 +11,7 @@ use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy};
 use super::settle::Settlement;
 use super::shaping::Shaping;
+use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
 use crate::{Live, Micros};
 
@@ -57,6 +58,8 @@ pub(crate) struct Config {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter: Micros,
     pub(crate) shaping: Option<Shaping>,
+    /// Delays admissions as a key nears its limit.
+    pub(crate) soft_shed: Option<SoftShed>,
     /// Settles each counted request by its response.
     pub(crate) settlement: Option<Settlement>,
     /// Every policy in shadow mode, whatever it says.

@@ -14,11 +14,13 @@ use tower_service::Service;
 use super::body::ResponseBody;
 use super::config::Config;
 use super::decide::{decide, Action};
+use super::observe::Fate;
 use super::observe::Report;
 use super::permit::{self, Held};
 use super::response::Refused;
 use super::settle::ResponseHead;
 use super::shaping::Waiting;
+use super::soft_shed::Delayed;
 use super::{grpc, headers, observe, response};
 use crate::backend::Backend;
 use crate::decision::Origin;
@@ -55,6 +57,11 @@ pin_project! {
         Wait {
             sleep: Pin<Box<Sleep>>,
             pending: Option<Pending<S, ReqB, B>>,
+        },
+        // Admitted, and soft shed: the call waits first.
+        Delay {
+            sleep: Pin<Box<Sleep>>,
+            admitted: Option<Box<Admitted<S, ReqB, B>>>,
         },
         Call {
             #[pin]
@@ -146,6 +153,14 @@ where
             permit,
         }
     }
+}
+
+/// An admitted request waiting to be called (soft shedding).
+struct Admitted<S, ReqB, B> {
+    pending: Pending<S, ReqB, B>,
+    decision: Decision,
+    origin: Origin,
+    headers: bool,
 }
 
 /// What settling an admitted request by its response takes.
@@ -245,7 +260,20 @@ where
                         let (shaping, retry) = (config.shaping.as_ref()?, p.retry.as_mut()?);
                         shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
                     });
+                    // Soft shedding: an admission near the limit waits.
+                    let delay = match &action {
+                        Action::Admit {
+                            decision,
+                            counted: true,
+                            ..
+                        } => config
+                            .soft_shed
+                            .as_ref()
+                            .and_then(|s| s.delay_for(decision)),
+                        _ => None,
+                    };
                     if let Some((decision, fate)) = action.reported() {
+                        let fate = if delay.is_some() { Fate::Delayed } else { fate };
                         let Ask {
                             key,
                             policy,
@@ -271,7 +299,21 @@ where
                             origin,
                             counted,
                             headers,
-                        } => p.call(config, Some(decision), origin, counted, headers),
+                        } => match delay {
+                            Some(delay) => {
+                                p.req.extensions_mut().insert(Delayed(delay));
+                                State::Delay {
+                                    sleep: Box::pin(tokio::time::sleep(delay)),
+                                    admitted: Some(Box::new(Admitted {
+                                        pending: p,
+                                        decision: *decision,
+                                        origin,
+                                        headers,
+                                    })),
+                                }
+                            }
+                            None => p.call(config, Some(decision), origin, counted, headers),
+                        },
                         Action::FailOpen(error) => {
                             observe::backend_failed(
                                 &config.observer,
@@ -324,6 +366,16 @@ where
                         check,
                         pending: Some(p),
                     });
+                }
+                StateProj::Delay { sleep, admitted } => {
+                    ready!(sleep.as_mut().poll(cx));
+                    let a = admitted
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    let state =
+                        a.pending
+                            .call(this.config, Some(&a.decision), a.origin, true, a.headers);
+                    this.state.set(state);
                 }
                 StateProj::Call {
                     call,

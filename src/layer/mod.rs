@@ -64,6 +64,7 @@ pub(crate) mod select;
 mod service;
 mod settle;
 mod shaping;
+mod soft_shed;
 
 pub use adaptive::{
     Adaptive, AdaptivePolicies, Aimd, Classifier, Controller, FactorChange, Health, Observed,
@@ -86,3 +87,4 @@ pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, Rou
 pub use service::RateLimit;
 pub use settle::ResponseHead;
 pub use shaping::Shaping;
+pub use soft_shed::{Delayed, SoftShed};

@@ -47,6 +47,7 @@ mod shaping;
 #[path = "../../examples/simulate.rs"]
 mod simulate;
 mod simulation;
+mod soft_shed;
 mod state_store;
 mod tls;
 mod websocket;

@@ -151,6 +151,7 @@ fn counts_of<F: std::future::Future<Output = ()>>(
 ) -> BTreeMap<String, u64> {
     let recorder = Captured::default();
     let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     metrics::with_local_recorder(&recorder, || rt.block_on(scenario()));
@@ -159,6 +160,41 @@ fn counts_of<F: std::future::Future<Output = ()>>(
         .iter()
         .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
         .collect()
+}
+
+/// Soft shedding's delayed admissions are an outcome of their own.
+#[test]
+fn delayed_admissions_are_counted_as_delayed() {
+    use std::time::Duration;
+    use tower_ratelimit::layer::SoftShed;
+    let counts = counts_of(|| async {
+        let svc = ServiceBuilder::new()
+            .layer(
+                RateLimitLayer::new("soft = 5/min".parse::<Policy>().unwrap())
+                    .key(Global)
+                    .soft_shed(SoftShed::new(Duration::from_millis(20))),
+            )
+            .service(ok());
+        for _ in 0..6 {
+            svc.clone().oneshot(Request::new(())).await.unwrap();
+        }
+    });
+    let expected = [
+        ("ratelimit_near_limit_total{limit=soft,route=}", 1),
+        (
+            "ratelimit_requests_total{limit=soft,outcome=allowed,route=}",
+            4,
+        ),
+        (
+            "ratelimit_requests_total{limit=soft,outcome=delayed,route=}",
+            1,
+        ),
+        (
+            "ratelimit_requests_total{limit=soft,outcome=limited,route=}",
+            1,
+        ),
+    ];
+    assert_eq!(counts, owned(&expected));
 }
 
 fn owned(expected: &[(&str, u64)]) -> BTreeMap<String, u64> {

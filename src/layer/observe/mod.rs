@@ -3,7 +3,8 @@
 //!
 //! Metrics, through the `metrics` facade (any exporter):
 //! * `ratelimit_requests_total{outcome, route, limit}`, a counter. Outcomes:
-//!   `allowed`, `limited`; `fallback_allowed`, `fallback_limited` (decided by
+//!   `allowed`, `limited`; `delayed` (admitted, and delayed first by
+//!   [`SoftShed`](crate::layer::SoftShed)); `fallback_allowed`, `fallback_limited` (decided by
 //!   a [`Fallback`](crate::backend::Fallback)'s second backend);
 //!   `shadow_limited` (would have been refused; let through by shadow mode);
 //!   `banned` (refused by a [penalty box](crate::policy::PenaltyBox); `limit` is
@@ -224,6 +225,8 @@ fn count(observer: &Observer, outcome: &'static str, report: &Report, limit: Lim
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Fate {
     Allowed,
+    /// Admitted, and delayed first (soft shedding).
+    Delayed,
     Limited,
     /// Denied, and let through by shadow mode.
     Shadowed,
@@ -240,7 +243,8 @@ pub(super) fn decided(
     decision: &Decision,
     fate: Fate,
 ) {
-    if fate != Fate::Allowed {
+    let admitted = matches!(fate, Fate::Allowed | Fate::Delayed);
+    if !admitted {
         if let Some(top) = &observer.offenders {
             top.record(key);
         }
@@ -249,6 +253,7 @@ pub(super) fn decided(
     let outcome = match fate {
         Fate::Allowed if fallback => "fallback_allowed",
         Fate::Allowed => "allowed",
+        Fate::Delayed => "delayed",
         Fate::Shadowed => "shadow_limited",
         Fate::Limited if decision.is_banned() => "banned",
         Fate::Limited if fallback => "fallback_limited",
@@ -262,7 +267,7 @@ pub(super) fn decided(
         if let Some(latency) = latency.filter(|_| decision.origin() != Origin::Cached) {
             observer.meters.latency(backend, latency.as_secs_f64());
         }
-        if fate == Fate::Allowed {
+        if admitted {
             let near = policy.limits().iter().zip(decision.outcomes());
             let near = near.filter(|(_, o)| u64::from(o.remaining()) * 5 < u64::from(o.limit()));
             for (limit, _) in near {
@@ -291,7 +296,7 @@ pub(super) fn decided(
                 )
             };
         }
-        if fate == Fate::Allowed {
+        if admitted {
             event!(tracing::Level::TRACE);
         } else {
             event!(tracing::Level::DEBUG);
