@@ -42,6 +42,21 @@ pub(super) async fn top_offenders<B>(
     ))
 }
 
+/// The most denied networks of client IPs (`/24`, `/48`), most denied
+/// first (`?n=`, default 20): one subnet spread over many addresses.
+pub(super) async fn top_networks<B>(
+    State(state): State<AppState<B>>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
+    let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(20);
+    let top = state.top.top_networks(usize::min(n, 100));
+    Json(Value::Array(
+        top.into_iter()
+            .map(|o| json!({ "network": o.key, "denied": o.count, "error": o.error }))
+            .collect(),
+    ))
+}
+
 /// What `policy` enforces, as JSON.
 pub(super) fn describe(policy: &Policy) -> Value {
     let limits: Vec<Value> = policy

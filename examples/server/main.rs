@@ -152,6 +152,7 @@ pub fn app_with<B: Backend>(
     });
     let mut admin = Router::new()
         .route("/admin/top", get(top_offenders::<B>))
+        .route("/admin/top/networks", get(top_networks::<B>))
         .route("/admin/limits", get(list_limits::<B>));
     let report_service = Arc::new(report::Service::default());
     if let Some(token) = &config.admin_token {

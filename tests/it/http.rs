@@ -287,6 +287,12 @@ async fn a_client_denied_ten_times_on_api_ip_is_banned_for_five_minutes() {
         key.starts_with("ip:127.0.…#") && !key.contains("127.0.0.1"),
         "{key}"
     );
+    // And its network, ranked apart.
+    let (status, _, networks) = get(addr, "/admin/top/networks", &[]).await;
+    assert_eq!(status, 200);
+    let networks: serde_json::Value = serde_json::from_str(&networks).unwrap();
+    assert_eq!(networks[0]["network"], "127.0.0.0/24", "{networks}");
+    assert_eq!(networks[0]["denied"], 11, "{networks}");
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ mod support;
 mod server;
 
 mod adaptive;
+mod alerts;
 mod algorithms;
 mod backend_of_our_own;
 mod basic;

@@ -2,7 +2,10 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+
+use ipnet::IpNet;
 
 use crate::key::Key;
 
@@ -31,9 +34,14 @@ use crate::key::Key;
 /// ```
 ///
 /// [`RateLimitLayer::top_offenders`]: crate::RateLimitLayer::top_offenders
+///
+/// Keys of client IPs also count toward their networks (an IPv4 /24, an
+/// IPv6 /48), ranked apart ([`top_networks`](Self::top_networks)): a subnet
+/// spread over many addresses, each denied a little, shows up there.
 #[derive(Clone)]
 pub struct TopOffenders {
-    counters: Arc<Mutex<Counters>>,
+    keys: Arc<Mutex<Counters>>,
+    networks: Arc<Mutex<Counters>>,
 }
 
 /// One key in [`TopOffenders::top`].
@@ -56,30 +64,80 @@ struct Counters {
 }
 
 impl TopOffenders {
-    /// Track up to `capacity` keys (at least 1).
+    /// Track up to `capacity` keys (at least 1), and as many networks.
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         Self {
-            counters: Arc::new(Mutex::new(Counters {
-                capacity,
-                entries: Vec::with_capacity(capacity),
-                ids: Vec::with_capacity(capacity),
-                index: HashMap::with_capacity(capacity),
-            })),
+            keys: Arc::new(Mutex::new(Counters::new(capacity))),
+            networks: Arc::new(Mutex::new(Counters::new(capacity))),
         }
     }
 
-    /// Count one denial of `key`.
+    /// Count one denial of `key` (and of its network, for a client IP's).
     pub fn record(&self, key: &Key) {
-        let id = key.digest();
-        let mut counters = self.lock();
-        let counters = &mut *counters;
+        lock(&self.keys).record(key.digest(), || key.redacted());
+        if let Some(network) = network_of(key) {
+            let id = Key::new("network", network.to_string()).digest();
+            lock(&self.networks).record(id, || network.to_string());
+        }
+    }
+
+    /// The `n` most denied keys, most denied first.
+    pub fn top(&self, n: usize) -> Vec<Offender> {
+        lock(&self.keys).top(n)
+    }
+
+    /// The `n` most denied networks of client IPs (IPv4 /24, IPv6 /48),
+    /// most denied first.
+    pub fn top_networks(&self, n: usize) -> Vec<Offender> {
+        lock(&self.networks).top(n)
+    }
+
+    /// Forget every count.
+    pub fn clear(&self) {
+        lock(&self.keys).clear();
+        lock(&self.networks).clear();
+    }
+}
+
+/// The network of a client IP's key: its /24 or /48.
+fn network_of(key: &Key) -> Option<IpNet> {
+    if key.namespace() != "ip" {
+        return None;
+    }
+    let value = key.value();
+    let (addr, prefix) = match value.len() {
+        4 => (IpAddr::from(<[u8; 4]>::try_from(value).ok()?), 24),
+        16 => (IpAddr::from(<[u8; 16]>::try_from(value).ok()?), 48),
+        _ => return None,
+    };
+    IpNet::new(addr, prefix).ok().map(|net| net.trunc())
+}
+
+fn lock(counters: &Mutex<Counters>) -> std::sync::MutexGuard<'_, Counters> {
+    // Updates cannot panic half-way, so a poisoned lock is still consistent.
+    counters.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Counters {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: Vec::with_capacity(capacity),
+            ids: Vec::with_capacity(capacity),
+            index: HashMap::with_capacity(capacity),
+        }
+    }
+
+    /// Count one denial of the key `id`, shown as `label()`.
+    fn record(&mut self, id: u64, label: impl FnOnce() -> String) {
+        let counters = self;
         if let Some(&i) = counters.index.get(&id) {
             counters.entries[i].count += 1;
             return;
         }
         let entry = Offender {
-            key: key.redacted(),
+            key: label(),
             count: 1,
             error: 0,
         };
@@ -109,31 +167,23 @@ impl TopOffenders {
         };
     }
 
-    /// The `n` most denied keys, most denied first.
-    pub fn top(&self, n: usize) -> Vec<Offender> {
-        let mut entries = self.lock().entries.clone();
+    fn top(&self, n: usize) -> Vec<Offender> {
+        let mut entries = self.entries.clone();
         entries.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.key.cmp(&b.key)));
         entries.truncate(n);
         entries
     }
 
-    /// Forget every count.
-    pub fn clear(&self) {
-        let mut counters = self.lock();
-        counters.entries.clear();
-        counters.ids.clear();
-        counters.index.clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Counters> {
-        // Updates cannot panic half-way, so a poisoned lock is still consistent.
-        self.counters.lock().unwrap_or_else(PoisonError::into_inner)
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.ids.clear();
+        self.index.clear();
     }
 }
 
 impl fmt::Debug for TopOffenders {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let counters = self.lock();
+        let counters = lock(&self.keys);
         f.debug_struct("TopOffenders")
             .field("capacity", &counters.capacity)
             .field("tracked", &counters.entries.len())
@@ -159,7 +209,7 @@ mod tests {
             }
         }
         let listed = top.top(3);
-        assert_eq!(top.lock().entries.len(), 10);
+        assert_eq!(lock(&top.keys).entries.len(), 10);
         for offender in &listed {
             assert!(offender.key.starts_with("ip:10.0…#"), "{offender:?}");
             // The true count is 1,000: within [count - error, count].
@@ -168,5 +218,35 @@ mod tests {
         let mut keys: Vec<_> = listed.iter().map(|o| o.key.clone()).collect();
         keys.dedup();
         assert_eq!(keys.len(), 3);
+    }
+
+    #[test]
+    fn a_subnet_spread_over_many_addresses_tops_the_networks() {
+        let top = TopOffenders::new(10);
+        // 200 addresses of one /24, each denied twice: none stands out...
+        for host in 0..200u8 {
+            for _ in 0..2 {
+                top.record(&Key::new("ip", [198, 51, 100, host]));
+            }
+        }
+        // ...beside one address denied 50 times, and IPv6 from one /48.
+        for _ in 0..50 {
+            top.record(&Key::new("ip", [192, 0, 2, 7]));
+        }
+        for host in 0..30u16 {
+            let addr = std::net::Ipv6Addr::new(0x2001, 0xdb8, 0x42, host, 0, 0, 0, 1);
+            top.record(&Key::new("ip", addr.octets()));
+        }
+        top.record(&Key::new("header:x-user-id", "alice"));
+        let networks = top.top_networks(3);
+        assert_eq!(networks[0].key, "198.51.100.0/24");
+        assert!(networks[0].count >= 400);
+        assert_eq!(networks[1].key, "192.0.2.0/24");
+        assert_eq!(networks[2].key, "2001:db8:42::/48");
+        assert!(
+            top.top(1)[0].key.starts_with("ip:192.0."),
+            "{:?}",
+            top.top(1)
+        );
     }
 }
