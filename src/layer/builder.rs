@@ -158,6 +158,29 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
         self
     }
 
+    /// A key its [penalty box](crate::policy::PenaltyBox) banned is not
+    /// refused while the ban lasts: it is limited by `policy` instead — a
+    /// stricter tier for chronic offenders, rather than none at all — from
+    /// the request that earns the ban on. Its requests are counted under
+    /// `policy` (one more store call each while demoted); when the ban
+    /// ends, the key's own policy applies again.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_ratelimit::policy::PenaltyBox;
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// // 10 denials within a minute: 5 minutes at 5/min instead of 100/min.
+    /// let boxed = PenaltyBox::new(10, Duration::from_secs(60), Duration::from_secs(300))?;
+    /// let policy = "100/min".parse::<Policy>()?.to_builder().penalty(boxed).build()?;
+    /// let layer = RateLimitLayer::new(policy).demote_banned("demoted = 5/min".parse()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn demote_banned(mut self, policy: Policy) -> Self {
+        self.config_mut().demotion = Some(policy);
+        self
+    }
+
     /// Delay admitted requests as a key nears a limit, before refusing
     /// them at it (see [`SoftShed`]).
     pub fn soft_shed(mut self, soft_shed: SoftShed) -> Self {

@@ -13,7 +13,7 @@ use super::settle::Settlement;
 use super::shaping::Shaping;
 use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
-use crate::{Live, Micros};
+use crate::{Live, Micros, Policy};
 
 /// What to do with a request no key can be derived for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,8 @@ pub(crate) struct Config {
     pub(crate) on_backend_error: OnBackendError,
     pub(crate) retry_jitter: Micros,
     pub(crate) shaping: Option<Shaping>,
+    /// The policy a key its penalty box banned lives by until the ban ends.
+    pub(crate) demotion: Option<Policy>,
     /// Delays admissions as a key nears its limit.
     pub(crate) soft_shed: Option<SoftShed>,
     /// Settles each counted request by its response.

@@ -107,6 +107,9 @@ struct Pending<S, ReqB, B> {
     backend: Option<B>,
     /// Present when the layer shapes: how long it may wait.
     retry: Option<Box<Retry>>,
+    /// Whether the request was banned and is now asked about under the
+    /// layer's demoted policy.
+    demoted: bool,
 }
 
 impl<S, ReqB, B> Pending<S, ReqB, B>
@@ -196,7 +199,10 @@ where
                 waiting: None,
             })
         });
-        let asks_again = retry.is_some() || config.settlement.is_some() || in_flight;
+        let asks_again = retry.is_some()
+            || config.settlement.is_some()
+            || config.demotion.is_some()
+            || in_flight;
         let pending = Pending {
             inner,
             req,
@@ -204,6 +210,7 @@ where
             backend_name: backend.name(),
             backend: asks_again.then(|| backend.clone()),
             retry,
+            demoted: false,
         };
         Self {
             state: State::Check {
@@ -255,6 +262,22 @@ where
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let config = &**this.config;
+                    // A key its penalty box banned, with a demoted policy
+                    // to live by meanwhile: asked again under it.
+                    if let (Ok(decision), Some(demoted), Some(backend), false) =
+                        (&answer, &config.demotion, &p.backend, p.demoted)
+                    {
+                        if decision.is_banned() {
+                            p.demoted = true;
+                            p.ask.policy = demoted.clone();
+                            let check = backend.check(&p.ask.key, &p.ask.policy, p.ask.cost);
+                            this.state.set(State::Check {
+                                check,
+                                pending: Some(p),
+                            });
+                            continue;
+                        }
+                    }
                     let in_shadow = p.ask.policy.is_shadow();
                     let action = decide(config.rules(), in_shadow, &answer, |decision| {
                         let (shaping, retry) = (config.shaping.as_ref()?, p.retry.as_mut()?);

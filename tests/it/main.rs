@@ -22,6 +22,7 @@ mod client;
 #[path = "../../examples/client.rs"]
 mod client_example;
 mod content_bytes;
+mod demotion;
 mod distributed;
 mod faults;
 mod fleet;
