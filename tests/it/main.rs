@@ -21,6 +21,7 @@ mod client;
 #[allow(dead_code)]
 #[path = "../../examples/client.rs"]
 mod client_example;
+mod concurrency;
 mod content_bytes;
 mod demotion;
 mod distributed;

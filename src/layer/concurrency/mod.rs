@@ -1,0 +1,319 @@
+//! Adaptive concurrency: one limit of requests in flight to the guarded
+//! service, for all clients together, found at run time from its latency.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{routing::get, Router};
+//! use tower_ratelimit::layer::concurrency::{AdaptiveConcurrency, Gradient};
+//!
+//! let limit = AdaptiveConcurrency::new(Gradient::default())
+//!     .bounds(4, 500)
+//!     .queue(100, Duration::from_millis(50));
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(limit.clone());
+//! // How many it lets in now:
+//! let now = limit.limit();
+//! ```
+
+mod controller;
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use tokio::sync::Notify;
+use tower_layer::Layer;
+use tower_service::Service;
+
+pub use controller::{Aimd, ConcurrencyController, Gradient};
+
+use super::body::ResponseBody;
+
+/// A limit of requests in flight to the service it wraps, for every client
+/// together, between `min` and `max`, moved by a [`ConcurrencyController`]
+/// ([`Gradient`] or [`Aimd`]) after each response from its latency: it
+/// rises while the service answers as fast as unloaded, and falls once
+/// requests start to queue in it — so the service stays below the knee of
+/// its latency curve.
+///
+/// A request over the limit is answered at once with `503 Service
+/// Unavailable` and `Retry-After: 1` (the service is overloaded; the client
+/// exceeded nothing), or, with [`queue`](Self::queue), waits for a place up
+/// to a bound, in a queue of bounded length.
+///
+/// The layer is a handle: clones share the limit, and
+/// [`limit`](Self::limit) and [`in_flight`](Self::in_flight) read it.
+#[derive(Clone)]
+pub struct AdaptiveConcurrency {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    in_flight: AtomicUsize,
+    waiting: AtomicUsize,
+    freed: Notify,
+    min: f64,
+    max: f64,
+    queue: usize,
+    max_wait: Duration,
+}
+
+struct State {
+    limit: f64,
+    controller: Box<dyn ConcurrencyController>,
+}
+
+impl AdaptiveConcurrency {
+    /// A limit moved by `controller`, from 10, between 1 and 1000, without
+    /// a queue.
+    pub fn new(controller: impl ConcurrencyController) -> Self {
+        Self::with(Box::new(controller), 10.0, 1.0, 1000.0, 0, Duration::ZERO)
+    }
+
+    fn with(
+        controller: Box<dyn ConcurrencyController>,
+        limit: f64,
+        min: f64,
+        max: f64,
+        queue: usize,
+        max_wait: Duration,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State { limit, controller }),
+                in_flight: AtomicUsize::new(0),
+                waiting: AtomicUsize::new(0),
+                freed: Notify::new(),
+                min,
+                max,
+                queue,
+                max_wait,
+            }),
+        }
+    }
+
+    /// Rebuilt with other settings, keeping the controller (before any
+    /// request).
+    fn rebuild(
+        self,
+        change: impl FnOnce(&mut f64, &mut f64, &mut f64, &mut usize, &mut Duration),
+    ) -> Self {
+        let shared = Arc::try_unwrap(self.shared)
+            .unwrap_or_else(|_| panic!("configure an AdaptiveConcurrency before cloning it"));
+        let state = shared
+            .state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (mut limit, mut min, mut max) = (state.limit, shared.min, shared.max);
+        let (mut queue, mut max_wait) = (shared.queue, shared.max_wait);
+        change(&mut limit, &mut min, &mut max, &mut queue, &mut max_wait);
+        Self::with(
+            state.controller,
+            limit.clamp(min, max),
+            min,
+            max,
+            queue,
+            max_wait,
+        )
+    }
+
+    /// The limit stays within `min..=max` (`min` at least 1); it starts at
+    /// `min`.
+    pub fn bounds(self, min: usize, max: usize) -> Self {
+        let min = min.max(1) as f64;
+        let max = (max as f64).max(min);
+        self.rebuild(|limit, lo, hi, _, _| {
+            (*lo, *hi) = (min, max);
+            *limit = min;
+        })
+    }
+
+    /// Requests over the limit wait up to `max_wait` for a place, at most
+    /// `length` of them at once; the others get 503 at once.
+    pub fn queue(self, length: usize, max_wait: Duration) -> Self {
+        self.rebuild(|_, _, _, queue, wait| {
+            (*queue, *wait) = (length, max_wait);
+        })
+    }
+
+    /// How many requests may be in flight now.
+    pub fn limit(&self) -> usize {
+        self.lock().limit.floor() as usize
+    }
+
+    /// How many are.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Acquire)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Take a place if one is free.
+    fn try_enter(&self) -> Option<Place> {
+        let limit = self.limit();
+        let entered = self
+            .shared
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .is_ok();
+        entered.then(|| Place {
+            limiter: self.clone(),
+            start: Instant::now(),
+            done: None,
+        })
+    }
+
+    /// A place, waiting in the queue for one if it may.
+    async fn enter(&self) -> Option<Place> {
+        if let Some(place) = self.try_enter() {
+            return Some(place);
+        }
+        let shared = &self.shared;
+        let queued = shared
+            .waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < shared.queue).then_some(n + 1)
+            })
+            .is_ok();
+        if !queued {
+            return None;
+        }
+        let deadline = tokio::time::Instant::now() + shared.max_wait;
+        let place = loop {
+            let freed = shared.freed.notified();
+            if let Some(place) = self.try_enter() {
+                break Some(place);
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                break self.try_enter();
+            }
+        };
+        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        place
+    }
+}
+
+impl fmt::Debug for AdaptiveConcurrency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdaptiveConcurrency")
+            .field("limit", &self.limit())
+            .field("in_flight", &self.in_flight())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request's place in flight: given back when dropped, with its latency
+/// told to the controller when the response came.
+struct Place {
+    limiter: AdaptiveConcurrency,
+    start: Instant,
+    /// Set when the response came: whether it failed.
+    done: Option<bool>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let shared = &self.limiter.shared;
+        let in_flight = shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if let Some(failed) = self.done {
+            let latency = self.start.elapsed();
+            let mut state = self.limiter.lock();
+            let limit = state.limit;
+            let next = state.controller.next(limit, latency, in_flight, failed);
+            state.limit = if next.is_finite() {
+                next.clamp(shared.min, shared.max)
+            } else {
+                state.limit
+            };
+        }
+        shared.freed.notify_one();
+    }
+}
+
+impl<S> Layer<S> for AdaptiveConcurrency {
+    type Service = ConcurrencyLimited<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimited {
+            inner,
+            limiter: self.clone(),
+        }
+    }
+}
+
+/// The service an [`AdaptiveConcurrency`] wraps.
+#[derive(Clone, Debug)]
+pub struct ConcurrencyLimited<S> {
+    inner: S,
+    limiter: AdaptiveConcurrency,
+}
+
+/// The future of a [`ConcurrencyLimited`] call.
+pub type ConcurrencyFuture<ResB, E> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<ResB>>, E>> + Send>>;
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimited<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqB: Send + 'static,
+    ResB: 'static,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ConcurrencyFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let limiter = self.limiter.clone();
+        Box::pin(async move {
+            let Some(mut place) = limiter.enter().await else {
+                return Ok(overloaded());
+            };
+            let response = inner.call(req).await;
+            place.done = Some(match &response {
+                Ok(response) => response.status().is_server_error(),
+                Err(_) => true,
+            });
+            drop(place);
+            response.map(|r| r.map(|b| ResponseBody::holding(b, None)))
+        })
+    }
+}
+
+/// The answer over the limit: the service is overloaded.
+fn overloaded<B>() -> Response<ResponseBody<B>> {
+    let body = Bytes::from_static(br#"{"error":"overloaded","detail":"the service is at its limit of requests in flight; try again shortly"}"#);
+    let mut response = Response::new(ResponseBody::limiter(body));
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        http::HeaderValue::from_static("1"),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,161 @@
+//! Adaptive concurrency against a synthetic service whose latency grows
+//! once more than C requests are in flight: the limit settles within 20%
+//! of C in under 10 s, admitted requests keep under twice the unloaded
+//! latency, and goodput stays at 90% of the service's capacity or more.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use tower::{service_fn, Layer, ServiceExt};
+use tower_ratelimit::layer::concurrency::{
+    AdaptiveConcurrency, Aimd, ConcurrencyController, Gradient,
+};
+
+/// The service's concurrency: past it, every request is slower in proportion.
+const C: usize = 40;
+const BASE: Duration = Duration::from_millis(50);
+const CLIENTS: usize = 120;
+const RUN: Duration = Duration::from_secs(12);
+
+struct Run {
+    /// (time since start, limit), every 100 ms.
+    limits: Vec<(Duration, usize)>,
+    /// Each admitted request: (when it ended, its latency).
+    admitted: Vec<(Duration, Duration)>,
+}
+
+async fn run(controller: impl ConcurrencyController) -> Run {
+    let limiter = AdaptiveConcurrency::new(controller).bounds(5, 1000);
+    let in_service = Arc::new(AtomicUsize::new(0));
+    let service = {
+        let in_service = in_service.clone();
+        service_fn(move |_: Request<()>| {
+            let in_service = in_service.clone();
+            async move {
+                let n = in_service.fetch_add(1, Ordering::SeqCst) + 1;
+                let slower = (n as f64 / C as f64).max(1.0);
+                tokio::time::sleep(BASE.mul_f64(slower)).await;
+                in_service.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+            }
+        })
+    };
+    let svc = limiter.layer(service);
+    let start = Instant::now();
+    let admitted = Arc::new(Mutex::new(Vec::new()));
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        let (svc, admitted) = (svc.clone(), admitted.clone());
+        clients.push(tokio::spawn(async move {
+            while start.elapsed() < RUN {
+                let sent = Instant::now();
+                let res = svc.clone().oneshot(Request::new(())).await.unwrap();
+                if res.status() == StatusCode::OK {
+                    admitted
+                        .lock()
+                        .unwrap()
+                        .push((start.elapsed(), sent.elapsed()));
+                } else {
+                    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+                    assert_eq!(res.headers()["retry-after"], "1");
+                    // A polite client pauses (briefly, to keep the load on).
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        }));
+    }
+    let mut limits = Vec::new();
+    while start.elapsed() < RUN {
+        limits.push((start.elapsed(), limiter.limit()));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for client in clients {
+        client.await.unwrap();
+    }
+    let admitted = std::mem::take(&mut *admitted.lock().unwrap());
+    Run { limits, admitted }
+}
+
+fn assert_converges(name: &str, run: &Run) {
+    let within = |limit: usize| (C * 8 / 10..=C * 12 / 10).contains(&limit);
+    // The first moment from which the limit stays within 20% of C.
+    let settled = run
+        .limits
+        .iter()
+        .rposition(|(_, l)| !within(*l))
+        .map_or(Duration::ZERO, |i| {
+            run.limits.get(i + 1).map_or(RUN, |(t, _)| *t)
+        });
+    let trace: Vec<usize> = run.limits.iter().step_by(10).map(|(_, l)| *l).collect();
+    assert!(
+        settled < Duration::from_secs(10),
+        "{name}: settled at {settled:?}: {trace:?}"
+    );
+
+    let mut latencies: Vec<Duration> = run.admitted.iter().map(|(_, l)| *l).collect();
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    assert!(p99 < BASE * 2, "{name}: p99 {p99:?}");
+
+    // Goodput over the last 5 s against the service's capacity, C / BASE.
+    let tail = run
+        .admitted
+        .iter()
+        .filter(|(t, _)| *t >= RUN - Duration::from_secs(5))
+        .count();
+    let goodput = tail as f64 / 5.0;
+    let capacity = C as f64 / BASE.as_secs_f64();
+    assert!(
+        goodput >= 0.9 * capacity,
+        "{name}: {goodput:.0}/s of {capacity:.0}/s"
+    );
+    println!(
+        "{name}: settled at {settled:?}, limit {trace:?}, p99 {p99:?}, goodput {:.0}% of capacity",
+        100.0 * goodput / capacity
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gradient_finds_the_services_concurrency() {
+    let run = run(Gradient::default()).await;
+    assert_converges("gradient", &run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aimd_finds_the_services_concurrency() {
+    let run = run(Aimd::default()).await;
+    assert_converges("aimd", &run);
+}
+
+/// Over the limit with a queue: a request waits for a place (up to the
+/// bound) instead of a 503, and the queue's length is bounded.
+#[tokio::test]
+async fn a_queue_holds_requests_over_the_limit_briefly() {
+    let limiter = AdaptiveConcurrency::new(Aimd::default())
+        .bounds(1, 1)
+        .queue(1, Duration::from_millis(500));
+    let svc = limiter.layer(service_fn(|_: Request<()>| async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+    }));
+    let call = || svc.clone().oneshot(Request::new(()));
+    let (a, b, c) = tokio::join!(call(), call(), async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        call().await
+    });
+    let statuses = [
+        a.unwrap().status(),
+        b.unwrap().status(),
+        c.unwrap().status(),
+    ];
+    // One in flight, one queued (served after it), the third refused.
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        2,
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[2], StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(limiter.in_flight(), 0);
+}
