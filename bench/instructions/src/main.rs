@@ -1,6 +1,8 @@
-//! `layer-instructions <bare|allowed|rejected> <n>`: n requests of 1,000
-//! users through `RateLimitLayer` (GCRA, user-header keys, default headers),
-//! each polled to completion at once. With `PROMETHEUS=1` (feature
+//! `layer-instructions <bare|allowed|rejected|adaptive|adaptive-scaled> <n>`:
+//! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
+//! keys, default headers), each polled to completion at once. `adaptive`
+//! puts the policy behind an `Adaptive` limit at its full factor (its
+//! observer around the service), `adaptive-scaled` the same pinned at half. With `PROMETHEUS=1` (feature
 //! `metrics`) a Prometheus recorder is installed first.
 //!
 //! Under `valgrind --tool=callgrind`, the inclusive count of
@@ -11,6 +13,7 @@ use std::hint::black_box;
 
 use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
+use tower_ratelimit::layer::{Adaptive, Steps};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 #[path = "../../benches/support/requests.rs"]
@@ -32,19 +35,39 @@ fn main() {
         "rejected" => Quota::per_hour(1).unwrap(),
         _ => Quota::per_second(1_000_000).unwrap(),
     };
-    let limited = ServiceBuilder::new()
-        .layer(
-            RateLimitLayer::new(Policy::single(Algorithm::Gcra, quota).unwrap())
-                .key(Header::new("x-user-id")),
-        )
-        .service(hello());
-    // Every user known first: the rejected ones are all over their limit.
-    for user in &users {
+    let policy = Policy::single(Algorithm::Gcra, quota).unwrap();
+    let adaptive = Adaptive::new(Steps::default());
+    if which == "adaptive-scaled" {
+        adaptive.pin().replace(Some(0.5));
+    }
+    if which.starts_with("adaptive") {
+        let limited = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(adaptive.policies(policy)).key(Header::new("x-user-id")))
+            .layer(adaptive.observer())
+            .service(hello());
+        drive(limited, &users, n, false);
+    } else {
+        let limited = ServiceBuilder::new()
+            .layer(RateLimitLayer::new(policy).key(Header::new("x-user-id")))
+            .service(hello());
+        drive(limited, &users, n, which == "bare");
+    }
+}
+
+/// Every user known first (the rejected ones are then all over their
+/// limit), then `n` requests round-robin, through `limited` (or the bare
+/// service).
+fn drive<S>(limited: S, users: &[String], n: usize, bare: bool)
+where
+    S: tower::Service<http::Request<()>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    for user in users {
         now(limited.clone().oneshot(request(user))).unwrap();
     }
     for i in 0..n {
         let user = &users[i % users.len()];
-        if which == "bare" {
+        if bare {
             black_box(now(hello().oneshot(request(user))).unwrap());
         } else {
             black_box(now(limited.clone().oneshot(request(user))).unwrap());
