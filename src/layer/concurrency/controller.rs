@@ -215,7 +215,11 @@ mod tests {
         // Another slow response at once: sent before the back-off, so it
         // says nothing new.
         assert_eq!(aimd.next(9.29, MS(70), 10, false), 9.29);
-        assert_eq!(Aimd::default().next(10.0, MS(50), 10, true), 9.0, "an error backs off");
+        assert_eq!(
+            Aimd::default().next(10.0, MS(50), 10, true),
+            9.0,
+            "an error backs off"
+        );
     }
 
     #[test]
