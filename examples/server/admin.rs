@@ -33,13 +33,7 @@ pub(super) async fn top_offenders<B>(
     State(state): State<AppState<B>>,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Json<Value> {
-    let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(20);
-    let top = state.top.top(usize::min(n, 100));
-    Json(Value::Array(
-        top.into_iter()
-            .map(|o| json!({ "key": o.key, "denied": o.count, "error": o.error }))
-            .collect(),
-    ))
+    ranked(&query, "key", |n| state.top.top(n))
 }
 
 /// The most denied networks of client IPs (`/24`, `/48`), most denied
@@ -48,11 +42,20 @@ pub(super) async fn top_networks<B>(
     State(state): State<AppState<B>>,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Json<Value> {
+    ranked(&query, "network", |n| state.top.top_networks(n))
+}
+
+/// The first `?n=` (default 20, at most 100) of `top`, each named `what`.
+fn ranked(
+    query: &std::collections::HashMap<String, String>,
+    what: &str,
+    top: impl FnOnce(usize) -> Vec<tower_ratelimit::layer::Offender>,
+) -> Json<Value> {
     let n = query.get("n").and_then(|n| n.parse().ok()).unwrap_or(20);
-    let top = state.top.top_networks(usize::min(n, 100));
     Json(Value::Array(
-        top.into_iter()
-            .map(|o| json!({ "network": o.key, "denied": o.count, "error": o.error }))
+        top(usize::min(n, 100))
+            .into_iter()
+            .map(|o| json!({ what: o.key, "denied": o.count, "error": o.error }))
             .collect(),
     ))
 }

@@ -173,9 +173,7 @@ async fn a_streamed_body_is_counted_as_it_arrives_and_cut_off() {
 #[tokio::test]
 async fn a_streamed_body_is_counted_the_same_on_redis() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::connect(&server.url())
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     streamed_bodies(start_on(Arc::new(AtomicUsize::new(0)), redis).await).await;
 }
 

@@ -81,9 +81,7 @@ async fn a_banned_key_lives_by_the_demoted_policy() {
 #[tokio::test]
 async fn redis_demotes_the_same() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::connect(&server.url())
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let (offender, bystander, last) = run(redis).await;
     assert_eq!((offender, bystander), expected());
     assert_eq!(last, r#""demoted";q=2;w=60"#);

@@ -64,9 +64,7 @@ async fn past_eighty_percent_requests_wait_longer_then_are_refused() {
 #[tokio::test]
 async fn redis_sheds_and_counts_the_same() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::connect(&server.url())
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let start = std::time::Instant::now();
     assert_eq!(twelve(redis).await, expected());
     assert!(start.elapsed() >= Duration::from_millis(300));

@@ -152,6 +152,14 @@ impl RedisServer {
         server.wait_ready().then_some(server)
     }
 
+    /// A backend connected to this server.
+    #[cfg(feature = "redis")]
+    pub async fn backend(&self) -> tower_ratelimit::backend::RedisBackend {
+        tower_ratelimit::backend::RedisBackend::connect(&self.url())
+            .await
+            .unwrap()
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
