@@ -79,7 +79,7 @@ pub use fallback::{Fallback, FallbackFuture};
 pub use health::Health;
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
-pub use redis::{RedisBackend, RedisBackendBuilder};
+pub use redis::{KeyFormat, RedisBackend, RedisBackendBuilder};
 pub use store::{KeyStates, StateStore, StoreBackend};
 
 /// The answer of [`Backend::reset`]: done, or why not.

@@ -731,13 +731,18 @@ fn hostile_identities_get_their_own_keys_in_one_slot() {
         );
         for limit in policy.limits() {
             for k in redis.redis_keys(&key, limit) {
-                assert!(k.len() < 200, "keys stay short: {}", k.len());
-                // One hash tag, the first braces, holding only hex.
+                assert!(k.len() < 60, "keys stay short: {k}");
+                // One hash tag, the first braces, holding 128 bits of
+                // URL-safe base64: nothing a client sent.
                 let tag = &k[k.find('{').unwrap() + 1..k.find('}').unwrap()];
                 assert!(
-                    tag.bytes().all(|b| b.is_ascii_hexdigit() || b == b'h'),
+                    tag.len() == 22
+                        && tag
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
                     "{k}"
                 );
+                assert!(k.starts_with("rl:2{"), "the format's version: {k}");
                 assert!(seen.insert(k));
             }
         }
@@ -1036,6 +1041,56 @@ fn the_example_server_prints_why_redis_is_not_deciding() {
         told.starts_with("redis: failing (authentication):"),
         "{told}"
     );
+}
+
+/// A rolling deploy that changes the key format: a server writing the
+/// readable keys (what versions before the compact format wrote) and one
+/// writing compact keys, on one Redis. Neither reads the other's state —
+/// never misread as its own — so a client moving between them has two
+/// budgets while both serve: here 10/min lets 20 through. The readable keys
+/// expire by themselves once their state stops mattering.
+#[test]
+fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
+    use tower_ratelimit::backend::KeyFormat;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let old = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .key_format(KeyFormat::Readable)
+                .connect(),
+        )
+        .unwrap();
+    let new = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let policy: Policy = "limit = 10/min".parse().unwrap();
+    let key = Key::new("user", "moving");
+    let admitted = |backend: &RedisBackend| {
+        (0..15)
+            .filter(|_| {
+                rt.block_on(backend.check(&key, &policy, 1))
+                    .unwrap()
+                    .is_allowed()
+            })
+            .count()
+    };
+    assert_eq!(admitted(&old), 10);
+    assert_eq!(
+        admitted(&new),
+        10,
+        "the compact keys know nothing of the readable ones"
+    );
+    assert_eq!(admitted(&old), 0);
+    let (readable, compact) = (
+        &old.redis_keys(&key, &policy.limits()[0])[0],
+        &new.redis_keys(&key, &policy.limits()[0])[0],
+    );
+    assert!(readable.starts_with("rl:{") && compact.starts_with("rl:2{"));
+    // 40 bytes whatever the client's key and the limit's name.
+    assert_eq!(compact.len(), 40, "{compact} against {readable}");
+    // The readable key expires by itself once its state stops mattering:
+    // two windows for the sliding window counter.
+    let ttl: i64 = server.cli(&["PTTL", readable]).trim().parse().unwrap();
+    assert!((1..=121_000).contains(&ttl), "{ttl}");
 }
 
 /// A reset forgets one key's state under one policy — every limit, and its

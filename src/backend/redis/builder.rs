@@ -6,6 +6,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::leases::Leases;
+use super::script::{KeyFormat, KeyNames};
 use super::{Connection, RedisBackend};
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
@@ -18,6 +19,7 @@ use crate::backend::{BackendError, Health};
 pub struct RedisBackendBuilder {
     topology: Topology,
     prefix: String,
+    key_format: KeyFormat,
     timeout: Duration,
     cached_denials: usize,
     leased_by: Option<u32>,
@@ -114,6 +116,7 @@ impl RedisBackendBuilder {
         Self {
             topology,
             prefix: "rl:".to_owned(),
+            key_format: KeyFormat::default(),
             timeout: RedisBackend::DEFAULT_TIMEOUT,
             cached_denials: 100_000,
             leased_by: None,
@@ -127,6 +130,16 @@ impl RedisBackendBuilder {
     /// `{` or `}`, which would move keys between cluster slots.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// How keys are written (default [`KeyFormat::Compact`]). Servers of
+    /// two formats keep two budgets for each client: a rolling deploy that
+    /// changes it lets a client through up to twice a limit while both
+    /// serve ([`KeyFormat`]); `Readable` keeps what versions before the
+    /// compact format wrote.
+    pub fn key_format(mut self, format: KeyFormat) -> Self {
+        self.key_format = format;
         self
     }
 
@@ -413,7 +426,10 @@ impl RedisBackendBuilder {
         RedisBackend {
             conn,
             scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
-            prefix: self.prefix.into(),
+            names: KeyNames {
+                prefix: self.prefix.into(),
+                format: self.key_format,
+            },
             timeout: self.timeout,
             denials: Denials::new(self.cached_denials).map(Arc::new),
             leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),

@@ -20,7 +20,8 @@ use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::leases::Leases;
-use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
+pub use self::script::KeyFormat;
+use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};
 use super::denials::Denials;
 use super::health::HealthTracker;
 use super::{Backend, BackendError, Cause, Health, Peeks, Reset};
@@ -40,10 +41,12 @@ pub use self::builder::RedisBackendBuilder;
 /// [`algorithm`](crate::algorithm) exactly (a conformance suite holds them to
 /// it). Each key expires when its state no longer matters.
 ///
-/// Keys are `{prefix}{<identity>}:<limit identity>` (see [`Limit::identity`]). The identity
-/// is the [`Key`]'s bytes in hex (longer keys: a SHA-256 of them), so no byte
-/// a client sends can reach the key's structure, and the braces make it a
-/// hash tag: all of one identity's limits live in one Redis Cluster slot.
+/// Keys are `{prefix}2{<client>}:<limit>` ([`KeyFormat::Compact`]): a
+/// 128-bit hash of the [`Key`]'s bytes and a 64-bit hash of the limit's
+/// [identity](Limit::identity), so no byte a client sends can reach the
+/// key's structure, and the braces make it a hash tag: all of one client's
+/// limits live in one Redis Cluster slot. [`KeyFormat::Readable`] writes the
+/// client's key in hex and the limit's identity as it is.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -68,7 +71,7 @@ pub struct RedisBackend {
     conn: Connection,
     /// The script of each policy shape, made when first needed.
     scripts: Arc<[OnceLock<Script>; Shape::COUNT]>,
-    prefix: Arc<str>,
+    names: KeyNames,
     timeout: Duration,
     denials: Option<Arc<Denials>>,
     leases: Option<Arc<Leases>>,
@@ -255,7 +258,7 @@ impl RedisBackend {
     /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
         let mut keys = Vec::with_capacity(2);
-        limit_keys(&self.prefix, key, limit, |k| {
+        limit_keys(&self.names, key, limit, |k| {
             keys.push(String::from_utf8_lossy(k).into_owned());
         });
         keys
@@ -270,7 +273,7 @@ impl RedisBackend {
             "EVALSHA".to_owned(),
             self.script(shape).get_hash().to_owned(),
         ];
-        invocation(&self.prefix, key, policy, (ask, shape), None, &mut command);
+        invocation(&self.names, key, policy, (ask, shape), None, &mut command);
         command
     }
 
@@ -364,7 +367,7 @@ impl RedisBackend {
         #[cfg(feature = "redis-cluster")]
         if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) {
             use crate::backend::circuit::Pass;
-            let circuit = nodes.circuit(script::key_slot(&self.prefix, key));
+            let circuit = nodes.circuit(script::key_slot(&self.names, key));
             let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
             match pass {
                 Pass::Closed => {
@@ -415,7 +418,7 @@ impl RedisBackend {
         let script = self.script(shape);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
         cmd.arg("EVALSHA").arg(script.get_hash());
-        invocation(&self.prefix, key, policy, (ask, shape), now, &mut cmd);
+        invocation(&self.names, key, policy, (ask, shape), now, &mut cmd);
         let call = async {
             match self.query::<Value>(&cmd).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
@@ -496,7 +499,7 @@ impl Backend for RedisBackend {
                 leases.forget(&key, &policy);
             }
             let mut cmd = ::redis::cmd("DEL");
-            script::policy_keys(&this.prefix, &key, &policy, |k| {
+            script::policy_keys(&this.names, &key, &policy, |k| {
                 cmd.arg(k);
             });
             let _: i64 = this.answered(this.query(&cmd)).await?;
@@ -528,7 +531,7 @@ impl Backend for RedisBackend {
                 let shape = Shape::of(policy, ask);
                 let mut cmd = ::redis::Cmd::with_capacity(16, 256);
                 cmd.arg("EVALSHA").arg(this.script(shape).get_hash());
-                invocation(&this.prefix, key, policy, (ask, shape), None, &mut cmd);
+                invocation(&this.names, key, policy, (ask, shape), None, &mut cmd);
                 pipe.add_command(cmd);
             }
             let call = async {
@@ -573,7 +576,8 @@ impl std::fmt::Debug for RedisBackend {
         };
         f.debug_struct("RedisBackend")
             .field("kind", &kind)
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.names.prefix)
+            .field("key_format", &self.names.format)
             .field("timeout", &self.timeout)
             .field("cached_denials", &self.denials.as_ref().map(|d| d.len()))
             .finish()

@@ -2,6 +2,7 @@
 //! and arguments, and the decision in its reply.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use ::redis::Value;
 use sha2::{Digest, Sha256};
@@ -104,26 +105,69 @@ impl Shape {
     }
 }
 
-/// Identities up to this many bytes appear in keys as hex; longer ones as
-/// a hash, so keys stay short whatever a client sends.
+/// How a backend writes its Redis keys. The format's version is part of
+/// every key, so servers of two formats never read each other's state, nor
+/// misread it as their own: during a rolling deploy that changes the
+/// format, a client has a budget with each while both serve (up to twice a
+/// limit), and the old format's keys expire by themselves once their state
+/// stops mattering (one window; two for the sliding window counter).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyFormat {
+    /// `{prefix}{<hex of the client's key>}:<limit identity>`, the client's
+    /// key past 64 bytes as a hash: readable, and what versions before the
+    /// compact format wrote.
+    Readable,
+    /// `{prefix}2{<128-bit hash of the client's key>}:<64-bit hash of the
+    /// limit's identity>`, both in URL-safe base64 (the default): about half
+    /// as long. A hash of the client's key 128 bits wide stays free of
+    /// collisions whatever keys clients choose.
+    #[default]
+    Compact,
+}
+
+/// A backend's key prefix and format.
+#[derive(Clone, Debug)]
+pub(super) struct KeyNames {
+    pub(super) prefix: Arc<str>,
+    pub(super) format: KeyFormat,
+}
+
+/// Identities up to this many bytes appear in readable keys as hex; longer
+/// ones as a hash, so keys stay short whatever a client sends.
 const MAX_HEX_IDENTITY: usize = 64;
 
-/// Append the identity part of a Redis key: hex of the key's bytes, or a
-/// hash.
-fn push_identity(key: &Key, out: &mut Vec<u8>) {
+fn push_hex(bytes: &[u8], out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hex = |bytes: &[u8], out: &mut Vec<u8>| {
-        for &b in bytes {
-            out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    for &b in bytes {
+        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    }
+}
+
+/// URL-safe base64 without padding: no byte of it is a brace or a colon.
+fn push_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(B64[((n >> (18 - 6 * i)) & 63) as usize]);
         }
-    };
+    }
+}
+
+/// Append the identity part of a readable Redis key: hex of the key's
+/// bytes, or a hash.
+fn push_identity(key: &Key, out: &mut Vec<u8>) {
     let bytes = key.as_bytes();
     if bytes.len() <= MAX_HEX_IDENTITY {
-        hex(bytes, out);
+        push_hex(bytes, out);
     } else {
         // "h" cannot begin a hex encoding, so the two forms never meet.
         out.push(b'h');
-        hex(&Sha256::digest(bytes)[..16], out);
+        push_hex(&Sha256::digest(bytes)[..16], out);
     }
 }
 
@@ -153,34 +197,51 @@ impl Words for Vec<String> {
     }
 }
 
-/// The Redis keys of `key` under `limit`: `{prefix}{<identity>}:<limit
-/// identity>`, and for a sliding log its two, each given to `each`.
-pub(super) fn limit_keys(prefix: &str, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
-    keys_of(&mut key_base(prefix, key), limit, &mut each);
+/// The Redis keys of `key` under `limit` (one, or two for a sliding log),
+/// each given to `each`.
+pub(super) fn limit_keys(names: &KeyNames, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
+    keys_of(names, &mut key_base(names, key), limit, &mut each);
 }
 
 /// The cluster slot every Redis key of `key` is in (its hash tag).
 #[cfg(feature = "redis-cluster")]
-pub(super) fn key_slot(prefix: &str, key: &Key) -> u16 {
-    super::nodes::slot(&key_base(prefix, key))
+pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
+    super::nodes::slot(&key_base(names, key))
 }
 
-/// What every Redis key of `key` begins with: `{prefix}{<identity>}:`, in a
-/// buffer with room for the rest.
-fn key_base(prefix: &str, key: &Key) -> Vec<u8> {
-    let mut base = Vec::with_capacity(prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
-    base.extend_from_slice(prefix.as_bytes());
-    base.push(b'{');
-    push_identity(key, &mut base);
+/// What every Redis key of `key` begins with, up to its hash tag's `}:`, in
+/// a buffer with room for the rest.
+fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
+    let mut base = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
+    base.extend_from_slice(names.prefix.as_bytes());
+    match names.format {
+        KeyFormat::Readable => {
+            base.push(b'{');
+            push_identity(key, &mut base);
+        }
+        KeyFormat::Compact => {
+            base.extend_from_slice(b"2{");
+            push_base64(&Sha256::digest(key.as_bytes())[..16], &mut base);
+        }
+    }
     base.extend_from_slice(b"}:");
     base
 }
 
+/// `base` (up to `}:`) completed with `identity` (a limit's, a penalty
+/// box's): as it is, or its hash.
+fn push_limit(names: &KeyNames, identity: &str, base: &mut Vec<u8>) {
+    match names.format {
+        KeyFormat::Readable => base.extend_from_slice(identity.as_bytes()),
+        KeyFormat::Compact => push_base64(&Sha256::digest(identity.as_bytes())[..8], base),
+    }
+}
+
 /// `base` (up to `}:`) completed for `limit`, given to `each`; `base` is
 /// left as it was.
-fn keys_of(base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
+fn keys_of(names: &KeyNames, base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
     let stem = base.len();
-    base.extend_from_slice(limit.identity().as_bytes());
+    push_limit(names, limit.identity(), base);
     if let Form::Log(_) = limit.rule().form() {
         let end = base.len();
         for suffix in [&b":log"[..], b":sum"] {
@@ -212,14 +273,19 @@ pub(super) enum Ask {
 
 /// Every Redis key of `key` under `policy`: each limit's, then the penalty
 /// box's strikes and bans (the order the scripts read them in).
-pub(super) fn policy_keys(prefix: &str, key: &Key, policy: &Policy, mut each: impl FnMut(&[u8])) {
+pub(super) fn policy_keys(
+    names: &KeyNames,
+    key: &Key,
+    policy: &Policy,
+    mut each: impl FnMut(&[u8]),
+) {
     // One buffer for every key: prefix, identity, then each limit's part.
-    let mut base = key_base(prefix, key);
+    let mut base = key_base(names, key);
     for limit in policy.limits() {
-        keys_of(&mut base, limit, &mut each);
+        keys_of(names, &mut base, limit, &mut each);
     }
     if let Some(penalty) = policy.penalty_identity() {
-        base.extend_from_slice(penalty.as_bytes());
+        push_limit(names, penalty, &mut base);
         let end = base.len();
         for suffix in [&b":strikes"[..], b":bans"] {
             base.extend_from_slice(suffix);
@@ -232,7 +298,7 @@ pub(super) fn policy_keys(prefix: &str, key: &Key, policy: &Policy, mut each: im
 /// The script's number of keys, keys and arguments for one decision,
 /// written to `out` (after `EVALSHA <sha>`), for a script of `shape`.
 pub(super) fn invocation(
-    prefix: &str,
+    names: &KeyNames,
     key: &Key,
     policy: &Policy,
     (ask, shape): (Ask, Shape),
@@ -251,7 +317,7 @@ pub(super) fn invocation(
     };
     out.number((limits.len() + logs + penalty_keys) as i64);
 
-    policy_keys(prefix, key, policy, |k| out.word(k));
+    policy_keys(names, key, policy, |k| out.word(k));
 
     match now {
         Some(now) => out.number(now.as_u64() as i64),
@@ -359,4 +425,22 @@ pub(super) fn decision_from(
         decision.ban(ban);
     }
     Ok((decision, last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_is_url_safe_and_unpadded() {
+        let encode = |bytes: &[u8]| {
+            let mut out = Vec::new();
+            push_base64(bytes, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(encode(b"Man"), "TWFu");
+        assert_eq!(encode(b"Ma"), "TWE");
+        assert_eq!(encode(&[0xfb, 0xff]), "-_8");
+        assert_eq!(encode(&[0; 16]).len(), 22);
+    }
 }
