@@ -1091,6 +1091,22 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
     // two windows for the sliding window counter.
     let ttl: i64 = server.cli(&["PTTL", readable]).trim().parse().unwrap();
     assert!((1..=121_000).contains(&ttl), "{ttl}");
+
+    // A GCRA state is one number: under the compact format, a bare one,
+    // which Redis keeps as an integer; the readable format keeps "tat 0".
+    let gcra = Policy::single(Algorithm::Gcra, Quota::per_minute(10).unwrap()).unwrap();
+    for (backend, encoding) in [(&new, "int"), (&old, "embstr")] {
+        assert!(rt
+            .block_on(backend.check(&key, &gcra, 1))
+            .unwrap()
+            .is_allowed());
+        let name = &backend.redis_keys(&key, &gcra.limits()[0])[0];
+        assert_eq!(
+            server.cli(&["OBJECT", "ENCODING", name]).trim(),
+            encoding,
+            "{name}"
+        );
+    }
 }
 
 /// A reset forgets one key's state under one policy — every limit, and its

@@ -268,7 +268,10 @@ impl RedisBackend {
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
-        let (ask, shape) = (Ask::Check(cost), Shape::of(policy, Ask::Check(cost)));
+        let (ask, shape) = (
+            Ask::Check(cost),
+            Shape::of(policy, Ask::Check(cost), self.names.format),
+        );
         let mut command = vec![
             "EVALSHA".to_owned(),
             self.script(shape).get_hash().to_owned(),
@@ -414,7 +417,7 @@ impl RedisBackend {
         // The command built at once, numbers written as numbers: no string
         // per argument. A server that lost the script (a restart, a
         // failover) gets it again, and the command once more.
-        let shape = Shape::of(policy, ask);
+        let shape = Shape::of(policy, ask, self.names.format);
         let script = self.script(shape);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
         cmd.arg("EVALSHA").arg(script.get_hash());
@@ -528,7 +531,7 @@ impl Backend for RedisBackend {
             let ask = Ask::Check(0);
             let mut pipe = ::redis::pipe();
             for (key, policy) in &asks {
-                let shape = Shape::of(policy, ask);
+                let shape = Shape::of(policy, ask, this.names.format);
                 let mut cmd = ::redis::Cmd::with_capacity(16, 256);
                 cmd.arg("EVALSHA").arg(this.script(shape).get_hash());
                 invocation(&this.names, key, policy, (ask, shape), None, &mut cmd);
@@ -537,8 +540,10 @@ impl Backend for RedisBackend {
             let call = async {
                 match pipe.query_async::<Vec<Value>>(&mut conn.clone()).await {
                     Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        let mut shapes: Vec<Shape> =
-                            asks.iter().map(|(_, p)| Shape::of(p, ask)).collect();
+                        let mut shapes: Vec<Shape> = asks
+                            .iter()
+                            .map(|(_, p)| Shape::of(p, ask, this.names.format))
+                            .collect();
                         shapes.sort_by_key(|shape| shape.index());
                         shapes.dedup_by_key(|shape| shape.index());
                         for shape in shapes {

@@ -29,10 +29,13 @@ impl Shape {
     const LOG: u8 = 8;
     const PENALTY: u8 = 16;
     const LEAN: u8 = 32;
+    /// The compact key format: states of one zero value written as a bare
+    /// number.
+    const COMPACT: u8 = 64;
     /// How many shapes there are.
-    pub(super) const COUNT: usize = 64;
+    pub(super) const COUNT: usize = 128;
 
-    pub(super) fn of(policy: &Policy, ask: Ask) -> Self {
+    pub(super) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
         let mut bits = 0;
         for limit in policy.limits() {
             bits |= match limit.rule().form() {
@@ -54,6 +57,9 @@ impl Shape {
         if lean {
             bits |= Self::LEAN;
         }
+        if format == KeyFormat::Compact {
+            bits |= Self::COMPACT;
+        }
         Self(bits)
     }
 
@@ -73,13 +79,20 @@ impl Shape {
     pub(super) fn source(self) -> String {
         const NOW: &str = include_str!("lua/now.lua");
         let has = |bit: u8| self.0 & bit != 0;
-        if self.0 == Self::LEAN | Self::GCRA {
-            return [NOW, include_str!("lua/lean_gcra.lua")].concat();
+        let format = if has(Self::COMPACT) {
+            "local compact_state = true\n"
+        } else {
+            "local compact_state = false\n"
+        };
+        let shape = self.0 & !Self::COMPACT;
+        if shape == Self::LEAN | Self::GCRA {
+            return [format, NOW, include_str!("lua/lean_gcra.lua")].concat();
         }
-        if self.0 == Self::LEAN | Self::FIXED_WINDOW {
-            return [NOW, include_str!("lua/lean_fixed_window.lua")].concat();
+        if shape == Self::LEAN | Self::FIXED_WINDOW {
+            return [format, NOW, include_str!("lua/lean_fixed_window.lua")].concat();
         }
         let parts = [
+            (true, format),
             (true, NOW),
             (true, include_str!("lua/common.lua")),
             (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),

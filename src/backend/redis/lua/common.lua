@@ -44,7 +44,10 @@ local function ttl_ms(us)
   return ceil_div(us, 1000) + slack_ms
 end
 
--- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired.
+-- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired;
+-- under the compact key format (`compact_state`, set first in the script)
+-- a state whose one value is 0 is the bare number "expires_at", which
+-- Redis keeps as an integer (no string of its own: 32 bytes less a key).
 -- Each key is read from Redis once per call: what is read or written is
 -- kept here, so deciding and then committing costs one GET and one SET.
 local states = {}
@@ -56,7 +59,11 @@ local function read_state(key)
   local s = redis.call('GET', key)
   if s then
     local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
-    e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
+    if se then
+      e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
+    else
+      e = tonumber(s) or 0
+    end
   end
   states[key] = { e, a, b }
   return e, a, b
@@ -69,7 +76,12 @@ local function write_state(key, now, e, a, b)
     return
   end
   states[key] = { e, a, b or 0 }
-  local value = num(e) .. ' ' .. num(a)
-  if b then value = value .. ' ' .. num(b) end
+  local value
+  if compact_state and a == 0 and not b then
+    value = num(e)
+  else
+    value = num(e) .. ' ' .. num(a)
+    if b then value = value .. ' ' .. num(b) end
+  end
   redis.call('SET', key, value, 'PX', ttl_ms(e - now))
 end

@@ -12,7 +12,7 @@ local e, used = 0, 0
 local s = redis.call('GET', key)
 if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
-  e, used = tonumber(se) or 0, tonumber(su) or 0
+  e, used = tonumber(se or s) or 0, tonumber(su) or 0
 end
 if e <= now then
   -- A new window: floor(now / w), exactly (a floor rounding took one too

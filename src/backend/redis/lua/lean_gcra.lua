@@ -13,7 +13,7 @@ local key = KEYS[1]
 
 local tat = 0
 local s = redis.call('GET', key)
-if s then tat = tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
+if s then tat = tonumber(string.match(s, '^(%d+) %d+ ?%d*$') or s) or 0 end
 local in_use = math.max(tat - now, 0)
 -- Units free: capacity - ceil(in_use / t), exactly (see common.lua: a
 -- floor that rounding took one too far up is still the right ceiling).
@@ -27,7 +27,8 @@ if after > span then return { after - span, free, in_use, 0, 0 } end
 if cost > 0 then
   local ms = math.floor(after / 1000)
   if ms * 1000 < after then ms = ms + 1 end
-  redis.call('SET', key, string.format('%d 0', now + after), 'PX', ms + slack_ms)
+  local state = compact_state and '%d' or '%d 0'
+  redis.call('SET', key, string.format(state, now + after), 'PX', ms + slack_ms)
 end
 q = math.floor(after / t)
 if q * t < after then q = q + 1 end
