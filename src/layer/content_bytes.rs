@@ -436,9 +436,9 @@ impl<B: Backend> After<B> {
         };
         let settings = &self.settings;
         if let Some(cut) = cut {
-            let answer = match cut {
-                Cut::Limited => {
-                    let decision = last.expect("a cut-off body was denied");
+            let answer = match (cut, last) {
+                // The denial that cut the body off is the shared `last`.
+                (Cut::Limited, Some(decision)) => {
                     let request = Request::builder()
                         .method(self.method)
                         .uri(self.uri)
@@ -454,8 +454,8 @@ impl<B: Backend> After<B> {
                         .limited
                         .respond(&refused, settings.headers, Micros::ZERO)
                 }
-                Cut::TooLarge => response::payload_too_large(&settings.policy),
-                Cut::Failed => response::unavailable(),
+                (Cut::TooLarge, _) => response::payload_too_large(&settings.policy),
+                (Cut::Failed | Cut::Limited, _) => response::unavailable(),
             };
             return answer.map(ResponseBytes::limiter);
         }
