@@ -58,11 +58,13 @@ local function read_state(key)
   local e, a, b = 0, 0, 0
   local s = redis.call('GET', key)
   if s then
-    local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
-    if se then
-      e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
+    -- A bare number (the compact format) needs no pattern.
+    local bare = tonumber(s)
+    if bare then
+      e = bare
     else
-      e = tonumber(s) or 0
+      local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
+      e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
     end
   end
   states[key] = { e, a, b }

@@ -13,7 +13,8 @@ local key = KEYS[1]
 
 local tat = 0
 local s = redis.call('GET', key)
-if s then tat = tonumber(string.match(s, '^(%d+) %d+ ?%d*$') or s) or 0 end
+-- A bare number (the compact format) needs no pattern.
+if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
 local in_use = math.max(tat - now, 0)
 -- Units free: capacity - ceil(in_use / t), exactly (see common.lua: a
 -- floor that rounding took one too far up is still the right ceiling).
