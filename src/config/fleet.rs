@@ -12,7 +12,7 @@ use futures_core::Stream;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use super::watch::{log_applied, log_refused, watch_file};
+use super::watch::{log_refused, told, watch_file};
 use super::{ConfigError, Limits, LimitsFile, Reload};
 
 /// How often a server asks Redis for the version even without a message:
@@ -199,16 +199,7 @@ impl Fleet {
                     Ok(file) => fleet.publish(file).await,
                     Err(error) => Err(error),
                 };
-                match published {
-                    Ok(file) => {
-                        log_applied(&path, &file);
-                        on_reload(Reload::Applied(&file));
-                    }
-                    Err(error) => {
-                        log_refused(&error);
-                        on_reload(Reload::Refused(&error));
-                    }
-                }
+                told(&path, published.as_deref(), &*on_reload);
             }
         })
     }

@@ -306,13 +306,7 @@ impl LimitsFile {
     }
 
     fn route(&self, method: &Method, route: &str) -> Option<&FileRoute> {
-        let req = http::Request::builder()
-            .method(method.clone())
-            .uri(route)
-            .body(())
-            .ok()?;
-        let head = RequestHead::from(&req);
-        self.compiled.routes.find(&head).map(|r| &**r)
+        self.compiled.routes.get(method, route).map(|r| &**r)
     }
 
     /// This file with the limits of `method` requests to `path` (any

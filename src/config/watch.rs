@@ -40,17 +40,10 @@ impl Limits {
             path.into(),
             LimitsFile::clone(&current),
             move |path, read| {
-                match read {
-                    Ok(file) => {
-                        limits.apply(file.clone());
-                        log_applied(path, &file);
-                        on_reload(Reload::Applied(&file));
-                    }
-                    Err(error) => {
-                        log_refused(&error);
-                        on_reload(Reload::Refused(&error));
-                    }
+                if let Ok(file) = &read {
+                    limits.apply(file.clone());
                 }
+                told(path, read.as_ref(), &on_reload);
                 std::future::ready(())
             },
         )
@@ -103,11 +96,26 @@ where
     })
 }
 
-pub(super) fn log_applied(path: &Path, file: &LimitsFile) {
-    #[cfg(feature = "tracing")]
-    tracing::info!(version = file.version(), path = %path.display(), "limits: new version live");
+/// A watched file's new version, applied or refused: logged (feature
+/// `tracing`), and told to `on_reload`.
+pub(super) fn told(
+    path: &Path,
+    read: Result<&LimitsFile, &ConfigError>,
+    on_reload: &dyn Fn(Reload<'_>),
+) {
+    match read {
+        Ok(file) => {
+            #[cfg(feature = "tracing")]
+            tracing::info!(version = file.version(), path = %path.display(), "limits: new version live");
+            on_reload(Reload::Applied(file));
+        }
+        Err(error) => {
+            log_refused(error);
+            on_reload(Reload::Refused(error));
+        }
+    }
     #[cfg(not(feature = "tracing"))]
-    let _ = (path, file);
+    let _ = path;
 }
 
 pub(super) fn log_refused(error: &ConfigError) {

@@ -182,9 +182,15 @@ impl<T: Clone> RouteTable<T> {
 
     /// The value for `req`'s route: its method's, else any method's.
     pub(crate) fn find(&self, req: &RequestHead<'_>) -> Option<&T> {
-        let entry = self.routes.get(route_of(req))?;
+        self.get(req.method, route_of(req))
+    }
+
+    /// The value for `method` requests to the route template `route`: its
+    /// method's, else any method's.
+    pub(crate) fn get(&self, method: &Method, route: &str) -> Option<&T> {
+        let entry = self.routes.get(route)?;
         // HEAD is answered by the GET handler: it spends GET's budget.
-        let method = match *req.method {
+        let method = match *method {
             Method::HEAD => &Method::GET,
             ref method => method,
         };

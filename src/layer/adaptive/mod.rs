@@ -8,7 +8,9 @@ mod window;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
@@ -86,9 +88,10 @@ struct Inner {
     /// The factor the controller set, as f64 bits.
     factor: AtomicU64,
     pinned: Live<Option<f64>>,
-    /// The base policy whose limit names were seen last: a request of the
-    /// same policy at the full factor takes no lock.
-    seen: AtomicUsize,
+    /// The last policy scaled: (base, factor bits, scaled). A request of
+    /// the same policy at the same factor reads it without a lock (the
+    /// base is kept, so its address is never another policy's meanwhile).
+    last: ArcSwapOption<(Policy, u64, Policy)>,
     state: Mutex<State>,
     on_change: Option<Box<Tell>>,
 }
@@ -145,14 +148,10 @@ impl Adaptive {
     /// An adaptive limit following `controller`: a window of 10 s, at least
     /// 20 responses before it acts, a factor of at least 0.1.
     pub fn new(controller: impl Controller) -> Self {
-        Self::build(Box::new(controller), |_| {})
-    }
-
-    fn build(controller: Box<dyn Controller>, set: impl FnOnce(&mut Inner)) -> Self {
         let length = Duration::from_secs(10);
-        let mut inner = Inner {
+        let inner = Inner {
             name: "adaptive".into(),
-            controller,
+            controller: Box::new(controller),
             classifier: Classifier::default(),
             length,
             min_responses: 20,
@@ -160,7 +159,7 @@ impl Adaptive {
             start: Instant::now(),
             factor: AtomicU64::new(1.0f64.to_bits()),
             pinned: Live::new(None),
-            seen: AtomicUsize::new(0),
+            last: ArcSwapOption::empty(),
             state: Mutex::new(State {
                 window: Window::new(length),
                 evaluated_ms: 0,
@@ -170,22 +169,20 @@ impl Adaptive {
             }),
             on_change: None,
         };
-        set(&mut inner);
         Self {
             inner: Arc::new(inner),
         }
     }
 
-    /// Change a setting while this is the only handle (the builder's
-    /// methods, before any clone).
+    /// A setting changed, before the handle is cloned (its clones share
+    /// one factor, which settings must not split).
+    ///
+    /// # Panics
+    ///
+    /// If the handle was cloned already: a mistake in setting it up.
     fn with(mut self, set: impl FnOnce(&mut Inner)) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => set(inner),
-            None => {
-                // Cloned already: settings belong before the first clone.
-                debug_assert!(false, "configure an Adaptive before cloning it");
-            }
-        }
+        let inner = Arc::get_mut(&mut self.inner).expect("configure an Adaptive before cloning it");
+        set(inner);
         self
     }
 
@@ -353,10 +350,22 @@ impl Adaptive {
     /// `base` at the factor in force.
     fn scale(&self, base: Policy) -> Policy {
         let factor = self.factor();
-        if factor >= 1.0 && self.inner.seen.load(Ordering::Relaxed) == base.address() {
-            return base;
+        let bits = factor.to_bits();
+        if let Some((last, at, scaled)) = self.inner.last.load().as_deref() {
+            if *at == bits && last.address() == base.address() {
+                return scaled.clone();
+            }
         }
-        self.inner.seen.store(base.address(), Ordering::Relaxed);
+        let scaled = self.scale_locked(&base, factor);
+        self.inner
+            .last
+            .store(Some(Arc::new((base, bits, scaled.clone()))));
+        scaled
+    }
+
+    /// `base` at `factor`, from the cache of scaled policies (and its limit
+    /// names noted for the gauge).
+    fn scale_locked(&self, base: &Policy, factor: f64) -> Policy {
         let mut state = self.lock();
         if state.limits.len() < 16 {
             for limit in base.limits() {
@@ -369,7 +378,7 @@ impl Adaptive {
             }
         }
         if factor >= 1.0 {
-            return base;
+            return base.clone();
         }
         let bits = factor.to_bits();
         let found = state
@@ -384,7 +393,7 @@ impl Adaptive {
         if state.scaled.len() >= MAX_SCALED {
             state.scaled.clear();
         }
-        state.scaled.push((base, bits, scaled.clone()));
+        state.scaled.push((base.clone(), bits, scaled.clone()));
         scaled
     }
 }

@@ -75,54 +75,34 @@ impl AdaptiveConcurrency {
     /// A limit moved by `controller`, from 10, between 1 and 1000, without
     /// a queue.
     pub fn new(controller: impl ConcurrencyController) -> Self {
-        Self::with(Box::new(controller), 10.0, 1.0, 1000.0, 0, Duration::ZERO)
-    }
-
-    fn with(
-        controller: Box<dyn ConcurrencyController>,
-        limit: f64,
-        min: f64,
-        max: f64,
-        queue: usize,
-        max_wait: Duration,
-    ) -> Self {
         Self {
             shared: Arc::new(Shared {
-                state: Mutex::new(State { limit, controller }),
+                state: Mutex::new(State {
+                    limit: 10.0,
+                    controller: Box::new(controller),
+                }),
                 in_flight: AtomicUsize::new(0),
                 waiting: AtomicUsize::new(0),
                 freed: Notify::new(),
-                min,
-                max,
-                queue,
-                max_wait,
+                min: 1.0,
+                max: 1000.0,
+                queue: 0,
+                max_wait: Duration::ZERO,
             }),
         }
     }
 
-    /// Rebuilt with other settings, keeping the controller (before any
-    /// request).
-    fn rebuild(
-        self,
-        change: impl FnOnce(&mut f64, &mut f64, &mut f64, &mut usize, &mut Duration),
-    ) -> Self {
-        let shared = Arc::try_unwrap(self.shared)
-            .unwrap_or_else(|_| panic!("configure an AdaptiveConcurrency before cloning it"));
-        let state = shared
-            .state
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        let (mut limit, mut min, mut max) = (state.limit, shared.min, shared.max);
-        let (mut queue, mut max_wait) = (shared.queue, shared.max_wait);
-        change(&mut limit, &mut min, &mut max, &mut queue, &mut max_wait);
-        Self::with(
-            state.controller,
-            limit.clamp(min, max),
-            min,
-            max,
-            queue,
-            max_wait,
-        )
+    /// A setting changed, before the handle is cloned (its clones share
+    /// one limit, which settings must not split).
+    ///
+    /// # Panics
+    ///
+    /// If the handle was cloned already: a mistake in setting it up.
+    fn with(mut self, change: impl FnOnce(&mut Shared)) -> Self {
+        let shared = Arc::get_mut(&mut self.shared)
+            .expect("configure an AdaptiveConcurrency before cloning it");
+        change(shared);
+        self
     }
 
     /// The limit stays within `min..=max` (`min` at least 1); it starts at
@@ -130,18 +110,20 @@ impl AdaptiveConcurrency {
     pub fn bounds(self, min: usize, max: usize) -> Self {
         let min = min.max(1) as f64;
         let max = (max as f64).max(min);
-        self.rebuild(|limit, lo, hi, _, _| {
-            (*lo, *hi) = (min, max);
-            *limit = min;
+        self.with(|shared| {
+            (shared.min, shared.max) = (min, max);
+            shared
+                .state
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .limit = min;
         })
     }
 
     /// Requests over the limit wait up to `max_wait` for a place, at most
     /// `length` of them at once; the others get 503 at once.
     pub fn queue(self, length: usize, max_wait: Duration) -> Self {
-        self.rebuild(|_, _, _, queue, wait| {
-            (*queue, *wait) = (length, max_wait);
-        })
+        self.with(|shared| (shared.queue, shared.max_wait) = (length, max_wait))
     }
 
     /// How many requests may be in flight now.
