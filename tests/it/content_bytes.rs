@@ -24,17 +24,7 @@ async fn start(handled: Arc<AtomicUsize>) -> SocketAddr {
 }
 
 async fn start_on(handled: Arc<AtomicUsize>, backend: impl Backend) -> SocketAddr {
-    // The limit's window is a minute of the clock: a test that crossed into
-    // the next one would see the last minute's bytes weigh less (a sliding
-    // window counter), so each starts with 10 s of its minute left.
-    let into_minute = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        % 60_000;
-    if into_minute > 50_000 {
-        tokio::time::sleep(Duration::from_millis(60_100 - into_minute as u64)).await;
-    }
+    crate::support::with_a_minute_to_spare().await;
     let layer = ContentBytesLayer::new("transfer = 100000/min".parse::<Policy>().unwrap())
         .key(Header::new("x-user-id"))
         .backend(backend)

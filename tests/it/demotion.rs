@@ -14,6 +14,7 @@ use tower_ratelimit::{Policy, RateLimitLayer};
 /// `demoted = 2/min` for the banned. What `user` gets for `n` requests, and
 /// the last answer's RateLimit-Policy.
 async fn run(backend: impl Backend) -> (Vec<u16>, Vec<u16>, String) {
+    crate::support::with_a_minute_to_spare().await;
     let boxed = PenaltyBox::new(3, Duration::from_secs(60), Duration::from_secs(300)).unwrap();
     let policy = "five = 5/min"
         .parse::<Policy>()

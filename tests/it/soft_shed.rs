@@ -16,6 +16,7 @@ use tower_ratelimit::{Policy, RateLimitLayer};
 /// sheds from 80% with up to 200 ms: each answer's status and the delay its
 /// handler was told.
 async fn twelve(backend: impl Backend) -> Vec<(StatusCode, Option<Duration>)> {
+    crate::support::with_a_minute_to_spare().await;
     let told = Arc::new(Mutex::new(None));
     let seen = told.clone();
     let svc = ServiceBuilder::new()

@@ -32,3 +32,18 @@ impl tower_ratelimit::backend::Backend for Broken {
         )))
     }
 }
+
+/// Waits, if need be, until at least 10 s are left in the clock's current
+/// minute: a test of a `/min` sliding window counter that crossed into the
+/// next minute would see the last one's count weigh less.
+pub async fn with_a_minute_to_spare() {
+    let into_minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        % 60_000;
+    if into_minute > 50_000 {
+        let wait = 60_100 - into_minute as u64;
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+    }
+}
