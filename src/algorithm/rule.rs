@@ -36,9 +36,9 @@ impl Rule {
         match self {
             Rule::FixedWindow(a) => Form::Fixed(FixedRule::FixedWindow(a)),
             Rule::SlidingWindow(a) => Form::Fixed(FixedRule::SlidingWindow(a)),
-            Rule::TokenBucket(a) => Form::Fixed(FixedRule::Gcra(a.as_gcra())),
-            Rule::LeakyBucket(a) => Form::Fixed(FixedRule::Gcra(a.as_gcra())),
-            Rule::Gcra(a) => Form::Fixed(FixedRule::Gcra(a)),
+            Rule::TokenBucket(a) => Form::Bucket(a.as_gcra()),
+            Rule::LeakyBucket(a) => Form::Bucket(a.as_gcra()),
+            Rule::Gcra(a) => Form::Bucket(a),
             Rule::SlidingLog(a) => Form::Log(a),
         }
     }
@@ -47,18 +47,21 @@ impl Rule {
 /// A rule by the shape of its state.
 #[derive(Clone, Copy)]
 pub(crate) enum Form<'a> {
-    /// One [`State`] per key.
+    /// One [`State`] per key: the windows.
     Fixed(FixedRule<'a>),
+    /// One word per key, the theoretical arrival time (a [`State`] whose
+    /// `value` is always 0): the three buckets, which share [`Gcra`]'s
+    /// arithmetic. Kept apart because one word can change without a lock.
+    Bucket(&'a Gcra),
     /// A [`SlidingLogState`] per key.
     Log(&'a SlidingLog),
 }
 
-/// The algorithms whose state is one [`State`].
+/// The algorithms whose state is one two-word [`State`].
 #[derive(Clone, Copy)]
 pub(crate) enum FixedRule<'a> {
     FixedWindow(&'a FixedWindow),
     SlidingWindow(&'a SlidingWindow),
-    Gcra(&'a Gcra),
 }
 
 impl FixedRule<'_> {
@@ -67,7 +70,6 @@ impl FixedRule<'_> {
         match self {
             FixedRule::FixedWindow(a) => a.check(state, now, cost),
             FixedRule::SlidingWindow(a) => a.check(state, now, cost),
-            FixedRule::Gcra(a) => a.check(state, now, cost),
         }
     }
 
@@ -76,7 +78,6 @@ impl FixedRule<'_> {
         match self {
             FixedRule::FixedWindow(a) => a.refund(state, now, units),
             FixedRule::SlidingWindow(a) => a.refund(state, now, units),
-            FixedRule::Gcra(a) => a.refund(state, now, units),
         }
     }
 
@@ -85,7 +86,6 @@ impl FixedRule<'_> {
         match self {
             FixedRule::FixedWindow(a) => a.consume(state, now, cost),
             FixedRule::SlidingWindow(a) => a.consume(state, now, cost),
-            FixedRule::Gcra(a) => a.consume(state, now, cost),
         }
     }
 
@@ -94,7 +94,6 @@ impl FixedRule<'_> {
         match self {
             FixedRule::FixedWindow(a) => a.charge(state, now, units),
             FixedRule::SlidingWindow(a) => a.charge(state, now, units),
-            FixedRule::Gcra(a) => a.charge(state, now, units),
         }
     }
 }

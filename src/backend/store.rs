@@ -5,8 +5,10 @@ use std::fmt;
 use std::future::{ready, Ready};
 use std::sync::Arc;
 
+use super::memory::bucket::Tat;
 use super::memory::decide;
 use super::memory::shard::{Entries, Shard, TimedLog};
+use super::memory::table::Expires;
 use super::{AtCapacity, Backend, BackendError, Reset};
 use crate::algorithm::State;
 use crate::clock::{Clock, MonotonicClock};
@@ -75,21 +77,33 @@ pub trait StateStore: Clone + Send + Sync + 'static {
 /// states are dropped at each decision.
 #[derive(Default)]
 pub struct KeyStates {
-    shard: Shard<Few<State>, Few<TimedLog>>,
+    shard: Shard<Few<State>, Few<TimedLog>, Few<Tat>>,
 }
 
 impl KeyStates {
     /// Whether nothing is held: the store may forget the key.
     pub fn is_empty(&self) -> bool {
-        self.shard.states.entries.is_empty() && self.shard.logs.entries.is_empty()
+        self.shard.states.entries.is_empty()
+            && self.shard.buckets.entries.is_empty()
+            && self.shard.logs.entries.is_empty()
     }
 
     /// When the last state expires (on the backend's clock, which counts
     /// from the Unix epoch by default): for a store with expiring entries.
     pub fn expires_at(&self) -> Micros {
         let states = self.shard.states.entries.iter().map(|(_, s)| s.expires_at);
+        let buckets = self
+            .shard
+            .buckets
+            .entries
+            .iter()
+            .map(|(_, b)| b.expires_at());
         let logs = self.shard.logs.entries.iter().map(|(_, l)| l.expires_at);
-        states.chain(logs).max().unwrap_or(Micros::ZERO)
+        states
+            .chain(buckets)
+            .chain(logs)
+            .max()
+            .unwrap_or(Micros::ZERO)
     }
 
     /// Before a decision: whether a new entry may be added (a key the store
@@ -98,7 +112,12 @@ impl KeyStates {
         let room = !full || !self.is_empty();
         // A full store frees room when some key expires; a second is a hint.
         let retry_at = now.saturating_add(Micros::from_secs(1));
-        for few in [&mut self.shard.states.limits, &mut self.shard.logs.limits] {
+        let limits = [
+            &mut self.shard.states.limits,
+            &mut self.shard.buckets.limits,
+            &mut self.shard.logs.limits,
+        ];
+        for few in limits {
             *few = (room, retry_at);
         }
     }
@@ -109,6 +128,10 @@ impl KeyStates {
             .states
             .entries
             .retain(|(_, s)| s.expires_at > now);
+        self.shard
+            .buckets
+            .entries
+            .retain(|(_, b)| b.expires_at() > now);
         self.shard.logs.entries.retain(|(_, l)| l.expires_at > now);
     }
 }
@@ -117,6 +140,7 @@ impl fmt::Debug for KeyStates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeyStates")
             .field("states", &self.shard.states.entries.len())
+            .field("buckets", &self.shard.buckets.entries.len())
             .field("logs", &self.shard.logs.entries.len())
             .finish()
     }
@@ -221,7 +245,7 @@ impl<S: StateStore, C: Clock> StoreBackend<S, C> {
     fn decide(
         &self,
         key: &Key,
-        run: impl FnOnce(&mut Shard<Few<State>, Few<TimedLog>>, Micros) -> Decision,
+        run: impl FnOnce(&mut Shard<Few<State>, Few<TimedLog>, Few<Tat>>, Micros) -> Decision,
     ) -> Decision {
         let now = self.clock.now();
         let full = self.store.keys() >= self.max_keys;

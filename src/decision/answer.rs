@@ -107,6 +107,14 @@ impl Decision {
         }
     }
 
+    /// The decision of a policy of one limit.
+    #[inline]
+    pub(crate) fn one(outcome: Outcome) -> Self {
+        let mut decision = Self::empty();
+        decision.push(outcome);
+        decision
+    }
+
     /// A request refused because its key is banned by the policy's
     /// [penalty box](crate::policy::PenaltyBox) for `remaining` more: each limit
     /// reports nothing left until then. How a

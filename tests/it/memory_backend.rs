@@ -37,6 +37,55 @@ fn two_threads_on_one_key_admit_exactly_the_limit() {
     }
 }
 
+/// A known key under a lone bucket is decided under the shard's read lock
+/// with one compare-and-swap; new keys take the write lock and may move
+/// every slot (the table grows). Exact all the same: a hot key hammered by
+/// two threads while a third fills its shard admits exactly its limit.
+#[test]
+fn a_hot_bucket_stays_exact_while_its_shard_grows_around_it() {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::LeakyBucket,
+    ] {
+        let policy = Policy::single(algorithm, Quota::per_hour(20_000).unwrap()).unwrap();
+        let backend = MemoryBackend::builder()
+            .shards(1)
+            .max_keys(1_000_000)
+            .build();
+        let hot = Key::new("user", "hot");
+        let admitted = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        if backend
+                            .check_at(&hot, &policy, 1, Micros::new(0))
+                            .is_allowed()
+                        {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+            s.spawn(|| {
+                for i in 0..200_000u32 {
+                    let key = Key::new("user", i.to_be_bytes());
+                    assert!(backend
+                        .check_at(&key, &policy, 1, Micros::new(0))
+                        .is_allowed());
+                }
+            });
+        });
+        assert_eq!(admitted.into_inner(), 20_000, "{algorithm}");
+        assert_eq!(backend.len(), 200_001, "{algorithm}: every key kept");
+        // What the hot key has left is what a single thread would see.
+        let last = backend.check_at(&hot, &policy, 1, Micros::new(0));
+        assert!(!last.is_allowed());
+        assert_eq!(last.deciding().remaining(), 0);
+    }
+}
+
 #[test]
 fn a_million_keys_from_two_threads_are_each_counted_once() {
     let policy = Policy::single(Algorithm::Gcra, Quota::per_hour(1).unwrap()).unwrap();

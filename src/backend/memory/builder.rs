@@ -2,7 +2,7 @@
 //! server's share, the clock.
 
 use std::collections::hash_map::RandomState;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::shard::{LogBytes, Shard};
 use super::table::Table;
@@ -113,9 +113,10 @@ impl<C: Clock> MemoryBackendBuilder<C> {
         let log_bytes = Arc::new(LogBytes::new(self.max_log_bytes));
         let shards_vec = (0..shards)
             .map(|_| {
-                CachePadded(Mutex::new(Shard {
+                CachePadded(RwLock::new(Shard {
                     states: Table::new(per_shard),
                     logs: Table::new(per_shard),
+                    buckets: Table::new(per_shard),
                     log_bytes: Some(Arc::clone(&log_bytes)),
                 }))
             })

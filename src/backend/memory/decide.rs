@@ -4,6 +4,7 @@
 //! of its tables; a [`StoreBackend`](crate::backend::StoreBackend) on the
 //! states an outside store keeps for one key. One code, one meaning.
 
+use super::bucket::Tat;
 use super::shard::{fingerprint, Entries, Shard, TimedLog};
 use super::AtCapacity;
 use crate::algorithm::{Form, State};
@@ -15,8 +16,8 @@ use crate::{Decision, Limit, Micros, Outcome, Policy};
 /// steps as [`check`], without its per-limit arrays and reports; the same
 /// outcome (`None`: not this case, or a full table, left to [`check`]).
 #[inline]
-pub(crate) fn check_one<S, L>(
-    shard: &mut Shard<S, L>,
+pub(crate) fn check_one<S, L, B>(
+    shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
     cost: u32,
@@ -26,6 +27,7 @@ pub(crate) fn check_one<S, L>(
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied()) else {
         return None;
@@ -65,8 +67,8 @@ where
 /// whose base hash is `base`: a ban first, then each limit, all or nothing;
 /// commit when allowed (or when the policy counts denials), then strike a
 /// denied key in the penalty box.
-pub(crate) fn check<S, L>(
-    shard: &mut Shard<S, L>,
+pub(crate) fn check<S, L, B>(
+    shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
     cost: u32,
@@ -76,6 +78,7 @@ pub(crate) fn check<S, L>(
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     let limits = policy.limits();
     // Each limit's fingerprint, and its slot if the key is known.
@@ -161,8 +164,8 @@ where
 /// difference back, or charge all of it, past each limit's capacity if need
 /// be (the work is done; later requests wait the debt out). Permits are
 /// given back when their request ends, not settled.
-pub(crate) fn settle<S, L>(
-    shard: &mut Shard<S, L>,
+pub(crate) fn settle<S, L, B>(
+    shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
     (reserved, actual): (u32, u32),
@@ -171,6 +174,7 @@ pub(crate) fn settle<S, L>(
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     after_each(shard, policy, base, now, |shard, limit, fp| {
         if limit.is_concurrent() {
@@ -185,8 +189,8 @@ where
 
 /// Give back (`renew`: false) or renew the permit taken at `permit` on each
 /// limit of requests in flight.
-pub(crate) fn permit<S, L>(
-    shard: &mut Shard<S, L>,
+pub(crate) fn permit<S, L, B>(
+    shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
     (permit, cost, renew): (Micros, u32, bool),
@@ -195,6 +199,7 @@ pub(crate) fn permit<S, L>(
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     let mut held = true;
     let decision = after_each(shard, policy, base, now, |shard, limit, fp| {
@@ -221,10 +226,11 @@ where
 }
 
 /// Forget the key's state under every limit of `policy` and its penalty box.
-pub(crate) fn reset<S, L>(shard: &mut Shard<S, L>, policy: &Policy, base: u64)
+pub(crate) fn reset<S, L, B>(shard: &mut Shard<S, L, B>, policy: &Policy, base: u64)
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     for limit in policy.limits() {
         shard.forget(limit, fingerprint(base, limit.id()));
@@ -235,16 +241,17 @@ where
 }
 
 /// Run `change` on each limit's state, then report what each holds.
-fn after_each<S, L>(
-    shard: &mut Shard<S, L>,
+fn after_each<S, L, B>(
+    shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
     now: Micros,
-    mut change: impl FnMut(&mut Shard<S, L>, &Limit, u64),
+    mut change: impl FnMut(&mut Shard<S, L, B>, &Limit, u64),
 ) -> Decision
 where
     S: Entries<State>,
     L: Entries<TimedLog>,
+    B: Entries<Tat>,
 {
     let mut decision = Decision::empty();
     for limit in policy.limits() {

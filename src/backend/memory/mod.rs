@@ -61,10 +61,11 @@
 //! assert_eq!(admitted, 3);
 //! ```
 
+pub(crate) mod bucket;
 mod builder;
 pub(crate) mod decide;
 pub(crate) mod shard;
-mod table;
+pub(crate) mod table;
 
 use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
@@ -72,10 +73,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::{ready, Ready};
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use self::shard::{LogBytes, Shard};
 use super::{Backend, BackendError, Reset};
+use crate::algorithm::{Form, Gcra};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
@@ -98,7 +100,7 @@ struct Inner<C> {
 /// Everything but the clock. Not generic, so the whole decision is compiled
 /// (and inlined) here rather than in each crate that names a clock type.
 struct Store {
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shards: Box<[CachePadded<RwLock<Shard>>]>,
     shard_mask: u64,
     hasher: RandomState,
     at_capacity: AtCapacity,
@@ -242,8 +244,8 @@ impl<C: Clock> MemoryBackend<C> {
             .shards
             .iter()
             .map(|s| {
-                let shard = lock(&s.0);
-                shard.states.len() + shard.logs.len()
+                let shard = read(&s.0);
+                shard.states.len() + shard.buckets.len() + shard.logs.len()
             })
             .sum()
     }
@@ -261,9 +263,12 @@ impl<C: Clock> MemoryBackend<C> {
             .shards
             .iter()
             .map(|s| {
-                let shard = lock(&s.0);
+                let shard = read(&s.0);
                 let log_entries: usize = shard.logs.values().map(|l| l.log().heap_bytes()).sum();
-                shard.states.slot_bytes() + shard.logs.slot_bytes() + log_entries
+                let slots = shard.states.slot_bytes()
+                    + shard.buckets.slot_bytes()
+                    + shard.logs.slot_bytes();
+                slots + log_entries
             })
             .sum()
     }
@@ -290,35 +295,44 @@ impl Store {
     }
 
     /// The key's base hash (which picks its shard and seeds each limit's
-    /// fingerprint) and its shard, locked.
+    /// fingerprint) and its shard's lock.
     #[inline]
-    fn locate(&self, key: &Key) -> (u64, MutexGuard<'_, Shard>) {
+    fn locate(&self, key: &Key) -> (u64, &RwLock<Shard>) {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
         // The high bits pick the shard; fingerprints mix all bits anew.
-        let shard = lock(&self.shards[((base >> 40) & self.shard_mask) as usize].0);
-        (base, shard)
+        (
+            base,
+            &self.shards[((base >> 40) & self.shard_mask) as usize].0,
+        )
     }
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
         let policy = self.local(policy);
         let policy = &*policy;
-        let (base, mut shard) = self.locate(key);
+        let (base, lock) = self.locate(key);
+        if let Some((gcra, limit_id)) = lone_bucket(policy) {
+            // A known key under a lone bucket: one swap under the read lock.
+            let shard = read(lock);
+            if let Some(slot) = shard.buckets.find(shard::fingerprint(base, limit_id)) {
+                let outcome = shard.buckets.at(slot).check_and_consume(gcra, now, cost);
+                drop(shard);
+                return Decision::one(outcome);
+            }
+        }
+        let mut shard = write(lock);
         let at_capacity = self.at_capacity;
         if let Some(outcome) = decide::check_one(&mut shard, policy, base, cost, now, at_capacity) {
             // The decision is made once the lock is let go.
             drop(shard);
-            let mut decision = Decision::empty();
-            decision.push(outcome);
-            decision.decide();
-            return decision;
+            return Decision::one(outcome);
         }
         decide::check(&mut shard, policy, base, cost, now, at_capacity)
     }
 
     fn settle(&self, key: &Key, policy: &Policy, amounts: (u32, u32), now: Micros) -> Decision {
         let policy = self.local(policy);
-        let (base, mut shard) = self.locate(key);
-        decide::settle(&mut shard, &policy, base, amounts, now)
+        let (base, lock) = self.locate(key);
+        decide::settle(&mut write(lock), &policy, base, amounts, now)
     }
 
     fn permit(
@@ -329,22 +343,41 @@ impl Store {
         now: Micros,
     ) -> Decision {
         let policy = self.local(policy);
-        let (base, mut shard) = self.locate(key);
-        decide::permit(&mut shard, &policy, base, permit, now)
+        let (base, lock) = self.locate(key);
+        decide::permit(&mut write(lock), &policy, base, permit, now)
     }
 
     fn reset(&self, key: &Key, policy: &Policy) {
         let policy = self.local(policy);
-        let (base, mut shard) = self.locate(key);
-        decide::reset(&mut shard, &policy, base);
+        let (base, lock) = self.locate(key);
+        decide::reset(&mut write(lock), &policy, base);
     }
 }
 
-/// Our critical sections cannot panic half-way, so a poisoned lock still
-/// guards consistent state.
+/// The one limit of `policy` when it is a bucket with nothing else to
+/// keep (no penalty box, denials not counted): the lock-free case.
 #[inline]
-fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+fn lone_bucket(policy: &Policy) -> Option<(&Gcra, u64)> {
+    let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied()) else {
+        return None;
+    };
+    match limit.rule().form() {
+        Form::Bucket(gcra) => Some((gcra, limit.id())),
+        Form::Fixed(_) | Form::Log(_) => None,
+    }
+}
+
+// Our critical sections cannot panic half-way, so a poisoned lock still
+// guards consistent state.
+
+#[inline]
+fn read(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[inline]
+fn write(lock: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Hashes bytes in one write. `[u8]`'s own `Hash` also writes a length

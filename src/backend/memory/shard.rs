@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
+use super::bucket::Tat;
 use super::table::{Expires, Table};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::penalty::PenaltyState;
@@ -67,11 +68,15 @@ impl<V: Expires> Entries<V> for Table<V> {
     }
 }
 
-/// Fixed-size states and sliding logs, by fingerprint.
+/// Fixed-size states, buckets' words and sliding logs, by fingerprint.
 #[derive(Default)]
-pub(crate) struct Shard<S = Table<State>, L = Table<TimedLog>> {
+pub(crate) struct Shard<S = Table<State>, L = Table<TimedLog>, B = Table<Tat>> {
     pub(crate) states: S,
     pub(crate) logs: L,
+    /// The buckets' states, one word each (16-byte slots), apart from the
+    /// windows' two words: denser, and changed in place by the lock-free
+    /// path (`bucket.rs`).
+    pub(crate) buckets: B,
     /// What this shard's logs may take of the backend's log bytes (`None`:
     /// unbounded but by each log's own limit, as in an outside store).
     pub(crate) log_bytes: Option<Arc<LogBytes>>,
@@ -169,7 +174,7 @@ impl Expires for TimedLog {
     }
 }
 
-impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
+impl<S: Entries<State>, L: Entries<TimedLog>, B: Entries<Tat>> Shard<S, L, B> {
     /// What `limit` says about `cost` for fingerprint `fp`, and the slot
     /// holding its state if there is one.
     #[inline]
@@ -184,6 +189,11 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
             Form::Fixed(rule) => {
                 let slot = self.states.find(fp);
                 let state = slot.map_or_else(State::default, |i| *self.states.at(i));
+                (rule.check(state, now, cost), slot)
+            }
+            Form::Bucket(rule) => {
+                let slot = self.buckets.find(fp);
+                let state = slot.map_or_else(State::default, |i| self.buckets.at(i).get());
                 (rule.check(state, now, cost), slot)
             }
             Form::Log(log) => {
@@ -204,6 +214,7 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
     pub(crate) fn forget(&mut self, limit: &Limit, fp: u64) {
         match limit.rule().form() {
             Form::Fixed(_) => self.states.remove(fp),
+            Form::Bucket(_) => self.buckets.remove(fp),
             Form::Log(_) => self.logs.remove(fp),
         }
     }
@@ -249,6 +260,12 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                     *state = rule.refund(*state, now, units);
                 }
             }
+            Form::Bucket(rule) => {
+                if let Some(slot) = self.buckets.find(fp) {
+                    let tat = self.buckets.at_mut(slot);
+                    tat.set(rule.refund(tat.get(), now, units));
+                }
+            }
             Form::Log(log) => {
                 if let Some(slot) = self.logs.find(fp) {
                     let timed = self.logs.at_mut(slot);
@@ -270,6 +287,16 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 None => {
                     let state = rule.charge(State::default(), now, units);
                     self.states.insert(fp, state, now);
+                }
+            },
+            Form::Bucket(rule) => match self.buckets.find(fp) {
+                Some(slot) => {
+                    let tat = self.buckets.at_mut(slot);
+                    tat.set(rule.charge(tat.get(), now, units));
+                }
+                None => {
+                    let state = rule.charge(State::default(), now, units);
+                    self.buckets.insert(fp, Tat::new(state), now);
                 }
             },
             Form::Log(log) => {
@@ -299,6 +326,10 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
                 let state = self.states.at_mut(slot);
                 *state = rule.consume(*state, now, cost);
             }
+            Form::Bucket(rule) => {
+                let tat = self.buckets.at_mut(slot);
+                tat.set(rule.consume(tat.get(), now, cost));
+            }
             Form::Log(log) => {
                 let timed = self.logs.at_mut(slot);
                 timed.change(log, |log, s| log.consume(s, now, cost));
@@ -312,6 +343,10 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
             Form::Fixed(rule) => {
                 let state = rule.consume(State::default(), now, cost);
                 self.states.insert(fp, state, now);
+            }
+            Form::Bucket(rule) => {
+                let state = rule.consume(State::default(), now, cost);
+                self.buckets.insert(fp, Tat::new(state), now);
             }
             Form::Log(log) => {
                 let timed = self
@@ -363,6 +398,7 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
         for ((fp, slot), limit) in found.iter_mut().zip(limits) {
             *slot = match limit.rule().form() {
                 Form::Fixed(_) => self.states.find(*fp),
+                Form::Bucket(_) => self.buckets.find(*fp),
                 Form::Log(_) => self.logs.find(*fp),
             };
         }
@@ -376,12 +412,14 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
         found: &[(u64, Option<usize>)],
         now: Micros,
     ) -> Option<(usize, Micros)> {
-        // (count of new entries, first new one) for states and for logs.
+        // (count of new entries, first new one) for each table.
         let mut new_states = (0, None);
+        let mut new_buckets = (0, None);
         let mut new_logs = (0, None);
         for (i, (limit, &(fp, slot))) in limits.iter().zip(found).enumerate() {
             let counter = match limit.rule().form() {
                 Form::Fixed(_) => &mut new_states,
+                Form::Bucket(_) => &mut new_buckets,
                 Form::Log(_) => &mut new_logs,
             };
             if slot.is_none() {
@@ -392,6 +430,11 @@ impl<S: Entries<State>, L: Entries<TimedLog>> Shard<S, L> {
         if let (n, Some((i, fp))) = new_states {
             if !self.states.has_room(fp, n, now) {
                 return Some((i, self.states.soonest_expiry_near(fp)));
+            }
+        }
+        if let (n, Some((i, fp))) = new_buckets {
+            if !self.buckets.has_room(fp, n, now) {
+                return Some((i, self.buckets.soonest_expiry_near(fp)));
             }
         }
         if let (n, Some((i, fp))) = new_logs {

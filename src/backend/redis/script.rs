@@ -40,7 +40,7 @@ impl Shape {
         for limit in policy.limits() {
             bits |= match limit.rule().form() {
                 Form::Fixed(FixedRule::FixedWindow(_)) => Self::FIXED_WINDOW,
-                Form::Fixed(FixedRule::Gcra(_)) => Self::GCRA,
+                Form::Bucket(_) => Self::GCRA,
                 Form::Fixed(FixedRule::SlidingWindow(_)) => Self::SLIDING_WINDOW,
                 Form::Log(_) => Self::LOG,
             };
@@ -339,7 +339,7 @@ pub(super) fn invocation(
     if let (true, [limit], Ask::Check(cost)) = (shape.is_lean(), limits, ask) {
         // The lean scripts' arguments: cost, limit, window, interval.
         let interval = match limit.rule().form() {
-            Form::Fixed(FixedRule::Gcra(gcra)) => gcra.interval(),
+            Form::Bucket(gcra) => gcra.interval(),
             _ => Micros::ZERO,
         };
         out.number(i64::from(cost));
@@ -382,7 +382,7 @@ pub(super) fn invocation(
             Form::Log(_) if limit.is_concurrent() => (5, Micros::ZERO),
             Form::Log(_) => (2, Micros::ZERO),
             Form::Fixed(FixedRule::SlidingWindow(_)) => (3, Micros::ZERO),
-            Form::Fixed(FixedRule::Gcra(gcra)) => (4, gcra.interval()),
+            Form::Bucket(gcra) => (4, gcra.interval()),
         };
         out.number(code);
         out.number(i64::from(limit.capacity()));
