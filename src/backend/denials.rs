@@ -82,6 +82,7 @@ impl Denials {
         (same && now < entry.until).then(|| {
             entry
                 .decision
+                .clone()
                 .aged(Micros::from(now - entry.at))
                 .with_origin(Origin::Cached)
         })
@@ -119,7 +120,7 @@ impl Denials {
                 key: key.clone(),
                 limits: ids(policy).collect(),
                 cost,
-                decision: *decision,
+                decision: decision.clone(),
                 at: now,
                 until: now + retry,
             },

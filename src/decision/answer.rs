@@ -34,20 +34,32 @@ use crate::{Micros, Policy};
 /// assert_eq!(decision.deciding().remaining(), 9); // the 10/s limit binds first
 /// assert_eq!(decision.decided_by(), 0);
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Small: 56 bytes, whatever the policy. A policy of one limit (the common
+/// case) keeps its outcome inline; the outcomes of a policy of several are
+/// kept on the heap, one allocation, with the deciding one copied inline.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Decision {
-    outcomes: [Outcome; MAX_LIMITS],
+    /// The deciding outcome (the only one, for a policy of one limit).
+    deciding: Outcome,
+    /// Every outcome in the policy's order, when there are several.
+    all: Option<Box<[Outcome; MAX_LIMITS]>>,
+    /// For an admission under a limit of requests in flight: when its
+    /// permit was taken, which names the permit ([`NO_PERMIT`]: none).
+    permit: u64,
+    /// Overrides the deciding outcome's verdict (a capacity denial, a ban)
+    /// with this retry-after in µs (0: no override; never 0 when set).
+    retry_override: u64,
     len: u8,
     decided_by: u8,
     capacity_exhausted: bool,
     banned: bool,
-    /// For an admission under a limit of requests in flight: when its
-    /// permit was taken, which names the permit.
-    permit: Option<Micros>,
     origin: Origin,
-    /// Overrides the deciding outcome's verdict (a capacity denial, a ban).
-    verdict: Option<Verdict>,
 }
+
+/// `Decision::permit` when there is none (a permit is named by a time, which
+/// can be 0).
+const NO_PERMIT: u64 = u64::MAX;
 
 impl Decision {
     /// The decision of `policy` from each of its limits' outcomes, in the
@@ -96,14 +108,15 @@ impl Decision {
     #[inline]
     pub(crate) fn empty() -> Self {
         Self {
-            outcomes: [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS],
+            deciding: Outcome::allowed(0, 0, Micros::ZERO),
+            all: None,
+            permit: NO_PERMIT,
+            retry_override: 0,
             len: 0,
             decided_by: 0,
             capacity_exhausted: false,
             banned: false,
-            permit: None,
             origin: Origin::Primary,
-            verdict: None,
         }
     }
 
@@ -142,26 +155,44 @@ impl Decision {
 
     /// This denial also started (or met) a ban of `remaining` more.
     pub(crate) fn ban(&mut self, remaining: Micros) {
-        self.verdict = Some(Verdict::RetryAfter(remaining.max(Micros::new(1))));
+        self.retry_override = remaining.as_u64().max(1);
         self.banned = true;
     }
 
     #[inline]
     pub(crate) fn push(&mut self, outcome: Outcome) {
-        if let Some(slot) = self.outcomes.get_mut(usize::from(self.len)) {
-            *slot = outcome;
-            self.len += 1;
+        let len = usize::from(self.len);
+        if len == 0 {
+            self.deciding = outcome;
+        } else if len < MAX_LIMITS {
+            let all = self
+                .all
+                .get_or_insert_with(|| Box::new([self.deciding; MAX_LIMITS]));
+            all[len] = outcome;
+        } else {
+            return;
+        }
+        self.len += 1;
+    }
+
+    /// The outcomes pushed so far, in order.
+    #[inline]
+    fn slice(&self) -> &[Outcome] {
+        match (&self.all, self.len) {
+            (Some(all), len) => &all[..usize::from(len)],
+            (None, 0) => &[],
+            (None, _) => std::slice::from_ref(&self.deciding),
         }
     }
 
     /// Choose the deciding limit among the pushed outcomes.
     #[inline]
     pub(crate) fn decide(&mut self) {
-        let outcomes = &self.outcomes[..usize::from(self.len)];
-        if outcomes.len() <= 1 {
+        let Some(all) = &self.all else {
             self.decided_by = 0;
             return;
-        }
+        };
+        let outcomes = &all[..usize::from(self.len)];
         let denied_rank = |o: &Outcome| match o.verdict() {
             Verdict::Never => u64::MAX,
             Verdict::RetryAfter(after) => after.as_u64(),
@@ -173,21 +204,31 @@ impl Decision {
             index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after))
         };
         self.decided_by = decided_by as u8;
+        self.deciding = outcomes[decided_by];
     }
 
     /// A denial because the backend holds as many keys as it may and this
     /// key is new (see [`AtCapacity::Deny`](crate::backend::AtCapacity::Deny)).
     pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after: Micros) {
         self.decided_by = limit_index as u8;
-        self.verdict = Some(Verdict::RetryAfter(retry_after.max(Micros::new(1))));
+        if let Some(all) = &self.all {
+            self.deciding = all[limit_index];
+        }
+        self.retry_override = retry_after.as_u64().max(1);
         self.capacity_exhausted = true;
     }
 
     /// Replace limit `index`'s remaining and reset with what `now` reports,
     /// keeping its verdict: how a denied request reports the state it left.
     pub(crate) fn report_state(&mut self, index: usize, now: Outcome) {
-        if let Some(outcome) = self.outcomes.get_mut(index) {
-            *outcome = now.with_verdict_of(*outcome);
+        if index >= usize::from(self.len) {
+            return;
+        }
+        if let Some(all) = &mut self.all {
+            all[index] = now.with_verdict_of(all[index]);
+        }
+        if index == self.decided_by() {
+            self.deciding = now.with_verdict_of(self.deciding);
         }
     }
 
@@ -197,14 +238,18 @@ impl Decision {
     /// has refilled.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn aged(mut self, elapsed: Micros) -> Self {
-        if let Some(Verdict::RetryAfter(after)) = &mut self.verdict {
-            *after = after.saturating_sub(elapsed).max(Micros::new(1));
+        if self.retry_override != 0 {
+            self.retry_override = self.retry_override.saturating_sub(elapsed.as_u64()).max(1);
         }
-        for outcome in &mut self.outcomes[..usize::from(self.len)] {
+        let age = |outcome: &mut Outcome| {
             outcome.reset_after = outcome.reset_after.saturating_sub(elapsed);
             if !matches!(outcome.retry_us, 0 | NEVER) {
                 outcome.retry_us = outcome.retry_us.saturating_sub(elapsed.as_u64()).max(1);
             }
+        };
+        age(&mut self.deciding);
+        if let Some(all) = &mut self.all {
+            all[..usize::from(self.len)].iter_mut().for_each(age);
         }
         self
     }
@@ -216,12 +261,15 @@ impl Decision {
 
     /// Whether the request may pass.
     pub fn is_allowed(&self) -> bool {
-        self.verdict.is_none() && self.deciding().is_allowed()
+        self.retry_override == 0 && self.deciding.is_allowed()
     }
 
     /// The overall verdict.
     pub fn verdict(&self) -> Verdict {
-        self.verdict.unwrap_or_else(|| self.deciding().verdict())
+        match self.retry_override {
+            0 => self.deciding.verdict(),
+            after => Verdict::RetryAfter(Micros::new(after)),
+        }
     }
 
     /// Index (in the policy) of the limit that decided.
@@ -231,17 +279,17 @@ impl Decision {
 
     /// The deciding limit's outcome.
     pub fn deciding(&self) -> Outcome {
-        self.outcomes[self.decided_by()]
+        self.deciding
     }
 
     /// The outcome of limit `index`.
     pub fn outcome(&self, index: usize) -> Option<Outcome> {
-        self.outcomes[..usize::from(self.len)].get(index).copied()
+        self.slice().get(index).copied()
     }
 
     /// Every limit's outcome, in the policy's order.
     pub fn outcomes(&self) -> impl ExactSizeIterator<Item = Outcome> + '_ {
-        self.outcomes[..usize::from(self.len)].iter().copied()
+        self.slice().iter().copied()
     }
 
     /// When the same request may pass, if it is denied and ever can.
@@ -265,13 +313,13 @@ impl Decision {
     /// when it was taken: give it back with
     /// [`Backend::release`](crate::backend::Backend::release).
     pub fn permit(&self) -> Option<Micros> {
-        self.permit
+        (self.permit != NO_PERMIT).then_some(Micros::new(self.permit))
     }
 
     /// The same decision, holding the permit taken at `at`.
     pub fn with_permit(self, at: Micros) -> Self {
         Self {
-            permit: Some(at),
+            permit: at.as_u64().min(NO_PERMIT - 1),
             ..self
         }
     }
@@ -321,3 +369,33 @@ impl fmt::Display for OutcomeCountMismatch {
 }
 
 impl std::error::Error for OutcomeCountMismatch {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small enough to pass in registers or one cache line, whatever the
+    /// policy: what the request path copies.
+    #[test]
+    fn a_decision_fits_in_a_cache_line() {
+        assert!(std::mem::size_of::<Decision>() <= 64);
+    }
+
+    #[test]
+    fn a_decision_of_several_limits_keeps_each_outcome_in_order() {
+        let policy: Policy = "10/s; 100/min; 1000/h".parse().unwrap();
+        let outcomes = [
+            Outcome::allowed(10, 9, Micros::from_millis(100)),
+            Outcome::denied(100, 0, Micros::from_secs(60), Micros::from_secs(20)),
+            Outcome::allowed(1000, 998, Micros::from_secs(3)),
+        ];
+        let decision = Decision::from_outcomes(&policy, outcomes).unwrap();
+        assert!(decision.outcomes().eq(outcomes));
+        assert_eq!(decision.decided_by(), 1);
+        assert_eq!(decision.deciding(), outcomes[1]);
+        let aged = decision.clone().aged(Micros::from_secs(5));
+        assert_eq!(aged.retry_after(), Some(Duration::from_secs(15)));
+        assert_eq!(aged.outcome(2).unwrap().reset_after, Micros::ZERO);
+        assert_eq!(aged.deciding(), aged.outcome(1).unwrap());
+    }
+}

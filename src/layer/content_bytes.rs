@@ -432,7 +432,7 @@ impl<B: Backend> After<B> {
     fn answer<ResB>(self, mut response: Response<ResB>) -> Response<ResponseBytes<ResB, B>> {
         let (last, cut) = {
             let shared = lock(&self.shared);
-            (shared.last, shared.cut)
+            (shared.last.clone(), shared.cut)
         };
         let settings = &self.settings;
         if let Some(cut) = cut {

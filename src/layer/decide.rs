@@ -8,14 +8,15 @@ use crate::decision::Origin;
 use crate::Decision;
 
 /// What becomes of a request the backend answered about, with the part of
-/// the answer each case needs.
+/// the answer each case needs (moved, not copied: a decision of several
+/// limits holds an allocation).
 #[derive(Debug)]
-pub(super) enum Action<'a, W> {
+pub(super) enum Action<W> {
     /// Call the inner service. `counted`: the decision admitted it (a permit
     /// is held, the request is settled by its response); otherwise shadow
     /// mode let it through. `headers`: quota headers are sent.
     Admit {
-        decision: &'a Decision,
+        decision: Decision,
         origin: Origin,
         counted: bool,
         headers: bool,
@@ -23,15 +24,15 @@ pub(super) enum Action<'a, W> {
     /// Wait, then ask again (shaping): what the waiting takes.
     Wait(W),
     /// Refuse with 429.
-    Refuse(&'a Decision),
+    Refuse(Decision),
     /// No decision could be had: call the inner service, unlimited and
     /// without quota headers.
-    FailOpen(&'a BackendError),
+    FailOpen(BackendError),
     /// No decision could be had: refuse with 503.
-    FailClosed(&'a BackendError),
+    FailClosed(BackendError),
 }
 
-impl<W> Action<'_, W> {
+impl<W> Action<W> {
     /// What is reported of a decided request: its decision and fate (none
     /// while it waits, or when no decision could be had).
     #[inline(always)]
@@ -70,9 +71,9 @@ pub(super) struct Rules {
 pub(super) fn decide<W>(
     rules: Rules,
     policy_in_shadow: bool,
-    answer: &Result<Decision, BackendError>,
+    answer: Result<Decision, BackendError>,
     wait: impl FnOnce(&Decision) -> Option<W>,
-) -> Action<'_, W> {
+) -> Action<W> {
     let decision = match answer {
         Ok(decision) => decision,
         Err(error) => {
@@ -84,8 +85,8 @@ pub(super) fn decide<W>(
     };
     if decision.is_allowed() {
         return Action::Admit {
-            decision,
             origin: decision.origin(),
+            decision,
             counted: true,
             headers: true,
         };
@@ -99,7 +100,7 @@ pub(super) fn decide<W>(
             headers: rules.shadow_headers,
         };
     }
-    match wait(decision) {
+    match wait(&decision) {
         Some(waiting) => Action::Wait(waiting),
         None => Action::Refuse(decision),
     }
@@ -130,7 +131,7 @@ mod tests {
     #[test]
     fn an_admission_is_called_with_headers() {
         let allowed = answer(true);
-        let action = decide(RULES, false, &allowed, |_| Some(()));
+        let action = decide(RULES, false, allowed, |_| Some(()));
         assert!(matches!(
             action,
             Action::Admit {
@@ -146,11 +147,11 @@ mod tests {
     fn a_denial_waits_if_it_may_and_is_refused_otherwise() {
         let denied = answer(false);
         assert!(matches!(
-            decide(RULES, false, &denied, |_| Some(7)),
+            decide(RULES, false, answer(false), |_| Some(7)),
             Action::Wait(7)
         ));
         assert!(matches!(
-            decide(RULES, false, &denied, |_| None::<()>),
+            decide(RULES, false, denied, |_| None::<()>),
             Action::Refuse(_)
         ));
     }
@@ -158,7 +159,7 @@ mod tests {
     #[test]
     fn shadow_mode_lets_a_denial_through_uncounted_and_never_waits() {
         let denied = answer(false);
-        let by_policy = decide(RULES, true, &denied, |_| Some(()));
+        let by_policy = decide(RULES, true, answer(false), |_| Some(()));
         assert!(matches!(
             by_policy,
             Action::Admit {
@@ -173,7 +174,7 @@ mod tests {
             shadow_headers: true,
             ..RULES
         };
-        let by_layer = decide(rules, false, &denied, |_| Some(()));
+        let by_layer = decide(rules, false, denied, |_| Some(()));
         assert!(matches!(
             by_layer,
             Action::Admit {
@@ -186,9 +187,9 @@ mod tests {
 
     #[test]
     fn a_failure_is_answered_by_the_failure_rule() {
-        let failed = Err(BackendError::new("connection refused"));
+        let failed = || Err(BackendError::new("connection refused"));
         assert!(matches!(
-            decide(RULES, false, &failed, |_| Some(())),
+            decide(RULES, false, failed(), |_| Some(())),
             Action::FailOpen(_)
         ));
         let closed = Rules {
@@ -196,7 +197,7 @@ mod tests {
             ..RULES
         };
         assert!(matches!(
-            decide(closed, false, &failed, |_| Some(())),
+            decide(closed, false, failed(), |_| Some(())),
             Action::FailClosed(_)
         ));
     }

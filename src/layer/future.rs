@@ -126,7 +126,7 @@ where
     fn call(
         mut self,
         config: &Config,
-        decision: Option<&Decision>,
+        decision: Option<Decision>,
         origin: Origin,
         counted: bool,
         headers: bool,
@@ -136,7 +136,7 @@ where
             key, policy, cost, ..
         } = self.ask;
         let backend = self.backend.filter(|_| counted);
-        let permit = match (decision.and_then(|d| d.permit()), &backend) {
+        let permit = match (decision.as_ref().and_then(Decision::permit), &backend) {
             (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
             _ => None,
         };
@@ -151,7 +151,7 @@ where
         };
         State::Call {
             call,
-            quota: decision.filter(|_| headers).map(|d| (*d, policy)),
+            quota: decision.filter(|_| headers).map(|d| (d, policy)),
             settling,
             permit,
         }
@@ -279,7 +279,7 @@ where
                         }
                     }
                     let in_shadow = p.ask.policy.is_shadow();
-                    let action = decide(config.rules(), in_shadow, &answer, |decision| {
+                    let action = decide(config.rules(), in_shadow, answer, |decision| {
                         let (shaping, retry) = (config.shaping.as_ref()?, p.retry.as_mut()?);
                         shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
                     });
@@ -329,7 +329,7 @@ where
                                     sleep: Box::pin(tokio::time::sleep(delay)),
                                     admitted: Some(Box::new(Admitted {
                                         pending: p,
-                                        decision: *decision,
+                                        decision,
                                         origin,
                                         headers,
                                     })),
@@ -342,7 +342,7 @@ where
                                 &config.observer,
                                 &p.ask.report,
                                 "allow",
-                                error,
+                                &error,
                             );
                             let origin = Origin::FailedOpen {
                                 breaker_open: error.is_breaker_open(),
@@ -351,7 +351,7 @@ where
                         }
                         Action::Refuse(decision) => {
                             let refused = Refused {
-                                decision,
+                                decision: &decision,
                                 policy: &p.ask.policy,
                                 key: &p.ask.key,
                                 request: &RequestHead::from(&p.req),
@@ -365,7 +365,12 @@ where
                             return Poll::Ready(Ok(refusal(response, &p.req)));
                         }
                         Action::FailClosed(error) => {
-                            observe::backend_failed(&config.observer, &p.ask.report, "deny", error);
+                            observe::backend_failed(
+                                &config.observer,
+                                &p.ask.report,
+                                "deny",
+                                &error,
+                            );
                             let mut response = response::unavailable();
                             response.extensions_mut().insert(Origin::FailedClosed {
                                 breaker_open: error.is_breaker_open(),
@@ -397,7 +402,7 @@ where
                         .expect("ResponseFuture polled after completion");
                     let state =
                         a.pending
-                            .call(this.config, Some(&a.decision), a.origin, true, a.headers);
+                            .call(this.config, Some(a.decision), a.origin, true, a.headers);
                     this.state.set(state);
                 }
                 StateProj::Call {

@@ -238,7 +238,8 @@ proptest! {
                 Some(d) => (d, want),
                 None => {
                     let d = memory.check_at(&key, &policy, cost, at);
-                    (d, if d.is_allowed() { cost } else { 0 })
+                    let taken = if d.is_allowed() { cost } else { 0 };
+                    (d, taken)
                 }
             };
             let (actual, granted) =

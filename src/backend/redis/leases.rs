@@ -163,7 +163,7 @@ impl RedisBackend {
         let result = self.call(key, policy, ask, None).await;
         let left = |(decision, granted): &(Decision, u64)| {
             let left = u32::try_from(*granted).unwrap_or(0).saturating_sub(cost);
-            (left, decision.is_allowed().then_some(*decision))
+            (left, decision.is_allowed().then(|| decision.clone()))
         };
         let (units, decision) = result.as_ref().map_or((0, None), left);
         taking.done(units, decision);
@@ -298,7 +298,9 @@ impl Leases {
             }
             if let Some(decision) = lease
                 .decision
+                .as_ref()
                 .filter(|_| now < lease.ends && lease.units >= cost)
+                .cloned()
             {
                 lease.units -= cost;
                 let spent = decision
@@ -376,9 +378,9 @@ impl Leases {
             (Some(decision), _) => {
                 lease.refill_failed = false;
                 lease.units = if refill { lease.units + units } else { units };
+                lease.window_ends = Self::window_end(policy, &decision).map(|d| now + d);
                 lease.decision = Some(decision);
                 lease.at = now;
-                lease.window_ends = Self::window_end(policy, &decision).map(|d| now + d);
                 lease.ends = now
                     + Self::term(policy).min(lease.window_ends.map_or(Duration::MAX, |e| e - now));
             }
