@@ -1,13 +1,18 @@
 //! The in-memory backend: the embedded default.
 //!
-//! State lives in shards, each a mutex around a compact table. A key's base
-//! hash is a SipHash keyed with a random secret per backend (so clients
-//! cannot aim collisions), it picks the shard, and each limit's state is
-//! found by a 64-bit fingerprint of (key, limit). All limits of one key are
-//! in one shard, so a multi-limit decision takes one lock and is atomic.
+//! State lives in shards, each a read-write lock around compact tables. A
+//! key's base hash is a SipHash keyed with a random secret per backend (so
+//! clients cannot aim collisions), it picks the shard, and each limit's
+//! state is found by a 64-bit fingerprint of (key, limit). All limits of one
+//! key are in one shard, so a multi-limit decision takes one lock and is
+//! atomic. A known key under a lone bucket limit (token bucket, leaky
+//! bucket, GCRA: the commonest policy) takes only the read lock and one
+//! compare-and-swap on its state (`bucket.rs`), so threads on one hot key
+//! never queue behind each other's arithmetic.
 //!
-//! Memory is bounded: each fixed-size state takes one 24-byte slot, tables
-//! stay at most 3/4 full, and the backend never holds more than
+//! Memory is bounded: a bucket's state takes one 16-byte slot, a window's
+//! one 24-byte slot, tables stay at most 3/4 full (16 to 32 bytes a bucket,
+//! 24 to 48 a window), and the backend never holds more than
 //! [`max_keys`](MemoryBackendBuilder::max_keys) states of each kind. Expired
 //! state is reclaimed without timers or background tasks: a cursor in each
 //! shard removes a few expired entries whenever a new key arrives, a growing

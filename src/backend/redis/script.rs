@@ -337,15 +337,15 @@ pub(super) fn invocation(
         None => out.word(b""),
     }
     if let (true, [limit], Ask::Check(cost)) = (shape.is_lean(), limits, ask) {
-        // The lean scripts' arguments: cost, limit, window, interval.
-        let interval = match limit.rule().form() {
+        // The lean scripts' arguments: cost, limit, and the one span
+        // each needs: a bucket's interval, a window's length.
+        let span = match limit.rule().form() {
             Form::Bucket(gcra) => gcra.interval(),
-            _ => Micros::ZERO,
+            Form::Fixed(_) | Form::Log(_) => limit.quota().window_micros(),
         };
         out.number(i64::from(cost));
         out.number(i64::from(limit.capacity()));
-        out.number(limit.quota().window_micros().as_u64() as i64);
-        out.number(interval.as_u64() as i64);
+        out.number(span.as_u64() as i64);
         return;
     }
     // The cost, then the mode: 0/1 (whether denials count), s (settle),
@@ -410,16 +410,20 @@ pub(super) fn decision_from(
         ))),
     };
     let limits = policy.limits();
-    let Some((items, [ban, permit])) = items
-        .split_last_chunk::<2>()
-        .filter(|(i, _)| i.len() == 3 * limits.len())
-    else {
-        return Err(BackendError::new(
-            "the script answered for a different number of limits",
-        ));
+    // The lean scripts leave out the two trailing numbers (always 0 there).
+    let (items, ban, last) = match items.split_last_chunk::<2>() {
+        _ if items.len() == 3 * limits.len() => (&items[..], 0, 0),
+        Some((items, [ban, last])) if items.len() == 3 * limits.len() => {
+            (items, number(ban)?, number(last)?)
+        }
+        _ => {
+            return Err(BackendError::new(
+                "the script answered for a different number of limits",
+            ))
+        }
     };
-    let ban = Micros::new(number(ban)?.max(0) as u64);
-    let last = number(permit)?.max(0) as u64;
+    let ban = Micros::new(ban.max(0) as u64);
+    let last = last.max(0) as u64;
     // Inline, like the decision itself: no allocation per reply.
     let mut outcomes = [Outcome::allowed(0, 0, Micros::ZERO); MAX_LIMITS];
     for ((slot, limit), item) in outcomes.iter_mut().zip(limits).zip(items.chunks_exact(3)) {

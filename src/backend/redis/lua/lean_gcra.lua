@@ -5,32 +5,40 @@
 -- a GET), so this repeats gcra.lua's check and commit inline, and one
 -- conformance proptest holds it to algorithm/gcra.rs as the others are.
 -- KEYS: the state. ARGV: now (microseconds, or "" for the server's TIME),
--- cost, limit, window, interval (the lean scripts' arguments: no mode, no
--- penalty box, no algorithm code). Reply as check.lua's.
+-- cost, limit, interval (the lean scripts' arguments: no mode, no penalty
+-- box, no algorithm code, and of the window and the interval only the one
+-- the script uses). Reply as check.lua's for one limit,
+-- without its two trailing zeros (no ban, no permit); every C function it
+-- would call (math.floor, math.max) is arithmetic here instead.
 
-local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[5])
+local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
 
 local tat = 0
 local s = redis.call('GET', key)
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
-local in_use = math.max(tat - now, 0)
+local in_use = tat - now
+if in_use < 0 then in_use = 0 end
 -- Units free: capacity - ceil(in_use / t), exactly (see common.lua: a
 -- floor that rounding took one too far up is still the right ceiling).
-local q = math.floor(in_use / t)
+-- `x - x % t` is t * floor(x / t) without calling math.floor.
+local q = (in_use - in_use % t) / t
 if q * t < in_use then q = q + 1 end
-local free = math.min(math.max(capacity - q, 0), capacity)
-if cost > capacity then return { -1, free, in_use, 0, 0 } end
+local free = capacity - q
+if free < 0 then free = 0 end
+if cost > capacity then return { -1, free, in_use } end
 local after = in_use + cost * t
 local span = capacity * t
-if after > span then return { after - span, free, in_use, 0, 0 } end
+if after > span then return { after - span, free, in_use } end
 if cost > 0 then
-  local ms = math.floor(after / 1000)
+  local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
   local state = compact_state and '%d' or '%d 0'
   redis.call('SET', key, string.format(state, now + after), 'PX', ms + slack_ms)
 end
-q = math.floor(after / t)
+q = (after - after % t) / t
 if q * t < after then q = q + 1 end
-return { 0, math.min(math.max(capacity - q, 0), capacity), after, 0, 0 }
+free = capacity - q
+if free < 0 then free = 0 end
+return { 0, free, after }
