@@ -84,8 +84,12 @@ fn child(subject: &str, n: u32) {
         name => {
             let algorithm: Algorithm = name.parse().expect("an algorithm");
             let policy = Policy::single(algorithm, Quota::per_hour(100).unwrap()).unwrap();
-            // Headroom over n: the cap is split per shard, and tables grow with use, not with the cap.
-            let backend = MemoryBackend::builder().max_keys(2 * n as usize).build();
+            // Headroom over n: the cap is split per shard, and tables grow with use, not with the cap;
+            // and no cap on the sliding logs' bytes (64 MiB by default: about a million logs).
+            let backend = MemoryBackend::builder()
+                .max_keys(2 * n as usize)
+                .max_log_bytes(usize::MAX)
+                .build();
             for i in 0..n {
                 backend.check_now(&Key::new("ip", ip(i).to_string()), &policy, 1);
             }
