@@ -1,35 +1,44 @@
-//! Redis key names: whatever bytes a key holds, its identity sits between
-//! the first `{` and `}` as lowercase hex (or `h` and a hash, for long
-//! keys), and short keys read back from it exactly: no client byte reaches
-//! the key's structure, and two keys never share a name.
+//! Redis key names: whatever bytes a key holds, in the readable format its
+//! identity sits between the first `{` and `}` as lowercase hex (or `h` and
+//! a hash, for long keys), and short keys read back from it exactly; in the
+//! compact format (the default) the key is 30 bytes (34 with a sliding
+//! log's suffix) of URL-safe base64 hashes around one hash tag. No client
+//! byte reaches the key's structure.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::backend::{KeyFormat, RedisBackend};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Limit, Quota};
 
-fn backend() -> &'static (tokio::runtime::Runtime, RedisBackend, Limit) {
-    static BACKEND: OnceLock<(tokio::runtime::Runtime, RedisBackend, Limit)> = OnceLock::new();
+type Backends = (tokio::runtime::Runtime, RedisBackend, RedisBackend, Limit);
+
+fn backend() -> &'static Backends {
+    static BACKEND: OnceLock<Backends> = OnceLock::new();
     BACKEND.get_or_init(|| {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
         // Never connects: only key names are asked for.
-        let redis = rt.block_on(async {
-            RedisBackend::builder("redis://127.0.0.1:1")
-                .connect_lazy()
-                .unwrap()
+        let (readable, compact) = rt.block_on(async {
+            let builder = || RedisBackend::builder("redis://127.0.0.1:1");
+            (
+                builder()
+                    .key_format(KeyFormat::Readable)
+                    .connect_lazy()
+                    .unwrap(),
+                builder().connect_lazy().unwrap(),
+            )
         });
         let limit = Limit::new("l", Algorithm::SlidingLog, Quota::per_second(1).unwrap()).unwrap();
-        (rt, redis, limit)
+        (rt, readable, compact, limit)
     })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let (_, redis, limit) = backend();
+    let (_, redis, compact, limit) = backend();
     let split = data
         .first()
         .map_or(0, |&n| usize::from(n) % 8)
@@ -57,5 +66,15 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(bytes, key.as_bytes());
         }
         assert!(name.starts_with("rl:{"));
+    }
+    let base64 = |part: &str| {
+        part.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    for name in compact.redis_keys(&key, limit) {
+        let (head, suffix) = name.split_at(30);
+        assert!(suffix == ":log" || suffix == ":sum", "{name}");
+        assert!(head.starts_with("rl:3{") && &head[20..21] == "}", "{name}");
+        assert!(base64(&head[5..20]) && base64(&head[21..]), "{name}");
     }
 });

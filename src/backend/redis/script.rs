@@ -131,10 +131,16 @@ pub enum KeyFormat {
     /// key past 64 bytes as a hash: readable, and what versions before the
     /// compact format wrote.
     Readable,
-    /// `{prefix}2{<128-bit hash of the client's key>}:<64-bit hash of the
-    /// limit's identity>`, both in URL-safe base64 (the default): about half
-    /// as long. A hash of the client's key 128 bits wide stays free of
-    /// collisions whatever keys clients choose.
+    /// `{prefix}3{<90-bit hash of the client's key>}<54-bit hash of the
+    /// limit's identity>`, both SHA-256 in URL-safe base64 (the default): 30
+    /// bytes under the default prefix, short enough for Redis's smallest
+    /// allocation of a key's name (a GCRA key takes 72 bytes by `MEMORY
+    /// USAGE`, 88 from 31 bytes on). 90 bits keep clients apart whatever
+    /// keys they choose: to take another client's budget a key must hit its
+    /// hash, 2^90 tries; two keys of one's own that share a budget (2^45
+    /// tries) only halve one's own. Limits' identities are the operator's,
+    /// a few per policy: 54 bits keep a hundred thousand of them apart but
+    /// for a chance in fifty thousand.
     #[default]
     Compact,
 }
@@ -157,19 +163,27 @@ fn push_hex(bytes: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// URL-safe base64 without padding: no byte of it is a brace or a colon.
-fn push_base64(bytes: &[u8], out: &mut Vec<u8>) {
+/// The first `6 * chars` bits of `bytes` (zeros past their end) as
+/// `chars` characters of URL-safe base64, unpadded: no byte of it is a
+/// brace or a colon.
+fn push_base64(bytes: &[u8], chars: usize, out: &mut Vec<u8>) {
     const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(B64[((n >> (18 - 6 * i)) & 63) as usize]);
+    let (mut bits, mut held) = (0u32, 0);
+    let mut bytes = bytes.iter();
+    for _ in 0..chars {
+        if held < 6 {
+            bits = bits << 8 | u32::from(bytes.next().copied().unwrap_or(0));
+            held += 8;
         }
+        held -= 6;
+        out.push(B64[((bits >> held) & 63) as usize]);
     }
 }
+
+/// Characters of a compact key's hash of the client's key (90 bits) and of
+/// the limit's identity (54 bits).
+const CLIENT_CHARS: usize = 15;
+const LIMIT_CHARS: usize = 9;
 
 /// Append the identity part of a readable Redis key: hex of the key's
 /// bytes, or a hash.
@@ -222,7 +236,7 @@ pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
     super::nodes::slot(&key_base(names, key))
 }
 
-/// What every Redis key of `key` begins with, up to its hash tag's `}:`, in
+/// What every Redis key of `key` begins with, up to the limit's part (past its hash tag), in
 /// a buffer with room for the rest.
 fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
     let mut base = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
@@ -231,26 +245,27 @@ fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
         KeyFormat::Readable => {
             base.push(b'{');
             push_identity(key, &mut base);
+            base.extend_from_slice(b"}:");
         }
         KeyFormat::Compact => {
-            base.extend_from_slice(b"2{");
-            push_base64(&Sha256::digest(key.as_bytes())[..16], &mut base);
+            base.extend_from_slice(b"3{");
+            push_base64(&Sha256::digest(key.as_bytes()), CLIENT_CHARS, &mut base);
+            base.push(b'}');
         }
     }
-    base.extend_from_slice(b"}:");
     base
 }
 
-/// `base` (up to `}:`) completed with `identity` (a limit's, a penalty
+/// `base` (up to the limit's part) completed with `identity` (a limit's, a penalty
 /// box's): as it is, or its hash.
 fn push_limit(names: &KeyNames, identity: &str, base: &mut Vec<u8>) {
     match names.format {
         KeyFormat::Readable => base.extend_from_slice(identity.as_bytes()),
-        KeyFormat::Compact => push_base64(&Sha256::digest(identity.as_bytes())[..8], base),
+        KeyFormat::Compact => push_base64(&Sha256::digest(identity.as_bytes()), LIMIT_CHARS, base),
     }
 }
 
-/// `base` (up to `}:`) completed for `limit`, given to `each`; `base` is
+/// `base` (up to the limit's part) completed for `limit`, given to `each`; `base` is
 /// left as it was.
 fn keys_of(names: &KeyNames, base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
     let stem = base.len();
@@ -450,14 +465,17 @@ mod tests {
 
     #[test]
     fn base64_is_url_safe_and_unpadded() {
-        let encode = |bytes: &[u8]| {
+        let encode = |bytes: &[u8], chars| {
             let mut out = Vec::new();
-            push_base64(bytes, &mut out);
+            push_base64(bytes, chars, &mut out);
             String::from_utf8(out).unwrap()
         };
-        assert_eq!(encode(b"Man"), "TWFu");
-        assert_eq!(encode(b"Ma"), "TWE");
-        assert_eq!(encode(&[0xfb, 0xff]), "-_8");
-        assert_eq!(encode(&[0; 16]).len(), 22);
+        assert_eq!(encode(b"Man", 4), "TWFu");
+        assert_eq!(encode(b"Ma", 3), "TWE");
+        assert_eq!(encode(&[0xfb, 0xff], 3), "-_8");
+        // Whole bytes, or the leading bits of a longer hash.
+        assert_eq!(encode(b"Many hands make light work.", 12), "TWFueSBoYW5k");
+        assert_eq!(encode(b"Many hands make light work.", 9), "TWFueSBoY");
+        assert_eq!(encode(&[0xff; 7], 9), "_________");
     }
 }
