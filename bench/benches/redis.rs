@@ -362,7 +362,13 @@ fn main() {
         "µs/call"
     );
     for algorithm in Algorithm::ALL {
-        let policy = Arc::new(Policy::single(algorithm, quota).unwrap());
+        // The sliding log keeps an entry per request: a million a window
+        // is past its default cap.
+        let policy = Policy::builder()
+            .limit("bench", algorithm, quota)
+            .max_log_entries(1_000_000)
+            .build();
+        let policy = Arc::new(policy.unwrap());
         let (result, usec, _) = redis_cost(&server, || {
             rt.block_on(run(|t, deadline| checks(&backend, &policy, t, deadline)))
         });

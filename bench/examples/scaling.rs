@@ -25,8 +25,8 @@ use tower_ratelimit::{Algorithm, Policy, Quota};
 /// lease call, in microseconds (measured here at 20,000 decisions/s: see
 /// SCALING.md), and the lease rules (`backend/redis/leases.rs`: a share is
 /// capacity / (30 × servers), a lease lasts 1% of the window, 10 ms to 1 s).
-const REDIS_US_PER_CALL: f64 = 11.5;
-const REDIS_US_PER_LEASE_CALL: f64 = 21.5;
+const REDIS_US_PER_CALL: f64 = 8.0;
+const REDIS_US_PER_LEASE_CALL: f64 = 15.0;
 const LEASE_SHARE_DIVISOR: f64 = 30.0;
 
 struct Redis {

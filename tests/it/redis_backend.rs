@@ -1109,12 +1109,19 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
             encoding,
             "{name}"
         );
-        let bytes: u64 = server.cli(&["MEMORY", "USAGE", name]).trim().parse().unwrap();
+        let bytes: u64 = server
+            .cli(&["MEMORY", "USAGE", name])
+            .trim()
+            .parse()
+            .unwrap();
         usage.push(bytes);
     }
     // Redis's own count, allocator and all: 72 and 152 bytes with Debian's
     // redis-server 7.0 (jemalloc).
-    println!("MEMORY USAGE of a GCRA key: compact {} B, readable {} B", usage[0], usage[1]);
+    println!(
+        "MEMORY USAGE of a GCRA key: compact {} B, readable {} B",
+        usage[0], usage[1]
+    );
     assert!(usage[0] < usage[1], "{usage:?}");
 }
 
