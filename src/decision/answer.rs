@@ -38,7 +38,7 @@ use crate::{Micros, Policy};
 /// Small: 56 bytes, whatever the policy. A policy of one limit (the common
 /// case) keeps its outcome inline; the outcomes of a policy of several are
 /// kept on the heap, one allocation, with the deciding one copied inline.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Decision {
     /// The deciding outcome (the only one, for a policy of one limit).
     deciding: Outcome,
@@ -56,6 +56,23 @@ pub struct Decision {
     banned: bool,
     origin: Origin,
 }
+
+/// Equal when every outcome and every flag is: the slots of the boxed
+/// array past the policy's limits say nothing.
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.slice() == other.slice()
+            && self.deciding == other.deciding
+            && self.decided_by == other.decided_by
+            && self.permit == other.permit
+            && self.retry_override == other.retry_override
+            && self.capacity_exhausted == other.capacity_exhausted
+            && self.banned == other.banned
+            && self.origin == other.origin
+    }
+}
+
+impl Eq for Decision {}
 
 /// `Decision::permit` when there is none (a permit is named by a time, which
 /// can be 0).

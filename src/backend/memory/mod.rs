@@ -13,14 +13,14 @@
 //! Memory is bounded: a bucket's state takes one 16-byte slot, a window's
 //! one 24-byte slot, tables (Robin Hood probing) run between 3/4 and 15/16
 //! full (17 to 22 bytes a bucket, 26 to 32 a window), and the backend never
-//! holds more than
-//! [`max_keys`](MemoryBackendBuilder::max_keys) states of each kind. Expired
-//! state is reclaimed without timers or background tasks: a cursor in each
-//! shard removes a few expired entries whenever a new key arrives, and a
-//! growing table drops everything expired before it decides to grow (and
-//! stays its size when that frees a sixteenth). When the cursor's pass finds a table
-//! under a quarter full (a flood has passed), the table is rebuilt smaller:
-//! memory comes back as new clients arrive.
+//! holds more than [`max_keys`](MemoryBackendBuilder::max_keys) states of
+//! each kind. Expired state is reclaimed without timers or background
+//! tasks: a cursor in each shard removes a few expired entries whenever a
+//! new key arrives, and a growing table drops everything expired before it
+//! decides to grow (and keeps its size when that frees a sixteenth). When
+//! the cursor's pass finds a table under a quarter full (a flood has
+//! passed), the table is rebuilt smaller: memory comes back as new clients
+//! arrive.
 //!
 //! ## At the cap
 //!
