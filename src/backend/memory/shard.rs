@@ -69,14 +69,18 @@ impl<V: Expires> Entries<V> for Table<V> {
 }
 
 /// Fixed-size states, buckets' words and sliding logs, by fingerprint.
+///
+/// `repr(C)`, buckets first: the lock-free path reads the shard's lock and
+/// the buckets' table from one cache line.
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct Shard<S = Table<State>, L = Table<TimedLog>, B = Table<Tat>> {
-    pub(crate) states: S,
-    pub(crate) logs: L,
     /// The buckets' states, one word each (16-byte slots), apart from the
     /// windows' two words: denser, and changed in place by the lock-free
     /// path (`bucket.rs`).
     pub(crate) buckets: B,
+    pub(crate) states: S,
+    pub(crate) logs: L,
     /// What this shard's logs may take of the backend's log bytes (`None`:
     /// unbounded but by each log's own limit, as in an outside store).
     pub(crate) log_bytes: Option<Arc<LogBytes>>,
