@@ -2,8 +2,8 @@
 //! 64-bit fingerprint, bounded in entries, reclaiming expired state as it
 //! goes.
 //!
-//! Why not `HashMap`: the table must stay within a third of its slot size
-//! per entry at ten million keys, never hold more than its cap, and reclaim
+//! Why not `HashMap`: the table must cost at most 4/3 of a slot per entry
+//! at ten million keys, never hold more than its cap, and reclaim
 //! expired entries a few at a time on the request path. Open addressing
 //! over a flat slice gives all three: a cursor walks the slice reclaiming
 //! what has expired, deletion shifts entries back instead of leaving
