@@ -236,8 +236,8 @@ pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
     super::nodes::slot(&key_base(names, key))
 }
 
-/// What every Redis key of `key` begins with, up to the limit's part (past its hash tag), in
-/// a buffer with room for the rest.
+/// What every Redis key of `key` begins with, up to the limit's part (past
+/// its hash tag), in a buffer with room for the rest.
 fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
     let mut base = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
     base.extend_from_slice(names.prefix.as_bytes());
@@ -256,8 +256,8 @@ fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
     base
 }
 
-/// `base` (up to the limit's part) completed with `identity` (a limit's, a penalty
-/// box's): as it is, or its hash.
+/// `base` (up to the limit's part) completed with `identity` (a limit's, a
+/// penalty box's): as it is, or its hash.
 fn push_limit(names: &KeyNames, identity: &str, base: &mut Vec<u8>) {
     match names.format {
         KeyFormat::Readable => base.extend_from_slice(identity.as_bytes()),
@@ -265,8 +265,8 @@ fn push_limit(names: &KeyNames, identity: &str, base: &mut Vec<u8>) {
     }
 }
 
-/// `base` (up to the limit's part) completed for `limit`, given to `each`; `base` is
-/// left as it was.
+/// `base` (up to the limit's part) completed for `limit`, given to `each`;
+/// `base` is left as it was.
 fn keys_of(names: &KeyNames, base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
     let stem = base.len();
     push_limit(names, limit.identity(), base);
