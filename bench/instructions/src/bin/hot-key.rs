@@ -1,5 +1,6 @@
-//! `hot-key <algorithm|governor> <n> [threads]`: n decisions on one key of
-//! the memory backend (one limit of 1,000,000/s, string key) or of
+//! `hot-key <algorithm|two-limits|governor> <n>`: n decisions on one key of
+//! the memory backend (one limit of 1,000,000/s, or that as GCRA with
+//! 60,000,000/min as a fixed window; string key) or of
 //! governor's keyed limiter (GCRA in a `DashMap`), each through
 //! `decide`, never inlined.
 //!
@@ -30,12 +31,21 @@ fn main() {
         }
         return;
     }
-    let algorithm: Algorithm = which.parse().expect("an algorithm");
-    let policy = Policy::builder()
-        .limit("hot", algorithm, Quota::per_second(RATE).unwrap())
-        .max_log_entries(RATE)
-        .build()
-        .unwrap();
+    let policy = if which == "two-limits" {
+        // A policy of two limits: the general path, all or nothing.
+        Policy::builder()
+            .limit("second", Algorithm::Gcra, Quota::per_second(RATE).unwrap())
+            .limit("minute", Algorithm::FixedWindow, Quota::per_minute(60 * RATE).unwrap())
+            .build()
+            .unwrap()
+    } else {
+        let algorithm: Algorithm = which.parse().expect("an algorithm");
+        Policy::builder()
+            .limit("hot", algorithm, Quota::per_second(RATE).unwrap())
+            .max_log_entries(RATE)
+            .build()
+            .unwrap()
+    };
     let backend = MemoryBackend::new();
     let key = Key::new("user", "42");
     for _ in 0..n {
