@@ -422,6 +422,23 @@ mod tests {
         assert!((200_000..210_000u64).all(|k| t.get(fp(k)).is_none()));
     }
 
+    /// A table that fills up with state that has since expired is rebuilt
+    /// at its size, not grown: the flood's memory is reused.
+    #[test]
+    fn expired_entries_make_room_before_it_grows() {
+        let fp = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut t = Table::new(1_000_000);
+        for k in 1..=10_000u64 {
+            t.insert(fp(k), state(10), Micros::ZERO);
+        }
+        let slots = t.slots.len();
+        for k in 10_001..=20_000u64 {
+            t.insert(fp(k), state(1_000), Micros::new(20));
+        }
+        assert_eq!(t.slots.len(), slots, "grown to {}", t.slots.len());
+        assert!((10_001..=20_000u64).all(|k| t.get(fp(k)).is_some()));
+    }
+
     #[test]
     fn never_holds_more_than_its_cap() {
         let mut t = Table::new(100);
