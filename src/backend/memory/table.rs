@@ -358,6 +358,11 @@ mod tests {
         }
     }
 
+    /// Fingerprints spread over the table, one per `k`.
+    fn fp(k: u64) -> u64 {
+        k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+    }
+
     /// Fingerprints that all share one home slot, to exercise probe runs.
     fn clustered(n: u64) -> impl Iterator<Item = u64> {
         (1..=n).map(|k| k << 32 | 5)
@@ -366,17 +371,12 @@ mod tests {
     #[test]
     fn finds_what_it_holds_through_growth() {
         let mut t = Table::new(10_000);
-        for fp in 1..=5_000u64 {
-            t.insert(
-                fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-                state(1_000),
-                Micros::ZERO,
-            );
+        for k in 1..=5_000u64 {
+            t.insert(fp(k), state(1_000), Micros::ZERO);
         }
         assert_eq!(t.len(), 5_000);
-        for fp in 1..=5_000u64 {
-            let fp = fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            assert!(t.get(fp).is_some(), "lost {fp}");
+        for k in 1..=5_000u64 {
+            assert!(t.get(fp(k)).is_some(), "lost {k}");
         }
     }
 
@@ -402,7 +402,6 @@ mod tests {
     /// still found, and what was removed no longer.
     #[test]
     fn runs_full_and_finds_everything() {
-        let fp = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut t = Table::new(1_000_000);
         for k in 1..=100_000u64 {
             t.insert(fp(k), state(1_000), Micros::ZERO);
@@ -426,7 +425,6 @@ mod tests {
     /// at its size, not grown: the flood's memory is reused.
     #[test]
     fn expired_entries_make_room_before_it_grows() {
-        let fp = |k: u64| k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut t = Table::new(1_000_000);
         for k in 1..=10_000u64 {
             t.insert(fp(k), state(10), Micros::ZERO);
@@ -442,12 +440,8 @@ mod tests {
     #[test]
     fn never_holds_more_than_its_cap() {
         let mut t = Table::new(100);
-        for fp in 1..=10_000u64 {
-            t.insert(
-                fp.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
-                state(fp),
-                Micros::ZERO,
-            );
+        for k in 1..=10_000u64 {
+            t.insert(fp(k), state(k), Micros::ZERO);
             assert!(t.len() <= 100);
         }
         assert_eq!(t.len(), 100);
