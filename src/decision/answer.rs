@@ -202,6 +202,24 @@ impl Decision {
         }
     }
 
+    /// The outcomes pushed so far, to change; then [`refresh`](Self::refresh).
+    fn slice_mut(&mut self) -> &mut [Outcome] {
+        match (&mut self.all, self.len) {
+            (Some(all), len) => &mut all[..usize::from(len)],
+            (None, 0) => &mut [],
+            (None, _) => std::slice::from_mut(&mut self.deciding),
+        }
+    }
+
+    /// Copy the deciding outcome inline again after the boxed outcomes or
+    /// `decided_by` changed (a policy of one limit has no other copy).
+    #[inline]
+    fn refresh(&mut self) {
+        if let Some(all) = &self.all {
+            self.deciding = all[usize::from(self.decided_by)];
+        }
+    }
+
     /// Choose the deciding limit among the pushed outcomes.
     #[inline]
     pub(crate) fn decide(&mut self) {
@@ -221,16 +239,14 @@ impl Decision {
             index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after))
         };
         self.decided_by = decided_by as u8;
-        self.deciding = outcomes[decided_by];
+        self.refresh();
     }
 
     /// A denial because the backend holds as many keys as it may and this
     /// key is new (see [`AtCapacity::Deny`](crate::backend::AtCapacity::Deny)).
     pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after: Micros) {
         self.decided_by = limit_index as u8;
-        if let Some(all) = &self.all {
-            self.deciding = all[limit_index];
-        }
+        self.refresh();
         self.retry_override = retry_after.as_u64().max(1);
         self.capacity_exhausted = true;
     }
@@ -238,15 +254,10 @@ impl Decision {
     /// Replace limit `index`'s remaining and reset with what `now` reports,
     /// keeping its verdict: how a denied request reports the state it left.
     pub(crate) fn report_state(&mut self, index: usize, now: Outcome) {
-        if index >= usize::from(self.len) {
-            return;
+        if let Some(outcome) = self.slice_mut().get_mut(index) {
+            *outcome = now.with_verdict_of(*outcome);
         }
-        if let Some(all) = &mut self.all {
-            all[index] = now.with_verdict_of(all[index]);
-        }
-        if index == self.decided_by() {
-            self.deciding = now.with_verdict_of(self.deciding);
-        }
+        self.refresh();
     }
 
     /// The same decision `elapsed` later, had nothing been counted since:
@@ -264,10 +275,8 @@ impl Decision {
                 outcome.retry_us = outcome.retry_us.saturating_sub(elapsed.as_u64()).max(1);
             }
         };
-        age(&mut self.deciding);
-        if let Some(all) = &mut self.all {
-            all[..usize::from(self.len)].iter_mut().for_each(age);
-        }
+        self.slice_mut().iter_mut().for_each(age);
+        self.refresh();
         self
     }
 

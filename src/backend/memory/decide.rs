@@ -29,12 +29,7 @@ where
     L: Entries<TimedLog>,
     B: Entries<Tat>,
 {
-    let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied()) else {
-        return None;
-    };
-    if limit.is_concurrent() {
-        return None; // its admissions carry a permit
-    }
+    let limit = lone_limit(policy)?;
     let fp = fingerprint(base, limit.id());
     let (outcome, mut slot) = shard.check(limit, fp, now, cost);
     if cost > 0 && outcome.is_allowed() {
@@ -61,6 +56,18 @@ where
         }
     }
     Some(outcome)
+}
+
+/// The one limit of `policy` when nothing else is kept beside its state:
+/// not of requests in flight (its admissions carry a permit), no penalty
+/// box, denials not counted. The case [`check_one`] and the memory
+/// backend's lock-free path take.
+#[inline]
+pub(crate) fn lone_limit(policy: &Policy) -> Option<&Limit> {
+    match (policy.limits(), policy.penalty(), policy.counts_denied()) {
+        ([limit], None, false) if !limit.is_concurrent() => Some(limit),
+        _ => None,
+    }
 }
 
 /// Decide a request of `cost` under every limit of `policy` for the key

@@ -361,12 +361,10 @@ impl Store {
 }
 
 /// The one limit of `policy` when it is a bucket with nothing else to
-/// keep (no penalty box, denials not counted): the lock-free case.
+/// keep ([`decide::lone_limit`]): the lock-free case.
 #[inline]
 fn lone_bucket(policy: &Policy) -> Option<(&Gcra, u64)> {
-    let ([limit], None, false) = (policy.limits(), policy.penalty(), policy.counts_denied()) else {
-        return None;
-    };
+    let limit = decide::lone_limit(policy)?;
     match limit.rule().form() {
         Form::Bucket(gcra) => Some((gcra, limit.id())),
         Form::Fixed(_) | Form::Log(_) => None,

@@ -426,16 +426,17 @@ pub(super) fn decision_from(
     };
     let limits = policy.limits();
     // The lean scripts leave out the two trailing numbers (always 0 there).
-    let (items, ban, last) = match items.split_last_chunk::<2>() {
-        _ if items.len() == 3 * limits.len() => (&items[..], 0, 0),
-        Some((items, [ban, last])) if items.len() == 3 * limits.len() => {
-            (items, number(ban)?, number(last)?)
-        }
-        _ => {
-            return Err(BackendError::new(
-                "the script answered for a different number of limits",
-            ))
-        }
+    let per_limit = |items: &[Value]| items.len() == 3 * limits.len();
+    let (items, ban, last) = if per_limit(items) {
+        (&items[..], 0, 0)
+    } else if let Some((items, [ban, last])) =
+        items.split_last_chunk::<2>().filter(|(i, _)| per_limit(i))
+    {
+        (items, number(ban)?, number(last)?)
+    } else {
+        return Err(BackendError::new(
+            "the script answered for a different number of limits",
+        ));
     };
     let ban = Micros::new(ban.max(0) as u64);
     let last = last.max(0) as u64;
