@@ -2,19 +2,26 @@
 
 /// How a request was decided: which store answered, or why none was asked.
 ///
-/// A [`Decision`](crate::Decision) carries the first five (who answered);
-/// the layer puts one in the extensions of each request the inner service
-/// gets (admitted, or let through) and of each response the limiter makes
-/// itself (429, 503, 403), the others saying why no store decided.
+/// A [`Decision`](crate::Decision) carries the first five (who answered).
+/// The layer marks the requests the inner service gets and the responses it
+/// makes itself (429, 503, 403) with their `Origin` in their extensions,
+/// **except the commonest: a request the store decided** ([`Primary`]).
+/// `http::Extensions` boxes every value, and an empty map is allocated on
+/// its first insert: marking every request would cost up to three
+/// allocations each. So behind the layer, a request or refusal without a
+/// mark was decided by the store; [`Origin::of`] reads it that way. Behind
+/// several layers, the mark is the innermost one that is not the store's.
+///
+/// [`Primary`]: Origin::Primary
 ///
 /// ```
 /// use tower_ratelimit::decision::Origin;
 ///
 /// async fn handler(req: axum::extract::Request) -> &'static str {
-///     match req.extensions().get::<Origin>() {
-///         Some(Origin::Primary | Origin::Leased | Origin::Cached) => "limited by the store",
-///         Some(Origin::Fallback | Origin::BreakerOpen) => "limited locally: the store is down",
-///         Some(Origin::FailedOpen { .. }) => "not limited: the store is down",
+///     match Origin::of(req.extensions()) {
+///         Origin::Primary | Origin::Leased | Origin::Cached => "limited by the store",
+///         Origin::Fallback | Origin::BreakerOpen => "limited locally: the store is down",
+///         Origin::FailedOpen { .. } => "not limited: the store is down",
 ///         _ => "not limited",
 ///     }
 /// }
@@ -57,4 +64,20 @@ pub enum Origin {
     AllowListed,
     /// On a deny list: refused with 403, the backend not asked.
     DenyListed,
+    /// No policy matched the request, and it was let through unlimited
+    /// ([`NoPolicy::Unlimited`](crate::layer::NoPolicy::Unlimited)).
+    NoPolicy,
+    /// No key could be extracted from the request, and it was let through
+    /// unlimited ([`OnKeyError::Skip`](crate::layer::OnKeyError::Skip)).
+    NoKey,
+}
+
+impl Origin {
+    /// The origin the layer marked in a request's or a response's
+    /// `extensions`: [`Primary`](Origin::Primary), the store, when there is
+    /// no mark. Only meaningful behind the layer: anywhere else, no mark
+    /// means the layer never saw the request.
+    pub fn of(extensions: &http::Extensions) -> Origin {
+        extensions.get().copied().unwrap_or_default()
+    }
 }

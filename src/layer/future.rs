@@ -131,7 +131,7 @@ where
         counted: bool,
         headers: bool,
     ) -> State<S, ReqB, B> {
-        self.req.extensions_mut().insert(origin);
+        mark(self.req.extensions_mut(), origin);
         let Ask {
             key, policy, cost, ..
         } = self.ask;
@@ -164,6 +164,16 @@ struct Admitted<S, ReqB, B> {
     decision: Decision,
     origin: Origin,
     headers: bool,
+}
+
+/// Mark a request or response with how it was decided, unless the store
+/// did: no mark means [`Origin::Primary`] (see [`Origin::of`]), which
+/// spares the commonest request the extension map's allocations.
+#[inline]
+fn mark(extensions: &mut http::Extensions, origin: Origin) {
+    if origin != Origin::Primary {
+        extensions.insert(origin);
+    }
 }
 
 /// What settling an admitted request by its response takes.
@@ -361,7 +371,7 @@ where
                                 config.headers,
                                 config.retry_jitter,
                             );
-                            response.extensions_mut().insert(decision.origin());
+                            mark(response.extensions_mut(), decision.origin());
                             return Poll::Ready(Ok(refusal(response, &p.req)));
                         }
                         Action::FailClosed(error) => {

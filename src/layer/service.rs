@@ -152,6 +152,7 @@ where
                 let response = response::no_policy();
                 return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
             }
+            req.extensions_mut().insert(Origin::NoPolicy);
             return ResponseFuture::unlimited(self.take_inner().call(req), config);
         };
         let key = match key {
@@ -161,6 +162,7 @@ where
                 observe::key_missing(&config.observer, &report, &error, rejected);
                 return match config.on_key_error {
                     OnKeyError::Skip => {
+                        req.extensions_mut().insert(Origin::NoKey);
                         ResponseFuture::unlimited(self.take_inner().call(req), config)
                     }
                     OnKeyError::Reject(status) => {

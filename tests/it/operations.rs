@@ -123,7 +123,8 @@ async fn shadow_mode_reports_but_never_refuses_or_delays() {
     assert!(started.elapsed() < Duration::from_secs(1));
     assert_eq!(statuses(&seen), [200; 5]);
     assert_eq!(seen[1].remaining.as_deref(), Some("0"));
-    assert_eq!(seen[1].told, "Some(Primary)");
+    // Decided by the store: no mark.
+    assert_eq!(seen[1].told, "None");
     // Over the limit: the handler knows; the client sees no quota headers.
     assert_eq!(seen[2].told, "Some(Shadow)");
     assert_eq!(
@@ -153,6 +154,45 @@ async fn shadow_mode_reports_but_never_refuses_or_delays() {
     assert_eq!(
         send(&app!(enforced), "alice", "192.0.2.1").await.status,
         429
+    );
+}
+
+#[tokio::test]
+async fn a_request_is_marked_with_its_origin_unless_the_store_decided_it() {
+    use tower_ratelimit::layer::OnKeyError;
+    let limited = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
+        .key(Header::new("x-user-id"))
+        .on_key_error(OnKeyError::Skip);
+    let app = app!(limited);
+    // The store's admission and the store's refusal carry no mark, which
+    // `Origin::of` reads as the store's.
+    assert_eq!(send(&app, "alice", "192.0.2.1").await.told, "None");
+    let req = || {
+        Request::get("/")
+            .header("x-user-id", "alice")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let refused = app.clone().oneshot(req()).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.extensions().get::<Origin>(), None);
+    assert_eq!(Origin::of(refused.extensions()), Origin::Primary);
+
+    // Let through unlimited, the request says why: no key ...
+    let keyless = Request::get("/").body(Body::empty()).unwrap();
+    let res = app.clone().oneshot(keyless).await.unwrap();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 10)
+        .await
+        .unwrap();
+    assert_eq!(body, "Some(NoKey)");
+    // ... or no policy.
+    let unmatched =
+        RateLimitLayer::new(RoutePolicies::new().route("/other", "1/min".parse().unwrap()))
+            .key(Header::new("x-user-id"))
+            .on_no_policy(NoPolicy::Unlimited);
+    assert_eq!(
+        send(&app!(unmatched), "alice", "192.0.2.1").await.told,
+        "Some(NoPolicy)"
     );
 }
 
