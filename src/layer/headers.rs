@@ -59,9 +59,42 @@ pub(super) fn write(
     policy: &Policy,
     decision: &Decision,
 ) {
+    write_with(headers, style, policy, decision, None);
+}
+
+/// The quota headers of a refused `decision` and, when it can ever
+/// succeed, its `Retry-After` ([`retry_after_secs`]), written into the same
+/// buffer.
+pub(super) fn write_refusal(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    policy: &Policy,
+    decision: &Decision,
+    jitter: Micros,
+) {
+    let retry = decision
+        .retry_after_micros()
+        .map(|retry| retry_after_secs(retry, jitter));
+    write_with(headers, style, policy, decision, retry);
+}
+
+/// The quota headers, and `Retry-After: retry` when there is one. Inlined
+/// into both callers, so that the admissions' copy has no `Retry-After`.
+#[inline(always)]
+fn write_with(
+    headers: &mut HeaderMap,
+    style: HeaderStyle,
+    policy: &Policy,
+    decision: &Decision,
+    retry: Option<u64>,
+) {
     let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
     let ietf = matches!(style, HeaderStyle::Ietf | HeaderStyle::Both);
     let Some(rendered) = Rendered::of(policy) else {
+        // Cannot happen (see `Rendered::of`); a refusal still says when.
+        if let Some(secs) = retry {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
         return;
     };
     let deciding = decision.deciding();
@@ -70,10 +103,13 @@ pub(super) fn write(
             .get(&X_REMAINING)
             .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
             .is_none_or(|theirs| deciding.remaining() < theirs);
-    headers.reserve(3 * usize::from(legacy) + 2 * usize::from(ietf));
+    if !legacy && !ietf && retry.is_none() {
+        return;
+    }
+    headers.reserve(3 * usize::from(legacy) + 2 * usize::from(ietf) + usize::from(retry.is_some()));
 
-    let mut text = Vec::with_capacity(32 + 24 * policy.limits().len());
-    let mut cuts = [0; 3];
+    let mut text = Vec::with_capacity(40 + 24 * policy.limits().len());
+    let mut cuts = [0; 4];
     if legacy {
         push_u64(&mut text, u64::from(deciding.remaining()));
         cuts[0] = text.len();
@@ -97,6 +133,10 @@ pub(super) fn write(
         }
     }
     cuts[2] = text.len();
+    if let Some(secs) = retry {
+        push_u64(&mut text, secs);
+    }
+    cuts[3] = text.len();
     let text = Bytes::from(text);
     let value = |from: usize, to: usize| HeaderValue::from_maybe_shared(text.slice(from..to)).ok();
 
@@ -117,22 +157,33 @@ pub(super) fn write(
             headers.append(RATELIMIT, field);
         }
     }
+    if let Some(seconds) = retry.and_then(|_| value(cuts[2], cuts[3])) {
+        headers.insert(RETRY_AFTER, seconds);
+    }
 }
 
 /// `Retry-After` for a denial: seconds rounded up, plus up to `jitter` at
 /// random so that throttled clients do not return in lockstep.
 pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, jitter: Micros) {
+    headers.insert(
+        RETRY_AFTER,
+        HeaderValue::from(retry_after_secs(retry_after, jitter)),
+    );
+}
+
+/// `Retry-After`'s seconds for a denial that can succeed after
+/// `retry_after`: rounded up, never 0, plus up to `jitter` at random.
+fn retry_after_secs(retry_after: Micros, jitter: Micros) -> u64 {
     let jitter = if jitter == Micros::ZERO {
         0
     } else {
         use std::hash::{BuildHasher, RandomState};
         RandomState::new().hash_one(retry_after) % (jitter.as_u64() + 1)
     };
-    let secs = retry_after
+    retry_after
         .saturating_add(Micros::new(jitter))
         .as_secs_ceil()
-        .max(1);
-    headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        .max(1)
 }
 
 /// When more of `limit`'s quota is available (the IETF `t`, draft -10, and

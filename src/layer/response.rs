@@ -153,10 +153,7 @@ impl LimitedResponse {
     ) -> Response<Bytes> {
         let (decision, policy) = (refused.decision, refused.policy);
         let mut response = self.render(refused);
-        headers::write(response.headers_mut(), style, policy, decision);
-        if let Some(retry) = decision.retry_after_micros() {
-            headers::write_retry_after(response.headers_mut(), retry, jitter);
-        }
+        headers::write_refusal(response.headers_mut(), style, policy, decision, jitter);
         response
     }
 }
