@@ -4,7 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::outcome::NEVER;
 use super::{Origin, Outcome, Verdict};
 use crate::policy::MAX_LIMITS;
 use crate::{Micros, Policy};
@@ -35,21 +34,18 @@ use crate::{Micros, Policy};
 /// assert_eq!(decision.decided_by(), 0);
 /// ```
 ///
-/// Small: 56 bytes, whatever the policy. A policy of one limit (the common
-/// case) keeps its outcome inline; the outcomes of a policy of several are
-/// kept on the heap, one allocation, with the deciding one copied inline.
+/// Small: 64 bytes, one cache line, whatever the policy. A policy of one
+/// or two limits (the common cases) keeps its outcomes inline; the outcomes
+/// of a policy of three or more are kept on the heap, one allocation.
 #[derive(Clone, Debug)]
 pub struct Decision {
-    /// The deciding outcome (the only one, for a policy of one limit).
-    deciding: Outcome,
-    /// Every outcome in the policy's order, when there are several.
-    all: Option<Box<[Outcome; MAX_LIMITS]>>,
-    /// For an admission under a limit of requests in flight: when its
-    /// permit was taken, which names the permit ([`NO_PERMIT`]: none).
-    permit: u64,
-    /// Overrides the deciding outcome's verdict (a capacity denial, a ban)
-    /// with this retry-after in µs (0: no override; never 0 when set).
-    retry_override: u64,
+    outcomes: Outcomes,
+    /// When `banned` or `capacity_exhausted`: the retry-after in µs that
+    /// overrides the deciding outcome's verdict (never 0). Otherwise, for an
+    /// admission under a limit of requests in flight, when its permit was
+    /// taken, which names the permit ([`NO_PERMIT`]: none). One word for
+    /// both: a refused request holds no permit.
+    word: u64,
     len: u8,
     decided_by: u8,
     capacity_exhausted: bool,
@@ -57,15 +53,21 @@ pub struct Decision {
     origin: Origin,
 }
 
-/// Equal when every outcome and every flag is: the slots of the boxed
-/// array past the policy's limits say nothing.
+/// Where a decision's outcomes live, in the policy's order. `Outcome`'s
+/// verdict word is never zero, which tells the two apart without a tag.
+#[derive(Clone, Debug)]
+enum Outcomes {
+    Inline([Outcome; 2]),
+    Boxed(Box<[Outcome; MAX_LIMITS]>),
+}
+
+/// Equal when every outcome and every flag is: the slots past the policy's
+/// limits say nothing.
 impl PartialEq for Decision {
     fn eq(&self, other: &Self) -> bool {
         self.slice() == other.slice()
-            && self.deciding == other.deciding
             && self.decided_by == other.decided_by
-            && self.permit == other.permit
-            && self.retry_override == other.retry_override
+            && self.word == other.word
             && self.capacity_exhausted == other.capacity_exhausted
             && self.banned == other.banned
             && self.origin == other.origin
@@ -124,11 +126,10 @@ impl Decision {
     /// No outcomes yet: [`push`](Self::push) them, then [`decide`](Self::decide).
     #[inline]
     pub(crate) fn empty() -> Self {
+        let unset = Outcome::allowed(0, 0, Micros::ZERO);
         Self {
-            deciding: Outcome::allowed(0, 0, Micros::ZERO),
-            all: None,
-            permit: NO_PERMIT,
-            retry_override: 0,
+            outcomes: Outcomes::Inline([unset; 2]),
+            word: NO_PERMIT,
             len: 0,
             decided_by: 0,
             capacity_exhausted: false,
@@ -140,9 +141,11 @@ impl Decision {
     /// The decision of a policy of one limit.
     #[inline]
     pub(crate) fn one(outcome: Outcome) -> Self {
-        let mut decision = Self::empty();
-        decision.push(outcome);
-        decision
+        Self {
+            outcomes: Outcomes::Inline([outcome; 2]),
+            len: 1,
+            ..Self::empty()
+        }
     }
 
     /// A request refused because its key is banned by the policy's
@@ -172,22 +175,24 @@ impl Decision {
 
     /// This denial also started (or met) a ban of `remaining` more.
     pub(crate) fn ban(&mut self, remaining: Micros) {
-        self.retry_override = remaining.as_u64().max(1);
+        self.word = remaining.as_u64().max(1);
         self.banned = true;
     }
 
+    /// Whether `word` holds a retry-after that overrides the verdict.
     #[inline]
+    fn overridden(&self) -> bool {
+        self.banned || self.capacity_exhausted
+    }
+
+    #[inline(always)]
     pub(crate) fn push(&mut self, outcome: Outcome) {
         let len = usize::from(self.len);
-        if len == 0 {
-            self.deciding = outcome;
-        } else if len < MAX_LIMITS {
-            let all = self
-                .all
-                .get_or_insert_with(|| Box::new([self.deciding; MAX_LIMITS]));
-            all[len] = outcome;
-        } else {
-            return;
+        match &mut self.outcomes {
+            Outcomes::Inline(few) if len < few.len() => few[len] = outcome,
+            Outcomes::Inline(few) => self.outcomes = Outcomes::Boxed(spill(few, outcome)),
+            Outcomes::Boxed(all) if len < MAX_LIMITS => all[len] = outcome,
+            Outcomes::Boxed(_) => return,
         }
         self.len += 1;
     }
@@ -195,39 +200,30 @@ impl Decision {
     /// The outcomes pushed so far, in order.
     #[inline]
     fn slice(&self) -> &[Outcome] {
-        match (&self.all, self.len) {
-            (Some(all), len) => &all[..usize::from(len)],
-            (None, 0) => &[],
-            (None, _) => std::slice::from_ref(&self.deciding),
+        let len = usize::from(self.len);
+        match &self.outcomes {
+            Outcomes::Inline(few) => &few[..len.min(few.len())],
+            Outcomes::Boxed(all) => &all[..len.min(MAX_LIMITS)],
         }
     }
 
-    /// The outcomes pushed so far, to change; then [`refresh`](Self::refresh).
+    /// The outcomes pushed so far, to change.
     fn slice_mut(&mut self) -> &mut [Outcome] {
-        match (&mut self.all, self.len) {
-            (Some(all), len) => &mut all[..usize::from(len)],
-            (None, 0) => &mut [],
-            (None, _) => std::slice::from_mut(&mut self.deciding),
-        }
-    }
-
-    /// Copy the deciding outcome inline again after the boxed outcomes or
-    /// `decided_by` changed (a policy of one limit has no other copy).
-    #[inline]
-    fn refresh(&mut self) {
-        if let Some(all) = &self.all {
-            self.deciding = all[usize::from(self.decided_by)];
+        let len = usize::from(self.len);
+        match &mut self.outcomes {
+            Outcomes::Inline(few) => &mut few[..len.min(2)],
+            Outcomes::Boxed(all) => &mut all[..len.min(MAX_LIMITS)],
         }
     }
 
     /// Choose the deciding limit among the pushed outcomes.
     #[inline]
     pub(crate) fn decide(&mut self) {
-        let Some(all) = &self.all else {
+        let outcomes = self.slice();
+        if outcomes.len() < 2 {
             self.decided_by = 0;
             return;
-        };
-        let outcomes = &all[..usize::from(self.len)];
+        }
         let denied_rank = |o: &Outcome| match o.verdict() {
             Verdict::Never => u64::MAX,
             Verdict::RetryAfter(after) => after.as_u64(),
@@ -239,15 +235,13 @@ impl Decision {
             index_of_max(outcomes, |o| (u32::MAX - o.remaining(), o.reset_after))
         };
         self.decided_by = decided_by as u8;
-        self.refresh();
     }
 
     /// A denial because the backend holds as many keys as it may and this
     /// key is new (see [`AtCapacity::Deny`](crate::backend::AtCapacity::Deny)).
     pub(crate) fn exhaust_capacity(&mut self, limit_index: usize, retry_after: Micros) {
         self.decided_by = limit_index as u8;
-        self.refresh();
-        self.retry_override = retry_after.as_u64().max(1);
+        self.word = retry_after.as_u64().max(1);
         self.capacity_exhausted = true;
     }
 
@@ -257,7 +251,6 @@ impl Decision {
         if let Some(outcome) = self.slice_mut().get_mut(index) {
             *outcome = now.with_verdict_of(*outcome);
         }
-        self.refresh();
     }
 
     /// The same decision `elapsed` later, had nothing been counted since:
@@ -266,17 +259,12 @@ impl Decision {
     /// has refilled.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn aged(mut self, elapsed: Micros) -> Self {
-        if self.retry_override != 0 {
-            self.retry_override = self.retry_override.saturating_sub(elapsed.as_u64()).max(1);
+        if self.overridden() {
+            self.word = self.word.saturating_sub(elapsed.as_u64()).max(1);
         }
-        let age = |outcome: &mut Outcome| {
-            outcome.reset_after = outcome.reset_after.saturating_sub(elapsed);
-            if !matches!(outcome.retry_us, 0 | NEVER) {
-                outcome.retry_us = outcome.retry_us.saturating_sub(elapsed.as_u64()).max(1);
-            }
-        };
-        self.slice_mut().iter_mut().for_each(age);
-        self.refresh();
+        for outcome in self.slice_mut() {
+            *outcome = outcome.aged(elapsed);
+        }
         self
     }
 
@@ -286,15 +274,17 @@ impl Decision {
     }
 
     /// Whether the request may pass.
+    #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.retry_override == 0 && self.deciding.is_allowed()
+        !self.overridden() && self.deciding().is_allowed()
     }
 
     /// The overall verdict.
     pub fn verdict(&self) -> Verdict {
-        match self.retry_override {
-            0 => self.deciding.verdict(),
-            after => Verdict::RetryAfter(Micros::new(after)),
+        if self.overridden() {
+            Verdict::RetryAfter(Micros::new(self.word))
+        } else {
+            self.deciding().verdict()
         }
     }
 
@@ -304,8 +294,14 @@ impl Decision {
     }
 
     /// The deciding limit's outcome.
+    #[inline]
     pub fn deciding(&self) -> Outcome {
-        self.deciding
+        // `decided_by` is below the outcomes' number (or 0, before any).
+        let i = usize::from(self.decided_by);
+        match &self.outcomes {
+            Outcomes::Inline(few) => few[i % 2],
+            Outcomes::Boxed(all) => all[i % MAX_LIMITS],
+        }
     }
 
     /// The outcome of limit `index`.
@@ -339,13 +335,18 @@ impl Decision {
     /// when it was taken: give it back with
     /// [`Backend::release`](crate::backend::Backend::release).
     pub fn permit(&self) -> Option<Micros> {
-        (self.permit != NO_PERMIT).then_some(Micros::new(self.permit))
+        let held = !self.overridden() && self.word != NO_PERMIT;
+        held.then_some(Micros::new(self.word))
     }
 
-    /// The same decision, holding the permit taken at `at`.
+    /// The same decision, holding the permit taken at `at`; a decision
+    /// refused by a ban or a full backend holds none.
     pub fn with_permit(self, at: Micros) -> Self {
+        if self.overridden() {
+            return self;
+        }
         Self {
-            permit: at.as_u64().min(NO_PERMIT - 1),
+            word: at.as_u64().min(NO_PERMIT - 1),
             ..self
         }
     }
@@ -361,6 +362,16 @@ impl Decision {
     pub fn origin(&self) -> Origin {
         self.origin
     }
+}
+
+/// The two inline outcomes and a third, on the heap: a policy of three or
+/// more limits (out of line, to keep the common pushes small).
+#[cold]
+#[inline(never)]
+fn spill(few: &[Outcome; 2], third: Outcome) -> Box<[Outcome; MAX_LIMITS]> {
+    let mut all = Box::new([third; MAX_LIMITS]);
+    all[..2].copy_from_slice(few);
+    all
 }
 
 /// The first index whose `rank` is largest.

@@ -1,5 +1,6 @@
 //! What one limit says about one request: [`Outcome`] and its [`Verdict`].
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use crate::Micros;
@@ -24,16 +25,23 @@ use crate::Micros;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Outcome {
-    /// 0: allowed; `u64::MAX`: never; else the retry-after in µs. Kept as
-    /// one word (rather than a [`Verdict`]) so that a decision holding eight
-    /// outcomes stays small on the request path.
-    pub(super) retry_us: u64,
+    /// The verdict in one word ([`ALLOWED`], [`NEVER`], or the retry-after
+    /// in µs plus one), rather than a [`Verdict`], so that a decision holding
+    /// outcomes stays small on the request path. Never zero: that spare
+    /// value lets a `Decision` tell its two inline outcomes from its boxed
+    /// ones without a tag of its own.
+    wait: NonZeroU64,
     pub(super) reset_after: Micros,
     limit: u32,
     remaining: u32,
 }
 
-pub(super) const NEVER: u64 = u64::MAX;
+const ALLOWED: NonZeroU64 = NonZeroU64::MIN;
+const NEVER: NonZeroU64 = NonZeroU64::MAX;
+
+/// The longest retry-after an outcome holds (half a million years): one
+/// below what would read as [`NEVER`].
+const LONGEST_RETRY: u64 = u64::MAX - 2;
 
 /// Allowed, or denied with when to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,7 +71,7 @@ impl Outcome {
     /// limit is whole again after `reset_after`.
     #[inline]
     pub fn allowed(limit: u32, remaining: u64, reset_after: Micros) -> Self {
-        Self::new(0, limit, remaining, reset_after)
+        Self::new(ALLOWED, limit, remaining, reset_after)
     }
 
     /// The request does not fit now; it would after `retry_after` (raised to
@@ -71,8 +79,12 @@ impl Outcome {
     /// once).
     #[inline]
     pub fn denied(limit: u32, remaining: u64, reset_after: Micros, retry_after: Micros) -> Self {
-        let retry = retry_after.as_u64().clamp(1, NEVER - 1);
-        Self::new(retry, limit, remaining, reset_after)
+        Self::new(
+            retry_word(retry_after.as_u64()),
+            limit,
+            remaining,
+            reset_after,
+        )
     }
 
     /// The request can never fit (its cost exceeds the limit's capacity).
@@ -82,9 +94,9 @@ impl Outcome {
     }
 
     #[inline]
-    fn new(retry_us: u64, limit: u32, remaining: u64, reset_after: Micros) -> Self {
+    fn new(wait: NonZeroU64, limit: u32, remaining: u64, reset_after: Micros) -> Self {
         Self {
-            retry_us,
+            wait,
             reset_after,
             limit,
             // Remaining never exceeds the limit, which is a u32.
@@ -96,7 +108,24 @@ impl Outcome {
     #[inline]
     pub(crate) fn with_verdict_of(self, other: Outcome) -> Self {
         Self {
-            retry_us: other.retry_us,
+            wait: other.wait,
+            ..self
+        }
+    }
+
+    /// The same outcome `elapsed` later: its reset and its retry-after
+    /// shorter by that much (a denial's never below 1 µs).
+    #[inline]
+    pub(super) fn aged(self, elapsed: Micros) -> Self {
+        let wait = match self.verdict() {
+            Verdict::RetryAfter(after) => {
+                retry_word(after.as_u64().saturating_sub(elapsed.as_u64()))
+            }
+            Verdict::Allowed | Verdict::Never => self.wait,
+        };
+        Self {
+            wait,
+            reset_after: self.reset_after.saturating_sub(elapsed),
             ..self
         }
     }
@@ -104,17 +133,17 @@ impl Outcome {
     /// Allowed or denied, and when to retry.
     #[inline]
     pub fn verdict(&self) -> Verdict {
-        match self.retry_us {
-            0 => Verdict::Allowed,
+        match self.wait {
+            ALLOWED => Verdict::Allowed,
             NEVER => Verdict::Never,
-            us => Verdict::RetryAfter(Micros::new(us)),
+            wait => Verdict::RetryAfter(Micros::new(wait.get() - 1)),
         }
     }
 
     /// Whether the request fits.
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.retry_us == 0
+        self.wait == ALLOWED
     }
 
     /// The limit's capacity: requests per window, or the bucket size.
@@ -152,4 +181,11 @@ impl Outcome {
     pub fn retry_after_micros(&self) -> Option<Micros> {
         self.verdict().retry_after()
     }
+}
+
+/// The word of a denial that can succeed after `retry_us` (at least 1 µs:
+/// a denied client is never told to come back at once).
+#[inline]
+fn retry_word(retry_us: u64) -> NonZeroU64 {
+    NonZeroU64::MIN.saturating_add(retry_us.clamp(1, LONGEST_RETRY))
 }
