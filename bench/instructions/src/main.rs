@@ -1,6 +1,7 @@
-//! `layer-instructions <bare|allowed|rejected|adaptive|adaptive-scaled> <n>`:
+//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled> <n>`:
 //! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
-//! keys, default headers), each polled to completion at once. `adaptive`
+//! keys, default headers; `no-headers` without them), each polled to
+//! completion at once. `adaptive`
 //! puts the policy behind an `Adaptive` limit at its full factor (its
 //! observer around the service), `adaptive-scaled` the same pinned at half. With `PROMETHEUS=1` (feature
 //! `metrics`) a Prometheus recorder is installed first.
@@ -11,9 +12,9 @@
 
 use std::hint::black_box;
 
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
-use tower_ratelimit::layer::{Adaptive, Steps};
+use tower_ratelimit::layer::{Adaptive, HeaderStyle, Steps};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 #[path = "../../benches/support/requests.rs"]
@@ -47,8 +48,16 @@ fn main() {
             .service(hello());
         drive(limited, &users, n, false);
     } else {
+        let style = match which.as_str() {
+            "no-headers" => HeaderStyle::None,
+            _ => HeaderStyle::default(),
+        };
         let limited = ServiceBuilder::new()
-            .layer(RateLimitLayer::new(policy).key(Header::new("x-user-id")))
+            .layer(
+                RateLimitLayer::new(policy)
+                    .key(Header::new("x-user-id"))
+                    .headers(style),
+            )
             .service(hello());
         drive(limited, &users, n, which == "bare");
     }
@@ -64,6 +73,14 @@ where
 {
     for user in users {
         now(limited.clone().oneshot(request(user))).unwrap();
+    }
+    if std::env::var_os("SIZES").is_some() {
+        let fut = limited.clone().oneshot(request(&users[0]));
+        eprintln!("oneshot future: {} bytes", std::mem::size_of_val(&fut));
+        let mut svc = limited.clone();
+        let call = svc.call(request(&users[0]));
+        eprintln!("response future: {} bytes", std::mem::size_of_val(&call));
+        eprintln!("request: {} bytes", std::mem::size_of::<http::Request<()>>());
     }
     for i in 0..n {
         let user = &users[i % users.len()];
