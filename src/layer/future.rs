@@ -1,9 +1,10 @@
 //! [`ResponseFuture`]: first the backend's decision, then the inner call.
 
-use std::future::Future;
+use std::any::Any;
+use std::future::{Future, Ready};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -22,7 +23,7 @@ use super::settle::ResponseHead;
 use super::shaping::Waiting;
 use super::soft_shed::Delayed;
 use super::{grpc, headers, observe, response};
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::{Key, RequestHead};
 use crate::{Decision, Policy};
@@ -49,14 +50,16 @@ pin_project! {
         S: Service<Request<ReqB>>,
         B: Backend,
     {
+        // Boxed: only a decision that is not known at once (Redis) waits
+        // here, and the request it holds would otherwise widen every state.
         Check {
             #[pin]
             check: B::Future,
-            pending: Option<Pending<S, ReqB, B>>,
+            pending: Option<Box<Pending<S, ReqB, B>>>,
         },
         Wait {
             sleep: Pin<Box<Sleep>>,
-            pending: Option<Pending<S, ReqB, B>>,
+            pending: Option<Box<Pending<S, ReqB, B>>>,
         },
         // Admitted, and soft shed: the call waits first.
         Delay {
@@ -156,6 +159,128 @@ where
             permit,
         }
     }
+    /// What becomes of the request once the backend's `answer` is known:
+    /// the next state of its future (for a refusal, the response to send).
+    #[inline(always)]
+    fn answered(
+        mut self,
+        config: &Config,
+        answer: Result<Decision, BackendError>,
+    ) -> State<S, ReqB, B> {
+        // A key its penalty box banned, with a demoted policy to live by
+        // meanwhile: asked again under it.
+        if let (Ok(decision), Some(demoted), Some(backend), false) =
+            (&answer, &config.demotion, &self.backend, self.demoted)
+        {
+            if decision.is_banned() {
+                self.demoted = true;
+                self.ask.policy = demoted.clone();
+                let check = backend.check(&self.ask.key, &self.ask.policy, self.ask.cost);
+                return State::Check {
+                    check,
+                    pending: Some(Box::new(self)),
+                };
+            }
+        }
+        let in_shadow = self.ask.policy.is_shadow();
+        let retry = &mut self.retry;
+        let action = decide(config.rules(), in_shadow, answer, |decision| {
+            let (shaping, retry) = (config.shaping.as_ref()?, retry.as_mut()?);
+            shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
+        });
+        // Soft shedding: an admission near the limit waits.
+        let delay = match &action {
+            Action::Admit {
+                decision,
+                counted: true,
+                ..
+            } => config
+                .soft_shed
+                .as_ref()
+                .and_then(|s| s.delay_for(decision)),
+            _ => None,
+        };
+        if let Some((decision, fate)) = action.reported() {
+            let fate = if delay.is_some() { Fate::Delayed } else { fate };
+            let Ask {
+                key,
+                policy,
+                report,
+                ..
+            } = &self.ask;
+            observe::decided(
+                &config.observer,
+                (key, policy, report),
+                self.backend_name,
+                decision,
+                fate,
+            );
+        }
+        match action {
+            Action::Wait(sleep) => State::Wait {
+                sleep,
+                pending: Some(Box::new(self)),
+            },
+            Action::Admit {
+                decision,
+                origin,
+                counted,
+                headers,
+            } => match delay {
+                Some(delay) => {
+                    self.req.extensions_mut().insert(Delayed(delay));
+                    State::Delay {
+                        sleep: Box::pin(tokio::time::sleep(delay)),
+                        admitted: Some(Box::new(Admitted {
+                            pending: self,
+                            decision,
+                            origin,
+                            headers,
+                        })),
+                    }
+                }
+                None => self.call(config, Some(decision), origin, counted, headers),
+            },
+            Action::FailOpen(error) => {
+                observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
+                let origin = Origin::FailedOpen {
+                    breaker_open: error.is_breaker_open(),
+                };
+                self.call(config, None, origin, false, false)
+            }
+            Action::Refuse(decision) => {
+                let refused = Refused {
+                    decision: &decision,
+                    policy: &self.ask.policy,
+                    key: &self.ask.key,
+                    request: &RequestHead::from(&self.req),
+                };
+                let mut response =
+                    config
+                        .limited
+                        .respond(&refused, config.headers, config.retry_jitter);
+                mark(response.extensions_mut(), decision.origin());
+                self.refuse(response)
+            }
+            Action::FailClosed(error) => {
+                observe::backend_failed(&config.observer, &self.ask.report, "deny", &error);
+                let mut response = response::unavailable();
+                response.extensions_mut().insert(Origin::FailedClosed {
+                    breaker_open: error.is_breaker_open(),
+                });
+                self.refuse(response)
+            }
+        }
+    }
+
+    /// Answer with the limiter's own refusal (a gRPC status for a gRPC
+    /// request: looked at only when refusing).
+    fn refuse(self, response: Response<Bytes>) -> State<S, ReqB, B> {
+        let grpc = grpc::is_grpc(self.req.headers());
+        State::Respond {
+            response: Some(as_grpc_if(grpc, response)),
+        }
+    }
 }
 
 /// An admitted request waiting to be called (soft shedding).
@@ -202,7 +327,7 @@ where
         config: Arc<Config>,
     ) -> Self {
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
-        let check = backend.check(&ask.key, &ask.policy, ask.cost);
+        let mut check = backend.check(&ask.key, &ask.policy, ask.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 deadline: Instant::now() + shaping.max_wait,
@@ -222,13 +347,14 @@ where
             retry,
             demoted: false,
         };
-        Self {
-            state: State::Check {
+        let state = match answer_if_ready(&mut check) {
+            Some(answer) => pending.answered(&config, answer),
+            None => State::Check {
                 check,
-                pending: Some(pending),
+                pending: Some(Box::new(pending)),
             },
-            config,
-        }
+        };
+        Self { state, config }
     }
 
     pub(crate) fn unlimited(call: S::Future, config: Arc<Config>) -> Self {
@@ -268,126 +394,10 @@ where
             match this.state.as_mut().project() {
                 StateProj::Check { check, pending } => {
                     let answer = ready!(check.poll(cx));
-                    let mut p = pending
+                    let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let config = &**this.config;
-                    // A key its penalty box banned, with a demoted policy
-                    // to live by meanwhile: asked again under it.
-                    if let (Ok(decision), Some(demoted), Some(backend), false) =
-                        (&answer, &config.demotion, &p.backend, p.demoted)
-                    {
-                        if decision.is_banned() {
-                            p.demoted = true;
-                            p.ask.policy = demoted.clone();
-                            let check = backend.check(&p.ask.key, &p.ask.policy, p.ask.cost);
-                            this.state.set(State::Check {
-                                check,
-                                pending: Some(p),
-                            });
-                            continue;
-                        }
-                    }
-                    let in_shadow = p.ask.policy.is_shadow();
-                    let action = decide(config.rules(), in_shadow, answer, |decision| {
-                        let (shaping, retry) = (config.shaping.as_ref()?, p.retry.as_mut()?);
-                        shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
-                    });
-                    // Soft shedding: an admission near the limit waits.
-                    let delay = match &action {
-                        Action::Admit {
-                            decision,
-                            counted: true,
-                            ..
-                        } => config
-                            .soft_shed
-                            .as_ref()
-                            .and_then(|s| s.delay_for(decision)),
-                        _ => None,
-                    };
-                    if let Some((decision, fate)) = action.reported() {
-                        let fate = if delay.is_some() { Fate::Delayed } else { fate };
-                        let Ask {
-                            key,
-                            policy,
-                            report,
-                            ..
-                        } = &p.ask;
-                        let observer = &config.observer;
-                        observe::decided(
-                            observer,
-                            (key, policy, report),
-                            p.backend_name,
-                            decision,
-                            fate,
-                        );
-                    }
-                    let state = match action {
-                        Action::Wait(sleep) => State::Wait {
-                            sleep,
-                            pending: Some(p),
-                        },
-                        Action::Admit {
-                            decision,
-                            origin,
-                            counted,
-                            headers,
-                        } => match delay {
-                            Some(delay) => {
-                                p.req.extensions_mut().insert(Delayed(delay));
-                                State::Delay {
-                                    sleep: Box::pin(tokio::time::sleep(delay)),
-                                    admitted: Some(Box::new(Admitted {
-                                        pending: p,
-                                        decision,
-                                        origin,
-                                        headers,
-                                    })),
-                                }
-                            }
-                            None => p.call(config, Some(decision), origin, counted, headers),
-                        },
-                        Action::FailOpen(error) => {
-                            observe::backend_failed(
-                                &config.observer,
-                                &p.ask.report,
-                                "allow",
-                                &error,
-                            );
-                            let origin = Origin::FailedOpen {
-                                breaker_open: error.is_breaker_open(),
-                            };
-                            p.call(config, None, origin, false, false)
-                        }
-                        Action::Refuse(decision) => {
-                            let refused = Refused {
-                                decision: &decision,
-                                policy: &p.ask.policy,
-                                key: &p.ask.key,
-                                request: &RequestHead::from(&p.req),
-                            };
-                            let mut response = config.limited.respond(
-                                &refused,
-                                config.headers,
-                                config.retry_jitter,
-                            );
-                            mark(response.extensions_mut(), decision.origin());
-                            return Poll::Ready(Ok(refusal(response, &p.req)));
-                        }
-                        Action::FailClosed(error) => {
-                            observe::backend_failed(
-                                &config.observer,
-                                &p.ask.report,
-                                "deny",
-                                &error,
-                            );
-                            let mut response = response::unavailable();
-                            response.extensions_mut().insert(Origin::FailedClosed {
-                                breaker_open: error.is_breaker_open(),
-                            });
-                            return Poll::Ready(Ok(refusal(response, &p.req)));
-                        }
-                    };
+                    let state = p.answered(this.config, answer);
                     this.state.set(state);
                 }
                 StateProj::Wait { sleep, pending } => {
@@ -501,8 +511,37 @@ fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
     }
 }
 
-/// A refusal the limiter makes itself to `req`, as the future's output (a
-/// gRPC status for a gRPC request: looked at only when refusing).
-fn refusal<B, ReqB>(response: Response<Bytes>, req: &Request<ReqB>) -> Response<ResponseBody<B>> {
-    as_grpc_if(grpc::is_grpc(req.headers()), response).map(ResponseBody::limiter)
+/// The answer of a backend's `future` when it holds it already: a
+/// [`Ready`] future, the memory backend's (or any backend's that decides
+/// in `check`). Taking it at once spares the request the future's waiting
+/// state and the moves of the request into and out of it. The test of the
+/// type is resolved when the layer is compiled.
+fn answer_if_ready<F>(future: &mut F) -> Option<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let ready = (future as &mut dyn Any).downcast_mut::<Ready<F::Output>>()?;
+    match Pin::new(ready).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(answer) => Some(answer),
+        Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_answer_is_taken_and_any_other_future_is_left_to_poll() {
+        let mut ready = std::future::ready(7);
+        assert_eq!(answer_if_ready(&mut ready), Some(7));
+
+        // Ready on its first poll, but not a `Ready`: left untouched, so
+        // that the response future polls it in its own time.
+        let mut other = Box::pin(async { 7 });
+        assert_eq!(answer_if_ready(&mut other), None);
+        let polled = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        assert_eq!(polled, Poll::Ready(7));
+    }
 }
