@@ -90,7 +90,10 @@ pub type Peeks = Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>
 
 /// Stores per-key state and decides requests against a policy.
 pub trait Backend: Clone + Send + Sync + 'static {
-    /// The decision, when it is known.
+    /// The decision, when it is known. A backend that decides within
+    /// [`check`](Self::check) should answer with [`std::future::Ready`]:
+    /// the layer then acts on the answer at once, in its `call`, and its
+    /// response future never holds a request waiting for it.
     type Future: Future<Output = Result<Decision, BackendError>> + Send + 'static;
 
     /// Count a request of `cost` for `key` under every limit of `policy`.

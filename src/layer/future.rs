@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::future::{Future, Ready};
+use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
@@ -55,11 +56,11 @@ pin_project! {
         Check {
             #[pin]
             check: B::Future,
-            pending: Option<Box<Pending<S, ReqB, B>>>,
+            pending: Option<Box<Parked<S, ReqB, B>>>,
         },
         Wait {
             sleep: Pin<Box<Sleep>>,
-            pending: Option<Box<Pending<S, ReqB, B>>>,
+            pending: Option<Box<Parked<S, ReqB, B>>>,
         },
         // Admitted, and soft shed: the call waits first.
         Delay {
@@ -99,9 +100,10 @@ pub(crate) struct Ask {
     pub(crate) report: Report,
 }
 
-/// What a request holds while its decision is not yet known.
-struct Pending<S, ReqB, B> {
-    inner: S,
+/// What a request holds while its decision is not yet known, and the
+/// service `I` it is to be called with (see [`Callee`]).
+struct Pending<I, ReqB, B> {
+    inner: I,
     req: Request<ReqB>,
     ask: Ask,
     backend_name: &'static str,
@@ -115,11 +117,65 @@ struct Pending<S, ReqB, B> {
     demoted: bool,
 }
 
-impl<S, ReqB, B> Pending<S, ReqB, B>
+/// A request that waits (for a decision still to come, or to be called)
+/// with a ready copy of the inner service.
+type Parked<S, ReqB, B> = Pending<Taken<S>, ReqB, B>;
+
+/// The inner service a request is called with: the layer's own, ready,
+/// while the request is decided within `call` (`&mut S`: nothing is
+/// cloned), or a ready copy taken from it once the request must wait
+/// ([`Taken`]).
+trait Callee {
+    type Service;
+    fn service(&mut self) -> &mut Self::Service;
+    /// A service the request can keep while it waits.
+    fn take(self) -> Taken<Self::Service>;
+}
+
+/// The ready inner service, taken from the layer, a clone (not yet ready)
+/// left in its place.
+struct Taken<S>(S);
+
+impl<S> Callee for Taken<S> {
+    type Service = S;
+    fn service(&mut self) -> &mut S {
+        &mut self.0
+    }
+    fn take(self) -> Taken<S> {
+        self
+    }
+}
+
+impl<S: Clone> Callee for &mut S {
+    type Service = S;
+    fn service(&mut self) -> &mut S {
+        self
+    }
+    fn take(self) -> Taken<S> {
+        let clone = self.clone();
+        Taken(mem::replace(self, clone))
+    }
+}
+
+impl<I, ReqB, B> Pending<I, ReqB, B>
 where
-    S: Service<Request<ReqB>>,
+    I: Callee,
+    I::Service: Service<Request<ReqB>>,
     B: Backend,
 {
+    /// The request, to wait with a service of its own.
+    fn parked(self) -> Parked<I::Service, ReqB, B> {
+        Pending {
+            inner: self.inner.take(),
+            req: self.req,
+            ask: self.ask,
+            backend_name: self.backend_name,
+            backend: self.backend,
+            retry: self.retry,
+            demoted: self.demoted,
+        }
+    }
+
     /// Call the inner service with the request, told its `origin`. A
     /// `counted` admission holds its permit (from before the call, so that a
     /// call that fails or is dropped gives it back too) and is settled by
@@ -133,7 +189,7 @@ where
         origin: Origin,
         counted: bool,
         headers: bool,
-    ) -> State<S, ReqB, B> {
+    ) -> State<I::Service, ReqB, B> {
         mark(self.req.extensions_mut(), origin);
         let Ask {
             key, policy, cost, ..
@@ -143,7 +199,7 @@ where
             (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
             _ => None,
         };
-        let call = self.inner.call(self.req);
+        let call = self.inner.service().call(self.req);
         let settling = match (&config.settlement, backend) {
             (Some(_), Some(backend)) => Some(Box::new(Settling {
                 backend,
@@ -166,7 +222,7 @@ where
         mut self,
         config: &Config,
         answer: Result<Decision, BackendError>,
-    ) -> State<S, ReqB, B> {
+    ) -> State<I::Service, ReqB, B> {
         // A key its penalty box banned, with a demoted policy to live by
         // meanwhile: asked again under it.
         if let (Ok(decision), Some(demoted), Some(backend), false) =
@@ -178,7 +234,7 @@ where
                 let check = backend.check(&self.ask.key, &self.ask.policy, self.ask.cost);
                 return State::Check {
                     check,
-                    pending: Some(Box::new(self)),
+                    pending: Some(Box::new(self.parked())),
                 };
             }
         }
@@ -219,7 +275,7 @@ where
         match action {
             Action::Wait(sleep) => State::Wait {
                 sleep,
-                pending: Some(Box::new(self)),
+                pending: Some(Box::new(self.parked())),
             },
             Action::Admit {
                 decision,
@@ -232,7 +288,7 @@ where
                     State::Delay {
                         sleep: Box::pin(tokio::time::sleep(delay)),
                         admitted: Some(Box::new(Admitted {
-                            pending: self,
+                            pending: self.parked(),
                             decision,
                             origin,
                             headers,
@@ -275,7 +331,7 @@ where
 
     /// Answer with the limiter's own refusal (a gRPC status for a gRPC
     /// request: looked at only when refusing).
-    fn refuse(self, response: Response<Bytes>) -> State<S, ReqB, B> {
+    fn refuse(self, response: Response<Bytes>) -> State<I::Service, ReqB, B> {
         let grpc = grpc::is_grpc(self.req.headers());
         State::Respond {
             response: Some(as_grpc_if(grpc, response)),
@@ -285,7 +341,7 @@ where
 
 /// An admitted request waiting to be called (soft shedding).
 struct Admitted<S, ReqB, B> {
-    pending: Pending<S, ReqB, B>,
+    pending: Parked<S, ReqB, B>,
     decision: Decision,
     origin: Origin,
     headers: bool,
@@ -318,14 +374,19 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// Decide with `backend`, then call `inner` if allowed.
+    /// Decide with `backend`, then call `inner` (ready) if allowed: at
+    /// once when the decision is, otherwise with a ready copy taken from
+    /// it.
     pub(crate) fn check(
         backend: &B,
         ask: Ask,
-        inner: S,
+        inner: &mut S,
         req: Request<ReqB>,
         config: Arc<Config>,
-    ) -> Self {
+    ) -> Self
+    where
+        S: Clone,
+    {
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
         let mut check = backend.check(&ask.key, &ask.policy, ask.cost);
         let retry = config.shaping.as_ref().map(|shaping| {
@@ -351,7 +412,7 @@ where
             Some(answer) => pending.answered(&config, answer),
             None => State::Check {
                 check,
-                pending: Some(Box::new(pending)),
+                pending: Some(Box::new(pending.parked())),
             },
         };
         Self { state, config }

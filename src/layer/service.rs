@@ -1,6 +1,5 @@
 //! [`RateLimit`]: the service a [`RateLimitLayer`] wraps around another.
 
-use std::mem;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -89,15 +88,6 @@ impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// Take the ready inner service, leaving a clone (not yet ready) behind.
-    fn take_inner(&mut self) -> S
-    where
-        S: Clone,
-    {
-        let clone = self.inner.clone();
-        mem::replace(&mut self.inner, clone)
-    }
 }
 
 impl<S, K, P, B, C, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, P, B, C>
@@ -138,7 +128,7 @@ where
                 Some(Listed::Allowed) => {
                     observe::listed(&config.observer, &report, false);
                     req.extensions_mut().insert(Origin::AllowListed);
-                    return ResponseFuture::unlimited(self.take_inner().call(req), config);
+                    return ResponseFuture::unlimited(self.inner.call(req), config);
                 }
                 None => {}
             }
@@ -153,7 +143,7 @@ where
                 return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
             }
             req.extensions_mut().insert(Origin::NoPolicy);
-            return ResponseFuture::unlimited(self.take_inner().call(req), config);
+            return ResponseFuture::unlimited(self.inner.call(req), config);
         };
         let key = match key {
             Ok(key) => key,
@@ -163,7 +153,7 @@ where
                 return match config.on_key_error {
                     OnKeyError::Skip => {
                         req.extensions_mut().insert(Origin::NoKey);
-                        ResponseFuture::unlimited(self.take_inner().call(req), config)
+                        ResponseFuture::unlimited(self.inner.call(req), config)
                     }
                     OnKeyError::Reject(status) => {
                         let response = response::key_error(status, &error);
@@ -177,13 +167,12 @@ where
             None => policy,
         };
         let cost = self.layer.cost.cost(&RequestHead::from(&req));
-        let inner = self.take_inner();
         let ask = Ask {
             key,
             policy,
             cost,
             report,
         };
-        ResponseFuture::check(&self.layer.backend, ask, inner, req, config)
+        ResponseFuture::check(&self.layer.backend, ask, &mut self.inner, req, config)
     }
 }

@@ -673,6 +673,142 @@ async fn poll_ready_is_the_inner_services() {
     assert!(ready.is_err(), "not ready while the inner service is not");
 }
 
+/// An inner service that counts its clones and the calls made without a
+/// `poll_ready` first (each clone starts not ready).
+#[derive(Default)]
+struct Strict {
+    ready: bool,
+    clones: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+    unready_calls: Arc<AtomicUsize>,
+}
+
+impl Clone for Strict {
+    fn clone(&self) -> Self {
+        self.clones.fetch_add(1, Ordering::SeqCst);
+        Self {
+            ready: false,
+            clones: self.clones.clone(),
+            calls: self.calls.clone(),
+            unready_calls: self.unready_calls.clone(),
+        }
+    }
+}
+
+impl Service<Request<Body>> for Strict {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = Ready<Result<Self::Response, Infallible>>;
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        self.ready = true;
+        std::task::Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, _: Request<Body>) -> Self::Future {
+        if !std::mem::take(&mut self.ready) {
+            self.unready_calls.fetch_add(1, Ordering::SeqCst);
+        }
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        ready(Ok(Response::new(Full::default())))
+    }
+}
+
+/// The memory backend behind a future that answers on its second poll, as
+/// a networked store does.
+#[derive(Clone)]
+struct Later(MemoryBackend);
+
+impl tower_ratelimit::backend::Backend for Later {
+    type Future = std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<
+                        tower_ratelimit::Decision,
+                        tower_ratelimit::backend::BackendError,
+                    >,
+                > + Send,
+        >,
+    >;
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        let answer = self.0.check(key, policy, cost);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            answer.await
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_to_come() {
+    // Decided at once (memory): the layer's own ready service is called,
+    // nothing is cloned (an axum route's clone is an allocation).
+    let strict = Strict::default();
+    let (clones, calls, unready) = (
+        strict.clones.clone(),
+        strict.calls.clone(),
+        strict.unready_calls.clone(),
+    );
+    let mut svc = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(policy("3/min")).key(Global))
+        .service(strict);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(Body::empty()))
+            .await
+            .unwrap();
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        clones.load(Ordering::SeqCst),
+        0,
+        "nothing cloned for a decision known at once"
+    );
+    assert_eq!(unready.load(Ordering::SeqCst), 0);
+
+    // Decided later: each request takes the ready service with it and
+    // leaves a clone, which is made ready before the next call.
+    let strict = Strict::default();
+    let (clones, calls, unready) = (
+        strict.clones.clone(),
+        strict.calls.clone(),
+        strict.unready_calls.clone(),
+    );
+    let mut svc = ServiceBuilder::new()
+        .layer(
+            RateLimitLayer::new(policy("3/min"))
+                .key(Global)
+                .backend(Later(MemoryBackend::new())),
+        )
+        .service(strict);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(Body::empty()))
+            .await
+            .unwrap();
+        statuses.push(res.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        clones.load(Ordering::SeqCst),
+        5,
+        "one ready copy taken per request that waited"
+    );
+    assert_eq!(unready.load(Ordering::SeqCst), 0);
+}
+
 #[test]
 fn the_layer_is_clone_and_debug() {
     fn assert_clone_debug<T: Clone + std::fmt::Debug>(_: &T) {}

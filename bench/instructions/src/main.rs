@@ -12,7 +12,7 @@
 
 use std::hint::black_box;
 
-use tower::{Service, ServiceBuilder, ServiceExt};
+use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
 use tower_ratelimit::layer::{Adaptive, HeaderStyle, Steps};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
