@@ -58,6 +58,13 @@ impl<L: Backend, R: Backend> Backend for Either<L, R> {
         either!(self, b => b.check(key, policy, cost))
     }
 
+    fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+        match &mut future.inner {
+            Inner::Left { future } => L::answer_now(future),
+            Inner::Right { future } => R::answer_now(future),
+        }
+    }
+
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         either!(self, b => b.settle(key, policy, reserved, actual))
     }

@@ -64,8 +64,10 @@ mod memory;
 mod redis;
 mod store;
 
-use std::future::Future;
+use std::any::Any;
+use std::future::{Future, Ready};
 use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 use crate::key::Key;
 use crate::{Decision, Micros, Policy};
@@ -91,14 +93,26 @@ pub type Peeks = Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>
 /// Stores per-key state and decides requests against a policy.
 pub trait Backend: Clone + Send + Sync + 'static {
     /// The decision, when it is known. A backend that decides within
-    /// [`check`](Self::check) should answer with [`std::future::Ready`]:
-    /// the layer then acts on the answer at once, in its `call`, and its
-    /// response future never holds a request waiting for it.
+    /// [`check`](Self::check) should answer with [`std::future::Ready`]
+    /// (see [`answer_now`](Self::answer_now)).
     type Future: Future<Output = Result<Decision, BackendError>> + Send + 'static;
 
     /// Count a request of `cost` for `key` under every limit of `policy`.
     /// A cost of 0 only reports the state.
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future;
+
+    /// The answer `future` (one of this backend's) holds already, or `None`
+    /// if it is still to come. The layer asks right after
+    /// [`check`](Self::check): an answer known at once is acted on within
+    /// its `call`, sparing the request its response future's waiting state
+    /// (and the inner service's clone). A future answered here is dropped
+    /// without being polled.
+    ///
+    /// The default takes the answer of a [`std::future::Ready`]; a backend
+    /// that wraps others ([`Either`]) asks the one it holds.
+    fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+        ready_answer(future)
+    }
 
     /// Correct a request [`check`](Self::check)ed and admitted at
     /// `reserved` to its `actual` cost, known only after it was served: give
@@ -208,5 +222,50 @@ pub trait Backend: Clone + Send + Sync + 'static {
         Self: Sized,
     {
         Breaker::new(self)
+    }
+}
+
+/// The answer of `future` if it is a [`Ready`] (the memory backend's,
+/// or any backend's that decides in `check`). Whether it is one is known
+/// when the caller is compiled.
+fn ready_answer<F>(future: &mut F) -> Option<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let ready = (future as &mut dyn Any).downcast_mut::<Ready<F::Output>>()?;
+    match Pin::new(ready).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(answer) => Some(answer),
+        Poll::Pending => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_answer_is_taken_and_any_other_future_is_left_to_poll() {
+        let mut ready = std::future::ready(7);
+        assert_eq!(ready_answer(&mut ready), Some(7));
+
+        // Ready on its first poll, but not a `Ready`: left untouched, so
+        // that the response future polls it in its own time.
+        let mut other = Box::pin(async { 7 });
+        assert_eq!(ready_answer(&mut other), None);
+        let polled = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        assert_eq!(polled, Poll::Ready(7));
+    }
+
+    #[test]
+    fn either_answers_now_when_the_backend_it_holds_does() {
+        let (key, policy) = (Key::new("t", "a"), "1/min".parse::<Policy>().unwrap());
+        let memory: Either<MemoryBackend, MemoryBackend> = Either::Left(MemoryBackend::new());
+        let mut future = memory.check(&key, &policy, 1);
+        let answer = Either::<MemoryBackend, MemoryBackend>::answer_now(&mut future);
+        assert!(answer.is_some_and(|d| d.is_ok_and(|d| d.is_allowed())));
+        let later = Breaker::new(MemoryBackend::new());
+        let mut future = later.check(&key, &policy, 1);
+        assert!(Breaker::<MemoryBackend>::answer_now(&mut future).is_none());
     }
 }

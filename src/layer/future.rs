@@ -1,11 +1,10 @@
 //! [`ResponseFuture`]: first the backend's decision, then the inner call.
 
-use std::any::Any;
-use std::future::{Future, Ready};
+use std::future::Future;
 use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll, Waker};
+use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -408,7 +407,7 @@ where
             retry,
             demoted: false,
         };
-        let state = match answer_if_ready(&mut check) {
+        let state = match B::answer_now(&mut check) {
             Some(answer) => pending.answered(&config, answer),
             None => State::Check {
                 check,
@@ -569,40 +568,5 @@ fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
         grpc::refusal(response)
     } else {
         response
-    }
-}
-
-/// The answer of a backend's `future` when it holds it already: a
-/// [`Ready`] future, the memory backend's (or any backend's that decides
-/// in `check`). Taking it at once spares the request the future's waiting
-/// state and the moves of the request into and out of it. The test of the
-/// type is resolved when the layer is compiled.
-fn answer_if_ready<F>(future: &mut F) -> Option<F::Output>
-where
-    F: Future + 'static,
-    F::Output: 'static,
-{
-    let ready = (future as &mut dyn Any).downcast_mut::<Ready<F::Output>>()?;
-    match Pin::new(ready).poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(answer) => Some(answer),
-        Poll::Pending => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_ready_answer_is_taken_and_any_other_future_is_left_to_poll() {
-        let mut ready = std::future::ready(7);
-        assert_eq!(answer_if_ready(&mut ready), Some(7));
-
-        // Ready on its first poll, but not a `Ready`: left untouched, so
-        // that the response future polls it in its own time.
-        let mut other = Box::pin(async { 7 });
-        assert_eq!(answer_if_ready(&mut other), None);
-        let polled = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        assert_eq!(polled, Poll::Ready(7));
     }
 }
