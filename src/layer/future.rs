@@ -330,6 +330,7 @@ where
 
     /// Answer with the limiter's own refusal (a gRPC status for a gRPC
     /// request: looked at only when refusing).
+    #[inline(always)]
     fn refuse(self, response: Response<Bytes>) -> State<I::Service, ReqB, B> {
         let grpc = grpc::is_grpc(self.req.headers());
         State::Respond {
@@ -563,6 +564,7 @@ fn finish<B>(
 
 /// The limiter's own answer, as a gRPC status for a gRPC request (looked
 /// at only when refusing, never on an admission).
+#[inline(always)]
 fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
     if grpc {
         grpc::refusal(response)
