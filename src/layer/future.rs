@@ -99,8 +99,8 @@ pub(crate) struct Ask {
     pub(crate) report: Report,
 }
 
-/// What a request holds while its decision is not yet known, and the
-/// service `I` it is to be called with (see [`Callee`]).
+/// What a request holds until it is called or refused, with the service
+/// `I` it is to be called with (see [`Callee`]).
 struct Pending<I, ReqB, B> {
     inner: I,
     req: Request<ReqB>,
@@ -214,6 +214,7 @@ where
             permit,
         }
     }
+
     /// What becomes of the request once the backend's `answer` is known:
     /// the next state of its future (for a refusal, the response to send).
     #[inline(always)]
