@@ -15,66 +15,32 @@ use metrics::{Counter, Histogram, SharedString};
 
 use super::LimitLabel as Limit;
 
-/// What a handle measures, by its labels. Strings are compared by address:
-/// outcomes are `'static`, routes and names are `Arc`s kept alive by the key
-/// itself, so an address is never reused for another value while it is here.
-#[derive(Clone)]
-enum Labels {
-    Requests {
-        outcome: &'static str,
-        route: Option<Arc<str>>,
-        limit: Option<Arc<str>>,
-        penalty_box: bool,
-    },
-    NearLimit {
-        route: Option<Arc<str>>,
-        limit: Arc<str>,
-    },
-    Latency {
-        backend: &'static str,
-    },
+/// What a handle measures: its labels' addresses. Strings are compared by
+/// address: outcomes are `'static`, routes and names are `Arc`s the map
+/// keeps alive beside the handle ([`Owners`]), so an address is never
+/// reused for another value while it is a key. A lookup builds the key from
+/// borrowed labels: no reference count is touched (they are shared by every
+/// thread serving the route).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Address([usize; 4]);
+
+impl Hash for Address {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Word by word: an array of integers would hash as its bytes.
+        for word in self.0 {
+            state.write_usize(word);
+        }
+    }
 }
+
+/// The route and limit name a key holds the addresses of, kept beside its
+/// handle so that neither address is reused while it is a key.
+#[derive(Clone)]
+#[allow(dead_code)] // Held, never read.
+struct Owners(Option<Arc<str>>, Option<Arc<str>>);
 
 fn address<T: ?Sized>(value: Option<&Arc<T>>) -> usize {
     value.map_or(0, |v| Arc::as_ptr(v) as *const u8 as usize)
-}
-
-impl Labels {
-    fn parts(&self) -> [usize; 4] {
-        match self {
-            Labels::Requests {
-                outcome,
-                route,
-                limit,
-                penalty_box,
-            } => [
-                outcome.as_ptr() as usize,
-                address(route.as_ref()),
-                address(limit.as_ref()),
-                usize::from(*penalty_box),
-            ],
-            Labels::NearLimit { route, limit } => {
-                [1, address(route.as_ref()), address(Some(limit)), 2]
-            }
-            Labels::Latency { backend } => [backend.as_ptr() as usize, backend.len(), 0, 3],
-        }
-    }
-}
-
-impl PartialEq for Labels {
-    fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
-    }
-}
-
-impl Eq for Labels {}
-
-impl Hash for Labels {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        for part in self.parts() {
-            state.write_usize(part);
-        }
-    }
 }
 
 /// Mixes a few words: the keys are addresses, not client input.
@@ -104,7 +70,7 @@ enum Handle {
     Histogram(Histogram),
 }
 
-type Map = HashMap<Labels, Handle, BuildHasherDefault<WordHasher>>;
+type Map = HashMap<Address, (Handle, Owners), BuildHasherDefault<WordHasher>>;
 
 /// A layer's handles. A copy starts empty.
 #[derive(Default)]
@@ -127,19 +93,28 @@ impl Meters {
     /// resolver that builds a new policy per request would only refill it).
     const MAX_HANDLES: usize = 4_096;
 
-    fn handle(&self, labels: Labels, register: impl FnOnce(&Labels) -> Handle) -> Handle {
-        if let Some(handle) = self.0.load().get(&labels) {
-            return handle.clone();
+    /// Record with the handle of `address`, registered (and kept, with
+    /// the `owners` of its addresses) the first time.
+    fn record(
+        &self,
+        address: Address,
+        owners: impl FnOnce() -> Owners,
+        register: impl FnOnce() -> Handle,
+        record: impl Fn(&Handle),
+    ) {
+        if let Some((handle, _)) = self.0.load().get(&address) {
+            return record(handle);
         }
-        let handle = register(&labels);
+        let handle = register();
+        record(&handle);
         if self.0.load().len() < Self::MAX_HANDLES {
+            let owners = owners();
             self.0.rcu(|map| {
                 let mut map = Map::clone(map);
-                map.insert(labels.clone(), handle.clone());
+                map.insert(address, (handle.clone(), owners.clone()));
                 map
             });
         }
-        handle
     }
 
     /// `ratelimit_requests_total{outcome, route, limit}` += 1.
@@ -149,65 +124,78 @@ impl Meters {
         route: Option<&Arc<str>>,
         limit: Limit<'_>,
     ) {
-        let labels = Labels::Requests {
-            outcome,
-            route: route.cloned(),
-            limit: match limit {
-                Limit::Name(name) => Some(name.clone()),
-                Limit::None | Limit::PenaltyBox => None,
-            },
-            penalty_box: matches!(limit, Limit::PenaltyBox),
+        let name = match limit {
+            Limit::Name(name) => Some(name),
+            Limit::None | Limit::PenaltyBox => None,
         };
-        let handle = self.handle(labels, |_| {
-            let route = shared(route);
-            Handle::Counter(match limit {
-                Limit::Name(name) => metrics::counter!(
-                    "ratelimit_requests_total",
-                    "outcome" => outcome, "route" => route, "limit" => SharedString::from(name.clone())
-                ),
-                Limit::PenaltyBox => metrics::counter!(
-                    "ratelimit_requests_total",
-                    "outcome" => outcome, "route" => route, "limit" => "penalty-box"
-                ),
-                Limit::None => metrics::counter!(
-                    "ratelimit_requests_total",
-                    "outcome" => outcome, "route" => route
-                ),
-            })
-        });
-        if let Handle::Counter(counter) = handle {
-            counter.increment(1);
-        }
+        let penalty_box = matches!(limit, Limit::PenaltyBox);
+        self.record(
+            Address([
+                outcome.as_ptr() as usize,
+                address(route),
+                address(name),
+                usize::from(penalty_box),
+            ]),
+            || Owners(route.cloned(), name.cloned()),
+            || {
+                let route = shared(route);
+                Handle::Counter(match limit {
+                    Limit::Name(name) => metrics::counter!(
+                        "ratelimit_requests_total",
+                        "outcome" => outcome, "route" => route, "limit" => SharedString::from(name.clone())
+                    ),
+                    Limit::PenaltyBox => metrics::counter!(
+                        "ratelimit_requests_total",
+                        "outcome" => outcome, "route" => route, "limit" => "penalty-box"
+                    ),
+                    Limit::None => metrics::counter!(
+                        "ratelimit_requests_total",
+                        "outcome" => outcome, "route" => route
+                    ),
+                })
+            },
+            increment,
+        );
     }
 
     /// `ratelimit_near_limit_total{route, limit}` += 1.
     pub(super) fn near_limit(&self, route: Option<&Arc<str>>, limit: &Arc<str>) {
-        let labels = Labels::NearLimit {
-            route: route.cloned(),
-            limit: limit.clone(),
-        };
-        let handle = self.handle(labels, |_| {
-            Handle::Counter(metrics::counter!(
-                "ratelimit_near_limit_total",
-                "route" => shared(route),
-                "limit" => SharedString::from(limit.clone())
-            ))
-        });
-        if let Handle::Counter(counter) = handle {
-            counter.increment(1);
-        }
+        self.record(
+            Address([1, address(route), address(Some(limit)), 2]),
+            || Owners(route.cloned(), Some(limit.clone())),
+            || {
+                Handle::Counter(metrics::counter!(
+                    "ratelimit_near_limit_total",
+                    "route" => shared(route),
+                    "limit" => SharedString::from(limit.clone())
+                ))
+            },
+            increment,
+        );
     }
 
     /// `ratelimit_decision_seconds{backend}` records `seconds`.
     pub(super) fn latency(&self, backend: &'static str, seconds: f64) {
-        let handle = self.handle(Labels::Latency { backend }, |_| {
-            Handle::Histogram(
-                metrics::histogram!("ratelimit_decision_seconds", "backend" => backend),
-            )
-        });
-        if let Handle::Histogram(histogram) = handle {
-            histogram.record(seconds);
-        }
+        self.record(
+            Address([backend.as_ptr() as usize, backend.len(), 0, 3]),
+            || Owners(None, None),
+            || {
+                Handle::Histogram(
+                    metrics::histogram!("ratelimit_decision_seconds", "backend" => backend),
+                )
+            },
+            |handle| {
+                if let Handle::Histogram(histogram) = handle {
+                    histogram.record(seconds);
+                }
+            },
+        );
+    }
+}
+
+fn increment(handle: &Handle) {
+    if let Handle::Counter(counter) = handle {
+        counter.increment(1);
     }
 }
 
