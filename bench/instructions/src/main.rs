@@ -1,10 +1,12 @@
 //! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled> <n>`:
 //! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
 //! keys, default headers; `no-headers` without them), each polled to
-//! completion at once. `adaptive`
-//! puts the policy behind an `Adaptive` limit at its full factor (its
-//! observer around the service), `adaptive-scaled` the same pinned at half. With `PROMETHEUS=1` (feature
-//! `metrics`) a Prometheus recorder is installed first.
+//! completion at once. `adaptive` puts the policy behind an `Adaptive`
+//! limit at its full factor (its observer around the service),
+//! `adaptive-scaled` the same pinned at half. With `PROMETHEUS=1` (feature
+//! `metrics`) a Prometheus recorder is installed first; with `SIZES=1` the
+//! sizes of the request and of the layer's response future are printed
+//! (what each move of them copies).
 //!
 //! Under `valgrind --tool=callgrind`, the inclusive count of
 //! `Oneshot::poll` divided by the requests is the layer's cost per request
