@@ -7,8 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{HeaderValue, Request};
 use libfuzzer_sys::fuzz_target;
-use tower_ratelimit::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr};
 use tower_ratelimit::key::RequestHead;
+use tower_ratelimit::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerAddr};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&choice, value)) = data.split_first() else {

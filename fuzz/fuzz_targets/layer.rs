@@ -6,54 +6,23 @@
 #![no_main]
 
 use std::convert::Infallible;
-use std::future::{ready, Future};
-use std::pin::Pin;
+use std::future::ready;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{Empty, Full};
 use libfuzzer_sys::fuzz_target;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_ratelimit::backend::{Backend, BackendError, Either, MemoryBackend};
+use tower_ratelimit::backend::{Either, MemoryBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
-use tower_ratelimit::key::{Header, Key};
-use tower_ratelimit::layer::cost_fn;
-use tower_ratelimit::{Algorithm, Decision, Policy, RateLimitLayer};
+use tower_ratelimit::{Algorithm, Policy};
 
-/// The memory backend behind a future that answers on its second poll.
-#[derive(Clone)]
-struct Later(MemoryBackend<ManualClock>);
-
-struct SecondPoll {
-    polled: bool,
-    answer: Option<Result<Decision, BackendError>>,
-}
-
-impl Future for SecondPoll {
-    type Output = Result<Decision, BackendError>;
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if !std::mem::replace(&mut self.polled, true) {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        self.answer.take().map_or(Poll::Pending, Poll::Ready)
-    }
-}
-
-impl Backend for Later {
-    type Future = SecondPoll;
-    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> SecondPoll {
-        let mut now = self.0.check(key, policy, cost);
-        SecondPoll {
-            polled: false,
-            answer: MemoryBackend::<ManualClock>::answer_now(&mut now),
-        }
-    }
-}
+#[path = "../../tests/it/support/later.rs"]
+mod later;
+use later::{answer, costed, Later};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&first, mut rest)) = data.split_first() else {
@@ -73,27 +42,21 @@ fuzz_target!(|data: &[u8]| {
         let calls = Arc::new(AtomicUsize::new(0));
         let counted = calls.clone();
         let svc = ServiceBuilder::new()
-            .layer(
-                RateLimitLayer::new(policy.clone())
-                    .key(Header::new("x-user-id"))
-                    .cost(cost_fn(|req| {
-                        req.headers
-                            .get("x-cost")
-                            .and_then(|v| v.to_str().ok()?.parse().ok())
-                            .unwrap_or(1)
-                    }))
-                    .backend(backend),
-            )
+            .layer(costed(policy.clone(), backend))
             .service(service_fn(move |_: Request<Empty<Bytes>>| {
                 counted.fetch_add(1, Ordering::SeqCst);
-                ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
+                ready(Ok::<_, Infallible>(Response::new(Full::new(
+                    Bytes::from_static(b"ok"),
+                ))))
             }));
         (svc, calls)
     };
     let memory = |clock: &ManualClock| MemoryBackend::builder().clock(clock.clone()).build();
     let (mut at_once, at_once_calls) = stack(Either::Left(memory(&clocks[0])));
     let (mut later, later_calls) = stack(Either::Right(Later(memory(&clocks[1]))));
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     // Each request: a step of time, a claimed cost (any text), a key.
     while let [step, cost_len, key_len, tail @ ..] = rest {
         let (cost_len, key_len) = (usize::from(*cost_len % 8), usize::from(*key_len % 64));
@@ -106,7 +69,8 @@ fuzz_target!(|data: &[u8]| {
         for clock in &clocks {
             clock.advance(Duration::from_millis(u64::from(*step) * 20));
         }
-        let (Ok(cost), Ok(key)) = (HeaderValue::from_bytes(cost), HeaderValue::from_bytes(key)) else {
+        let (Ok(cost), Ok(key)) = (HeaderValue::from_bytes(cost), HeaderValue::from_bytes(key))
+        else {
             continue; // http refuses them: they never reach a layer
         };
         let request = || {
@@ -117,27 +81,19 @@ fuzz_target!(|data: &[u8]| {
                 .unwrap()
         };
         runtime.block_on(async {
-            let a = at_once.ready().await.unwrap().call(request()).await.unwrap();
+            let a = at_once
+                .ready()
+                .await
+                .unwrap()
+                .call(request())
+                .await
+                .unwrap();
             let b = later.ready().await.unwrap().call(request()).await.unwrap();
             assert_eq!(answer(a).await, answer(b).await);
         });
     }
-    assert_eq!(at_once_calls.load(Ordering::SeqCst), later_calls.load(Ordering::SeqCst));
+    assert_eq!(
+        at_once_calls.load(Ordering::SeqCst),
+        later_calls.load(Ordering::SeqCst)
+    );
 });
-
-/// Status, headers (but the wall clock's `X-RateLimit-Reset`) and body.
-async fn answer<B>(response: Response<B>) -> (u16, Vec<(String, Vec<u8>)>, Bytes)
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: std::fmt::Debug,
-{
-    let (parts, body) = response.into_parts();
-    let headers = parts
-        .headers
-        .iter()
-        .filter(|(name, _)| *name != "x-ratelimit-reset")
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect();
-    let body = body.collect().await.unwrap().to_bytes();
-    (parts.status.as_u16(), headers, body)
-}

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::later::{answer, costed, Later};
 use crate::support::Broken;
 use axum::body::Body;
 use axum::routing::get;
@@ -716,96 +717,21 @@ impl Service<Request<Body>> for Strict {
     }
 }
 
-/// The memory backend behind a future that answers on its second poll, as
-/// a networked store does: the layer cannot act on it within `call`.
-#[derive(Clone)]
-struct Later(MemoryBackend<ManualClock>);
-
-/// `answer`, after one `Pending` (which wakes its task at once).
-struct SecondPoll<T> {
-    polled: bool,
-    answer: Option<T>,
-}
-
-impl<T: Unpin> std::future::Future for SecondPoll<T> {
-    type Output = T;
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<T> {
-        if !std::mem::replace(&mut self.polled, true) {
-            cx.waker().wake_by_ref();
-            return std::task::Poll::Pending;
-        }
-        match self.answer.take() {
-            Some(answer) => std::task::Poll::Ready(answer),
-            None => std::task::Poll::Pending,
-        }
-    }
-}
-
-impl Backend for Later {
-    type Future =
-        SecondPoll<Result<tower_ratelimit::Decision, tower_ratelimit::backend::BackendError>>;
-    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
-        let mut now = self.0.check(key, policy, cost);
-        SecondPoll {
-            polled: false,
-            answer: MemoryBackend::<ManualClock>::answer_now(&mut now),
-        }
-    }
-}
-
-#[tokio::test]
-async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_to_come() {
-    // Decided at once (memory): the layer's own ready service is called,
-    // nothing is cloned (an axum route's clone is an allocation).
+/// Five requests through a layer of 3/min on `backend` around a
+/// [`Strict`] service: their statuses, then how often the service was
+/// called, cloned, and called without `poll_ready` first.
+async fn five_requests<B: Backend>(backend: B) -> (Vec<u16>, [usize; 3]) {
     let strict = Strict::default();
-    let (clones, calls, unready) = (
-        strict.clones.clone(),
+    let counts = [
         strict.calls.clone(),
-        strict.unready_calls.clone(),
-    );
-    let mut svc = ServiceBuilder::new()
-        .layer(RateLimitLayer::new(policy("3/min")).key(Global))
-        .service(strict);
-    let mut statuses = Vec::new();
-    for _ in 0..5 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(Body::empty()))
-            .await
-            .unwrap();
-        statuses.push(res.status().as_u16());
-    }
-    assert_eq!(statuses, [200, 200, 200, 429, 429]);
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
-    assert_eq!(
-        clones.load(Ordering::SeqCst),
-        0,
-        "nothing cloned for a decision known at once"
-    );
-    assert_eq!(unready.load(Ordering::SeqCst), 0);
-
-    // Decided later: each request takes the ready service with it and
-    // leaves a clone, which is made ready before the next call.
-    let strict = Strict::default();
-    let (clones, calls, unready) = (
         strict.clones.clone(),
-        strict.calls.clone(),
         strict.unready_calls.clone(),
-    );
+    ];
     let mut svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::new(policy("3/min"))
                 .key(Global)
-                .backend(Later(
-                    MemoryBackend::builder()
-                        .clock(ManualClock::new(Micros::from_secs(1)))
-                        .build(),
-                )),
+                .backend(backend),
         )
         .service(strict);
     let mut statuses = Vec::new();
@@ -819,14 +745,29 @@ async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_
             .unwrap();
         statuses.push(res.status().as_u16());
     }
+    (statuses, counts.map(|c| c.load(Ordering::SeqCst)))
+}
+
+#[tokio::test]
+async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_to_come() {
+    // Decided at once (memory): the layer's own ready service is called,
+    // nothing is cloned (an axum route's clone is an allocation).
+    let (statuses, [calls, clones, unready]) = five_requests(MemoryBackend::new()).await;
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
-    assert_eq!(
-        clones.load(Ordering::SeqCst),
-        5,
-        "one ready copy taken per request that waited"
+    assert_eq!((calls, unready), (3, 0));
+    assert_eq!(clones, 0, "nothing cloned for a decision known at once");
+
+    // Decided later: each request takes the ready service with it and
+    // leaves a clone, which is made ready before the next call.
+    let later = Later(
+        MemoryBackend::builder()
+            .clock(ManualClock::new(Micros::from_secs(1)))
+            .build(),
     );
-    assert_eq!(unready.load(Ordering::SeqCst), 0);
+    let (statuses, [calls, clones, unready]) = five_requests(later).await;
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!((calls, unready), (3, 0));
+    assert_eq!(clones, 5, "one ready copy taken per request that waited");
 }
 
 /// One request of a trace: who sends it (a known user, or any header
@@ -858,17 +799,7 @@ proptest! {
             let calls = Arc::new(AtomicUsize::new(0));
             let counted = calls.clone();
             let svc = ServiceBuilder::new()
-                .layer(
-                    RateLimitLayer::new(policy.clone())
-                        .key(Header::new("x-user-id"))
-                        .cost(tower_ratelimit::layer::cost_fn(|req| {
-                            req.headers
-                                .get("x-cost")
-                                .and_then(|v| v.to_str().ok()?.parse().ok())
-                                .unwrap_or(1)
-                        }))
-                        .backend(backend),
-                )
+                .layer(costed(policy.clone(), backend))
                 .service(service_fn(move |_: Request<Body>| {
                     counted.fetch_add(1, Ordering::SeqCst);
                     ready(Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))))
@@ -905,31 +836,13 @@ proptest! {
             let answers = runtime.block_on(async {
                 let a = at_once.ready().await.unwrap().call(request()).await.unwrap();
                 let b = later.ready().await.unwrap().call(request()).await.unwrap();
-                let (a, b) = (read_answer(a).await, read_answer(b).await);
+                let (a, b) = (answer(a).await, answer(b).await);
                 (a, b)
             });
             prop_assert_eq!(&answers.0, &answers.1);
         }
         prop_assert_eq!(at_once_calls.load(Ordering::SeqCst), later_calls.load(Ordering::SeqCst));
     }
-}
-
-/// A response's status, headers (but the wall clock's `X-RateLimit-Reset`)
-/// and body.
-async fn read_answer<B>(response: Response<B>) -> (u16, Vec<(String, Vec<u8>)>, Bytes)
-where
-    B: http_body::Body<Data = Bytes>,
-    B::Error: std::fmt::Debug,
-{
-    let (parts, body) = response.into_parts();
-    let headers = parts
-        .headers
-        .iter()
-        .filter(|(name, _)| *name != "x-ratelimit-reset")
-        .map(|(name, value)| (name.to_string(), value.as_bytes().to_vec()))
-        .collect();
-    let body = body.collect().await.unwrap().to_bytes();
-    (parts.status.as_u16(), headers, body)
 }
 
 #[test]

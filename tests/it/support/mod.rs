@@ -1,11 +1,13 @@
 //! What several test files share: real Redis servers (`redis.rs`), requests
-//! in process and over HTTP (`http.rs`), and a backend that always fails.
+//! in process and over HTTP (`http.rs`), a backend that answers on a later
+//! poll (`later.rs`), and a backend that always fails.
 
 #![allow(dead_code, unused_imports)]
 
 pub mod conformance;
 pub mod example;
 pub mod http;
+pub mod later;
 pub mod redis;
 pub mod sentinel;
 pub mod tls;
