@@ -106,7 +106,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// [`check`](Self::check): an answer known at once is acted on within
     /// its `call`, sparing the request its response future's waiting state
     /// (and the inner service's clone). A future answered here is dropped
-    /// without being polled.
+    /// without the layer polling it.
     ///
     /// The default takes the answer of a [`std::future::Ready`]; a backend
     /// that wraps others ([`Either`]) asks the one it holds.
