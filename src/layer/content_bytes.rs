@@ -15,9 +15,10 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::callee::{Callee, Taken};
 use super::headers::{self, HeaderStyle};
 use super::response::{self, LimitedResponse, Refused};
-use crate::backend::{Backend, MemoryBackend, OnBackendError};
+use crate::backend::{Backend, BackendError, MemoryBackend, OnBackendError};
 use crate::clock::Micros;
 use crate::key::{ClientIp, Key, KeyExtractor};
 use crate::{Decision, Policy, RequestHead};
@@ -224,21 +225,24 @@ where
         }
         // At most the capacity, so within u32.
         let reserved = declared as u32;
-        let check = settings.backend.check(&key, &settings.policy, reserved);
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        ContentBytesFuture {
-            state: State::Check {
+        let mut check = settings.backend.check(&key, &settings.policy, reserved);
+        let pending = Pending {
+            inner: &mut self.inner,
+            req,
+            key,
+            reserved,
+            settings: settings.clone(),
+        };
+        // Decided at once (the memory backend): called at once, with the
+        // layer's own ready service.
+        let state = match B::answer_now(&mut check) {
+            Some(answer) => pending.answered(answer),
+            None => State::Check {
                 check,
-                pending: Some(Pending {
-                    inner,
-                    req,
-                    key,
-                    reserved,
-                    settings: settings.clone(),
-                }),
+                pending: Some(pending.parked()),
             },
-        }
+        };
+        ContentBytesFuture { state }
     }
 }
 
@@ -253,12 +257,93 @@ fn capacity(policy: &Policy) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-struct Pending<S, ReqB, B> {
-    inner: S,
+/// A request until its decision is acted on, with the service `I` it is
+/// to be called with.
+struct Pending<I, ReqB, B> {
+    inner: I,
     req: Request<ReqB>,
     key: Key,
     reserved: u32,
     settings: Arc<Settings<B>>,
+}
+
+impl<I, ReqB, B> Pending<I, ReqB, B>
+where
+    I: Callee,
+    I::Service: Service<Request<RequestBytes<ReqB, B>>>,
+    B: Backend,
+{
+    /// The request, to wait with a service of its own.
+    fn parked(self) -> Pending<Taken<I::Service>, ReqB, B> {
+        Pending {
+            inner: self.inner.take(),
+            req: self.req,
+            key: self.key,
+            reserved: self.reserved,
+            settings: self.settings,
+        }
+    }
+
+    /// The call, or the limiter's answer, once the backend has answered.
+    fn answered(self, answer: Result<Decision, BackendError>) -> State<I::Service, ReqB, B> {
+        let settings = &self.settings;
+        let (decision, reserved, counted) = match answer {
+            Ok(decision) if decision.is_allowed() => (Some(decision), self.reserved, true),
+            Ok(decision) => {
+                let head = RequestHead::from(&self.req);
+                let refused = Refused {
+                    decision: &decision,
+                    policy: &settings.policy,
+                    key: &self.key,
+                    request: &head,
+                };
+                let response = settings
+                    .limited
+                    .respond(&refused, settings.headers, Micros::ZERO);
+                return State::Respond {
+                    response: Some(response),
+                };
+            }
+            Err(_) if settings.on_error == OnBackendError::Deny => {
+                return State::Respond {
+                    response: Some(response::unavailable()),
+                };
+            }
+            // Failing open: this request's bytes go uncounted.
+            Err(_) => (None, 0, false),
+        };
+        let shared = Arc::new(Mutex::new(Shared {
+            last: decision,
+            cut: None,
+        }));
+        let (method, uri) = (self.req.method().clone(), self.req.uri().clone());
+        let counting = (counted && settings.requests).then(|| Counting {
+            key: self.key.clone(),
+            settings: settings.clone(),
+            shared: shared.clone(),
+            granted: u64::from(reserved),
+            read: 0,
+            grant: None,
+            held: None,
+        });
+        let req = self.req.map(|body| RequestBytes {
+            inner: body,
+            counting,
+        });
+        let mut inner = self.inner;
+        let call = inner.service().call(req);
+        let after = After {
+            shared,
+            key: self.key,
+            settings: self.settings,
+            method,
+            uri,
+        };
+        State::Call {
+            call,
+            after: Some(after),
+        }
+    }
 }
 
 /// What the request body and the future share: the latest decision, and
@@ -306,7 +391,7 @@ pin_project! {
         Check {
             #[pin]
             check: B::Future,
-            pending: Option<Pending<S, ReqB, B>>,
+            pending: Option<Pending<Taken<S>, ReqB, B>>,
         },
         Call {
             #[pin]
@@ -356,61 +441,7 @@ where
                 StateProj::Check { check, pending } => {
                     let answer = ready!(check.poll(cx));
                     let p = pending.take().expect("polled after completion");
-                    let settings = &p.settings;
-                    let (decision, reserved, counted) = match answer {
-                        Ok(decision) if decision.is_allowed() => (Some(decision), p.reserved, true),
-                        Ok(decision) => {
-                            let head = RequestHead::from(&p.req);
-                            let refused = Refused {
-                                decision: &decision,
-                                policy: &settings.policy,
-                                key: &p.key,
-                                request: &head,
-                            };
-                            let response =
-                                settings
-                                    .limited
-                                    .respond(&refused, settings.headers, Micros::ZERO);
-                            return Poll::Ready(Ok(response.map(ResponseBytes::limiter)));
-                        }
-                        Err(_) if settings.on_error == OnBackendError::Deny => {
-                            let response = response::unavailable();
-                            return Poll::Ready(Ok(response.map(ResponseBytes::limiter)));
-                        }
-                        // Failing open: this request's bytes go uncounted.
-                        Err(_) => (None, 0, false),
-                    };
-                    let shared = Arc::new(Mutex::new(Shared {
-                        last: decision,
-                        cut: None,
-                    }));
-                    let (method, uri) = (p.req.method().clone(), p.req.uri().clone());
-                    let counting = (counted && settings.requests).then(|| Counting {
-                        key: p.key.clone(),
-                        settings: settings.clone(),
-                        shared: shared.clone(),
-                        granted: u64::from(reserved),
-                        read: 0,
-                        grant: None,
-                        held: None,
-                    });
-                    let req = p.req.map(|body| RequestBytes {
-                        inner: body,
-                        counting,
-                    });
-                    let mut inner = p.inner;
-                    let call = inner.call(req);
-                    let after = After {
-                        shared,
-                        key: p.key,
-                        settings: p.settings,
-                        method,
-                        uri,
-                    };
-                    this.state.set(State::Call {
-                        call,
-                        after: Some(after),
-                    });
+                    this.state.set(p.answered(answer));
                 }
                 StateProj::Call { call, after } => {
                     let response = ready!(call.poll(cx))?;

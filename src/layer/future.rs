@@ -1,7 +1,6 @@
 //! [`ResponseFuture`]: first the backend's decision, then the inner call.
 
 use std::future::Future;
-use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -13,6 +12,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::callee::{Callee, Taken};
 use super::config::Config;
 use super::decide::{decide, Action};
 use super::observe::Fate;
@@ -119,42 +119,6 @@ struct Pending<I, ReqB, B> {
 /// A request that waits (for a decision still to come, or to be called)
 /// with a ready copy of the inner service.
 type Parked<S, ReqB, B> = Pending<Taken<S>, ReqB, B>;
-
-/// The inner service a request is called with: the layer's own, ready,
-/// while the request is decided within `call` (`&mut S`: nothing is
-/// cloned), or a ready copy taken from it once the request must wait
-/// ([`Taken`]).
-trait Callee {
-    type Service;
-    fn service(&mut self) -> &mut Self::Service;
-    /// A service the request can keep while it waits.
-    fn take(self) -> Taken<Self::Service>;
-}
-
-/// The ready inner service, taken from the layer, a clone (not yet ready)
-/// left in its place.
-struct Taken<S>(S);
-
-impl<S> Callee for Taken<S> {
-    type Service = S;
-    fn service(&mut self) -> &mut S {
-        &mut self.0
-    }
-    fn take(self) -> Taken<S> {
-        self
-    }
-}
-
-impl<S: Clone> Callee for &mut S {
-    type Service = S;
-    fn service(&mut self) -> &mut S {
-        self
-    }
-    fn take(self) -> Taken<S> {
-        let clone = self.clone();
-        Taken(mem::replace(self, clone))
-    }
-}
 
 impl<I, ReqB, B> Pending<I, ReqB, B>
 where

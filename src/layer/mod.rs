@@ -47,6 +47,7 @@
 mod adaptive;
 mod body;
 pub(crate) mod builder;
+mod callee;
 pub mod concurrency;
 mod config;
 mod content_bytes;

@@ -8,11 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::later::Later;
+use crate::support::strict::Strict;
 use axum::extract::Query;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::net::TcpListener;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
+use tower_ratelimit::clock::{ManualClock, Micros};
 use tower_ratelimit::key::Header;
 use tower_ratelimit::layer::{ContentBytesLayer, HeaderStyle};
 use tower_ratelimit::Policy;
@@ -227,4 +230,49 @@ async fn response_bytes_are_charged_once_sent() {
     let (status, response) = get(1).await;
     assert_eq!(status, 429, "{response}");
     assert!(header(&response, "retry-after").is_some());
+}
+
+/// Five uploads of 10 bytes (declared) through a layer of 100,000 bytes a
+/// minute on `backend` around a [`Strict`] service: how often it was
+/// called, cloned, and called without `poll_ready` first.
+async fn five_uploads<B: Backend>(backend: B) -> [usize; 3] {
+    use http_body_util::Full;
+    use tower::{Service, ServiceExt};
+
+    let strict = Strict::default();
+    let counts = strict.counts();
+    let mut svc = tower::ServiceBuilder::new()
+        .layer(
+            ContentBytesLayer::new("transfer = 100000/min".parse::<Policy>().unwrap())
+                .key(Header::new("x-user-id"))
+                .backend(backend),
+        )
+        .service(strict);
+    for _ in 0..5 {
+        let upload = http::Request::post("/upload")
+            .header("x-user-id", "u")
+            .header("content-length", "10")
+            .body(Full::new(bytes::Bytes::from_static(b"0123456789")))
+            .unwrap();
+        let ready = ServiceExt::<http::Request<Full<bytes::Bytes>>>::ready(&mut svc)
+            .await
+            .unwrap();
+        assert_eq!(ready.call(upload).await.unwrap().status(), 200);
+    }
+    counts()
+}
+
+#[tokio::test]
+async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_to_come() {
+    let [calls, clones, unready] = five_uploads(MemoryBackend::new()).await;
+    assert_eq!((calls, unready), (5, 0));
+    assert_eq!(clones, 0, "nothing cloned for a decision known at once");
+    let later = Later(
+        MemoryBackend::builder()
+            .clock(ManualClock::new(Micros::from_secs(1)))
+            .build(),
+    );
+    let [calls, clones, unready] = five_uploads(later).await;
+    assert_eq!((calls, unready), (5, 0));
+    assert_eq!(clones, 5, "one ready copy taken per request that waited");
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::later::{answer, costed, Later};
+use crate::support::strict::Strict;
 use crate::support::Broken;
 use axum::body::Body;
 use axum::routing::get;
@@ -675,58 +676,12 @@ async fn poll_ready_is_the_inner_services() {
     assert!(ready.is_err(), "not ready while the inner service is not");
 }
 
-/// An inner service that counts its clones and the calls made without a
-/// `poll_ready` first (each clone starts not ready).
-#[derive(Default)]
-struct Strict {
-    ready: bool,
-    clones: Arc<AtomicUsize>,
-    calls: Arc<AtomicUsize>,
-    unready_calls: Arc<AtomicUsize>,
-}
-
-impl Clone for Strict {
-    fn clone(&self) -> Self {
-        self.clones.fetch_add(1, Ordering::SeqCst);
-        Self {
-            ready: false,
-            clones: self.clones.clone(),
-            calls: self.calls.clone(),
-            unready_calls: self.unready_calls.clone(),
-        }
-    }
-}
-
-impl Service<Request<Body>> for Strict {
-    type Response = Response<Full<Bytes>>;
-    type Error = Infallible;
-    type Future = Ready<Result<Self::Response, Infallible>>;
-    fn poll_ready(
-        &mut self,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), Infallible>> {
-        self.ready = true;
-        std::task::Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, _: Request<Body>) -> Self::Future {
-        if !std::mem::take(&mut self.ready) {
-            self.unready_calls.fetch_add(1, Ordering::SeqCst);
-        }
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        ready(Ok(Response::new(Full::default())))
-    }
-}
-
 /// Five requests through a layer of 3/min on `backend` around a
 /// [`Strict`] service: their statuses, then how often the service was
 /// called, cloned, and called without `poll_ready` first.
 async fn five_requests<B: Backend>(backend: B) -> (Vec<u16>, [usize; 3]) {
     let strict = Strict::default();
-    let counts = [
-        strict.calls.clone(),
-        strict.clones.clone(),
-        strict.unready_calls.clone(),
-    ];
+    let counts = strict.counts();
     let mut svc = ServiceBuilder::new()
         .layer(
             RateLimitLayer::new(policy("3/min"))
@@ -736,16 +691,11 @@ async fn five_requests<B: Backend>(backend: B) -> (Vec<u16>, [usize; 3]) {
         .service(strict);
     let mut statuses = Vec::new();
     for _ in 0..5 {
-        let res = svc
-            .ready()
-            .await
-            .unwrap()
-            .call(Request::new(Body::empty()))
-            .await
-            .unwrap();
+        let ready = ServiceExt::<Request<Body>>::ready(&mut svc).await.unwrap();
+        let res = ready.call(Request::new(Body::empty())).await.unwrap();
         statuses.push(res.status().as_u16());
     }
-    (statuses, counts.map(|c| c.load(Ordering::SeqCst)))
+    (statuses, counts())
 }
 
 #[tokio::test]

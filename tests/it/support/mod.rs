@@ -1,6 +1,7 @@
 //! What several test files share: real Redis servers (`redis.rs`), requests
 //! in process and over HTTP (`http.rs`), a backend that answers on a later
-//! poll (`later.rs`), and a backend that always fails.
+//! poll (`later.rs`), an inner service that checks readiness (`strict.rs`),
+//! and a backend that always fails.
 
 #![allow(dead_code, unused_imports)]
 
@@ -10,6 +11,7 @@ pub mod http;
 pub mod later;
 pub mod redis;
 pub mod sentinel;
+pub mod strict;
 pub mod tls;
 
 pub use self::http::{request, send};
