@@ -53,11 +53,15 @@ pub struct Decision {
     origin: Origin,
 }
 
+/// Outcomes a decision holds without an allocation: a policy of one or two
+/// limits (a burst and a sustained rate) decides on the stack.
+const INLINE: usize = 2;
+
 /// Where a decision's outcomes live, in the policy's order. `Outcome`'s
 /// verdict word is never zero, which tells the two apart without a tag.
 #[derive(Clone, Debug)]
 enum Outcomes {
-    Inline([Outcome; 2]),
+    Inline([Outcome; INLINE]),
     Boxed(Box<[Outcome; MAX_LIMITS]>),
 }
 
@@ -128,7 +132,7 @@ impl Decision {
     pub(crate) fn empty() -> Self {
         let unset = Outcome::allowed(0, 0, Micros::ZERO);
         Self {
-            outcomes: Outcomes::Inline([unset; 2]),
+            outcomes: Outcomes::Inline([unset; INLINE]),
             word: NO_PERMIT,
             len: 0,
             decided_by: 0,
@@ -142,7 +146,7 @@ impl Decision {
     #[inline]
     pub(crate) fn one(outcome: Outcome) -> Self {
         Self {
-            outcomes: Outcomes::Inline([outcome; 2]),
+            outcomes: Outcomes::Inline([outcome; INLINE]),
             len: 1,
             ..Self::empty()
         }
@@ -189,7 +193,7 @@ impl Decision {
     pub(crate) fn push(&mut self, outcome: Outcome) {
         let len = usize::from(self.len);
         match &mut self.outcomes {
-            Outcomes::Inline(few) if len < few.len() => few[len] = outcome,
+            Outcomes::Inline(few) if len < INLINE => few[len] = outcome,
             Outcomes::Inline(few) => self.outcomes = Outcomes::Boxed(spill(few, outcome)),
             Outcomes::Boxed(all) if len < MAX_LIMITS => all[len] = outcome,
             Outcomes::Boxed(_) => return,
@@ -202,7 +206,7 @@ impl Decision {
     fn slice(&self) -> &[Outcome] {
         let len = usize::from(self.len);
         match &self.outcomes {
-            Outcomes::Inline(few) => &few[..len.min(few.len())],
+            Outcomes::Inline(few) => &few[..len.min(INLINE)],
             Outcomes::Boxed(all) => &all[..len.min(MAX_LIMITS)],
         }
     }
@@ -211,7 +215,7 @@ impl Decision {
     fn slice_mut(&mut self) -> &mut [Outcome] {
         let len = usize::from(self.len);
         match &mut self.outcomes {
-            Outcomes::Inline(few) => &mut few[..len.min(2)],
+            Outcomes::Inline(few) => &mut few[..len.min(INLINE)],
             Outcomes::Boxed(all) => &mut all[..len.min(MAX_LIMITS)],
         }
     }
@@ -299,7 +303,7 @@ impl Decision {
         // `decided_by` is below the outcomes' number (or 0, before any).
         let i = usize::from(self.decided_by);
         match &self.outcomes {
-            Outcomes::Inline(few) => few[i % 2],
+            Outcomes::Inline(few) => few[i % INLINE],
             Outcomes::Boxed(all) => all[i % MAX_LIMITS],
         }
     }
@@ -368,9 +372,9 @@ impl Decision {
 /// more limits (out of line, to keep the common pushes small).
 #[cold]
 #[inline(never)]
-fn spill(few: &[Outcome; 2], third: Outcome) -> Box<[Outcome; MAX_LIMITS]> {
+fn spill(few: &[Outcome; INLINE], third: Outcome) -> Box<[Outcome; MAX_LIMITS]> {
     let mut all = Box::new([third; MAX_LIMITS]);
-    all[..2].copy_from_slice(few);
+    all[..INLINE].copy_from_slice(few);
     all
 }
 

@@ -162,17 +162,9 @@ fn write_with(
     }
 }
 
-/// `Retry-After` for a denial: seconds rounded up, plus up to `jitter` at
-/// random so that throttled clients do not return in lockstep.
-pub(super) fn write_retry_after(headers: &mut HeaderMap, retry_after: Micros, jitter: Micros) {
-    headers.insert(
-        RETRY_AFTER,
-        HeaderValue::from(retry_after_secs(retry_after, jitter)),
-    );
-}
-
 /// `Retry-After`'s seconds for a denial that can succeed after
-/// `retry_after`: rounded up, never 0, plus up to `jitter` at random.
+/// `retry_after`: rounded up, never 0, plus up to `jitter` at random so
+/// that throttled clients do not return in lockstep.
 fn retry_after_secs(retry_after: Micros, jitter: Micros) -> u64 {
     let jitter = if jitter == Micros::ZERO {
         0

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{HeaderValue, CONTENT_TYPE};
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
 use super::headers::{self, HeaderStyle};
@@ -213,7 +213,10 @@ pub(super) fn unavailable() -> Response<Bytes> {
         true,
         Bytes::from_static(body.as_bytes()),
     );
-    headers::write_retry_after(response.headers_mut(), Micros::from_secs(1), Micros::ZERO);
+    // The body's constant second, as its header.
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 
