@@ -1,13 +1,14 @@
 //! The Redis backend against real `redis-server` processes the tests start.
 #![cfg(feature = "redis")]
 
+use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
 use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
 use crate::support::{available, RedisServer};
 use proptest::prelude::*;
-use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::backend::{KeyFormat, MemoryBackend};
 use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
@@ -21,14 +22,42 @@ fn both() -> (
     RedisBackend,
     MemoryBackend,
 ) {
+    both_in(KeyFormat::default())
+}
+
+/// [`both`], the Redis backend writing keys in `format`.
+fn both_in(
+    format: KeyFormat,
+) -> (
+    RedisServer,
+    tokio::runtime::Runtime,
+    RedisBackend,
+    MemoryBackend,
+) {
     let server = RedisServer::start();
     let rt = runtime();
     // As the least-privileged user README shows: the whole suite passes
     // with only the keys and commands it grants.
     let redis = rt
-        .block_on(RedisBackend::connect(&server.limiter_url()))
+        .block_on(
+            RedisBackend::builder(&server.limiter_url())
+                .key_format(format)
+                .connect(),
+        )
         .unwrap();
     (server, rt, redis, MemoryBackend::new())
+}
+
+/// The compact format (the default), or the packed one over one shard
+/// (every client in one hash) or a few.
+fn formats() -> impl Strategy<Value = KeyFormat> {
+    prop_oneof![
+        Just(KeyFormat::Compact),
+        Just(KeyFormat::Packed {
+            shards: NonZeroU16::MIN
+        }),
+        Just(KeyFormat::PACKED),
+    ]
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -39,13 +68,15 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Replay `trace` (gap, cost) from `start` through both backends under
-/// `policy`, requiring the same decision at every step.
+/// `policy`, Redis keys written in `format`, requiring the same decision at
+/// every step.
 fn replay_agrees(
+    format: KeyFormat,
     policy: &Policy,
     trace: &[(u64, u32)],
     start: u64,
 ) -> Result<(), proptest::test_runner::TestCaseError> {
-    let (_server, rt, redis, memory) = both();
+    let (_server, rt, redis, memory) = both_in(format);
     let key = Key::new("user", "conformance");
     let mut now = start;
     for (i, &(gap, cost)) in trace.iter().enumerate() {
@@ -75,6 +106,7 @@ proptest! {
     /// of limits: the math has one meaning in both languages.
     #[test]
     fn redis_decides_exactly_as_memory_does(
+        format in formats(),
         limits in prop::collection::vec(limit_strategy(), 1..=3),
         count_denied in any::<bool>(),
         penalized in penalty_strategy(),
@@ -85,7 +117,7 @@ proptest! {
         if let Some(p) = penalized {
             policy = policy.to_builder().penalty(penalty(p)).build().unwrap();
         }
-        replay_agrees(&policy, &trace, start)?;
+        replay_agrees(format, &policy, &trace, start)?;
     }
 }
 
@@ -98,13 +130,14 @@ proptest! {
     /// algorithm and mix of limits.
     #[test]
     fn checks_at_scaled_capacities_agree_too(
+        format in formats(),
         limits in prop::collection::vec(limit_strategy(), 1..=3),
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..30_000_000], 0u32..=6, 0usize..5), 1..60),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
         let base = policy(&limits, false);
         let factors = [1.0, 0.75, 0.5, 0.25, 0.1];
-        let (_server, rt, redis, memory) = both();
+        let (_server, rt, redis, memory) = both_in(format);
         let key = Key::new("user", "scaled");
         let mut now = start;
         for (i, &(gap, cost, f)) in trace.iter().enumerate() {
@@ -130,6 +163,7 @@ proptest! {
     /// ends.
     #[test]
     fn calendar_windows_agree_too(
+        format in formats(),
         period in 0usize..3,
         day in prop_oneof![Just(1u8), 28u8..=31, 1u8..=31],
         offset in prop_oneof![Just(0i16), -1439i16..=1439],
@@ -147,7 +181,7 @@ proptest! {
         if with_plain {
             builder = builder.limit("plain", Algorithm::FixedWindow, Quota::per_day(limit + 2).unwrap());
         }
-        replay_agrees(&builder.build().unwrap(), &trace, start)?;
+        replay_agrees(format, &builder.build().unwrap(), &trace, start)?;
     }
 }
 
@@ -161,6 +195,7 @@ proptest! {
     /// fill of a bucket; charges past the limit up to its capacity.
     #[test]
     fn settling_agrees_too(
+        format in formats(),
         limits in prop::collection::vec(limit_strategy(), 1..=3),
         trace in prop::collection::vec(
             (prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=6, prop::option::of(0u32..=8)),
@@ -168,7 +203,7 @@ proptest! {
         ),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let (_server, rt, redis, memory) = both();
+        let (_server, rt, redis, memory) = both_in(format);
         let policy = policy(&limits, false);
         let key = Key::new("user", "settling");
         let mut now = start;
@@ -197,11 +232,12 @@ proptest! {
     /// memory backend does, for every algorithm.
     #[test]
     fn one_limit_decides_as_memory_does(
+        format in formats(),
         limit in limit_strategy(),
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 0u32..=14), 1..60),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        replay_agrees(&policy(&[limit], false), &trace, start)?;
+        replay_agrees(format, &policy(&[limit], false), &trace, start)?;
     }
 }
 
@@ -214,6 +250,7 @@ proptest! {
     /// asked for `want`, then for the cost.
     #[test]
     fn leases_agree_too(
+        format in formats(),
         limits in prop::collection::vec(limit_strategy(), 1..=3),
         trace in prop::collection::vec(
             (prop_oneof![Just(0u64), 0u64..400_000, 0u64..90_000_000], 1u32..=4, 0u32..=12, 0u32..=6),
@@ -221,7 +258,7 @@ proptest! {
         ),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
-        let (_server, rt, redis, memory) = both();
+        let (_server, rt, redis, memory) = both_in(format);
         let policy = policy(&limits, false);
         let key = Key::new("user", "leasing");
         let mut now = start;
@@ -282,8 +319,9 @@ proptest! {
         rate in prop::option::of(limit_strategy()),
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..700_000, 0u64..3_000_000], permit_op()), 1..50),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
+        format in formats(),
     ) {
-        let (_server, rt, redis, memory) = both();
+        let (_server, rt, redis, memory) = both_in(format);
         let mut builder = Policy::builder()
             .with(tower_ratelimit::Limit::concurrent("flight", permits).and_then(|l| l.lease(Duration::from_secs(lease))).unwrap());
         if let Some((alg, limit, secs, _)) = rate {
@@ -1125,6 +1163,101 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
     assert!(usage[0] < usage[1], "{usage:?}");
 }
 
+/// The packed format keeps many clients' states as fields of one hash.
+/// Moving to it from the compact format keeps two budgets for a window, as
+/// between any two formats. A hash never loses a state that still
+/// matters, and keeps no more than about twice the clients whose states
+/// do: here ten rounds of 100 new clients, each round's gone by the next,
+/// leave about 200 fields, not 1,000.
+#[test]
+fn packed_keys_share_a_hash_and_forget_clients_gone() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let packed_in = |shards| {
+        rt.block_on(
+            RedisBackend::builder(&server.url())
+                .key_format(KeyFormat::Packed { shards })
+                .connect(),
+        )
+        .unwrap()
+    };
+    let (compact, packed) = (
+        rt.block_on(RedisBackend::connect(&server.url())).unwrap(),
+        packed_in(NonZeroU16::MIN),
+    );
+    let policy: Policy = "limit = 10/min".parse().unwrap();
+    let key = Key::new("user", "moving");
+    let admitted = |backend: &RedisBackend| {
+        (0..15)
+            .filter(|_| {
+                rt.block_on(backend.check(&key, &policy, 1))
+                    .unwrap()
+                    .is_allowed()
+            })
+            .count()
+    };
+    assert_eq!(admitted(&compact), 10);
+    assert_eq!(
+        admitted(&packed),
+        10,
+        "the packed format knows nothing of the compact one"
+    );
+    assert_eq!(admitted(&compact), 0);
+    assert_eq!(admitted(&packed), 0);
+    let hash = &packed.redis_keys(&key, &policy.limits()[0])[0];
+    let field = packed.redis_field(&key).unwrap();
+    assert!(hash.starts_with("rl:4{0}"), "{hash}");
+    assert_eq!(compact.redis_field(&key), None);
+    assert_eq!(server.cli(&["OBJECT", "ENCODING", hash]).trim(), "listpack");
+    let state = server.cli(&["HGET", hash, &field]);
+    assert!(
+        state.trim().ends_with(" 10"),
+        "the sliding window's count: {state}"
+    );
+    let ttl: i64 = server.cli(&["PTTL", hash]).trim().parse().unwrap();
+    assert!((1..=121_000).contains(&ttl), "{ttl}");
+
+    // One GCRA token a second: a client's state matters for a second.
+    let gcra = Policy::single(Algorithm::Gcra, Quota::per_second(1).unwrap()).unwrap();
+    let hash = &packed.redis_keys(&key, &gcra.limits()[0])[0];
+    let start = 1_700_000_000_000_000u64;
+    let mut sizes = Vec::new();
+    for round in 0..10u64 {
+        let at = Micros::new(start + round * 2_000_000);
+        let clients: Vec<Key> = (0..100)
+            .map(|i| Key::new("user", format!("{round}-{i}")))
+            .collect();
+        for client in &clients {
+            let decision = rt.block_on(packed.check_at(client, &gcra, 1, at)).unwrap();
+            assert!(decision.is_allowed());
+        }
+        // This round's states all matter still: none was deleted.
+        for client in &clients {
+            let field = packed.redis_field(client).unwrap();
+            assert_ne!(
+                server.cli(&["HEXISTS", hash, &field]).trim(),
+                "0",
+                "round {round}"
+            );
+            let again = rt.block_on(packed.check_at(client, &gcra, 1, at)).unwrap();
+            assert!(!again.is_allowed(), "round {round}: its token is spent");
+        }
+        let fields: u64 = server.cli(&["HLEN", hash]).trim().parse().unwrap();
+        sizes.push(fields);
+    }
+    let bytes: u64 = server
+        .cli(&["MEMORY", "USAGE", hash])
+        .trim()
+        .parse()
+        .unwrap();
+    let last = *sizes.last().unwrap();
+    println!(
+        "fields after each round: {sizes:?}; {} B a field by MEMORY USAGE",
+        bytes / last
+    );
+    assert!(sizes.iter().all(|&n| (100..=320).contains(&n)), "{sizes:?}");
+}
+
 /// A reset forgets one key's state under one policy — every limit, and its
 /// penalty box's strikes and bans — on memory and Redis alike; other keys
 /// and other policies keep theirs. A backend that cannot reset says so.
@@ -1133,67 +1266,82 @@ fn a_reset_key_starts_afresh_on_both_backends() {
     use tower_ratelimit::backend::Backend;
     type Decide<'a> = &'a dyn Fn(&Key, &Policy, u32) -> tower_ratelimit::Decision;
     use tower_ratelimit::policy::PenaltyBox;
-    let (_server, rt, redis, memory) = both();
-    for algorithm in Algorithm::ALL {
-        let banning =
-            PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
-        let policy = Policy::parse_with("a = 3/min; b = 5/h", algorithm)
-            .unwrap()
-            .to_builder()
-            .penalty(banning)
-            .build()
-            .unwrap();
-        let other: Policy = Policy::parse_with("c = 2/min", algorithm).unwrap();
-        let (alice, bob) = (
-            Key::new("user", format!("alice-{algorithm}")),
-            Key::new("user", format!("bob-{algorithm}")),
-        );
-        let remaining = |backend: Decide<'_>, key: &Key, policy: &Policy| {
-            let d = backend(key, policy, 0);
-            (
-                d.is_allowed(),
-                d.is_banned(),
-                d.outcomes().map(|o| o.remaining()).collect::<Vec<_>>(),
-            )
-        };
-        let on_redis = |k: &Key, p: &Policy, c: u32| rt.block_on(redis.check(k, p, c)).unwrap();
-        let on_memory = |k: &Key, p: &Policy, c: u32| memory.check_now(k, p, c);
-        let backends: [(Decide<'_>, &str); 2] = [(&on_redis, "redis"), (&on_memory, "memory")];
-        let mut seen = Vec::new();
-        for (decide, name) in backends {
-            // Spent, denied twice, banned; bob and alice's other policy used too.
-            for _ in 0..6 {
-                decide(&alice, &policy, 1);
-            }
-            decide(&bob, &policy, 1);
-            decide(&alice, &other, 1);
-            assert!(decide(&alice, &policy, 0).is_banned(), "{algorithm} {name}");
-            let reset = match name {
-                "redis" => rt.block_on(redis.reset(&alice, &policy)),
-                _ => rt.block_on(memory.reset(&alice, &policy)),
+    // Packed over one shard: alice's and bob's states share hashes.
+    for format in [
+        KeyFormat::Compact,
+        KeyFormat::Packed {
+            shards: NonZeroU16::MIN,
+        },
+    ] {
+        let (_server, rt, redis, memory) = both_in(format);
+        for algorithm in Algorithm::ALL {
+            let banning =
+                PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+            let policy = Policy::parse_with("a = 3/min; b = 5/h", algorithm)
+                .unwrap()
+                .to_builder()
+                .penalty(banning)
+                .build()
+                .unwrap();
+            let other: Policy = Policy::parse_with("c = 2/min", algorithm).unwrap();
+            let (alice, bob) = (
+                Key::new("user", format!("alice-{algorithm}")),
+                Key::new("user", format!("bob-{algorithm}")),
+            );
+            let remaining = |backend: Decide<'_>, key: &Key, policy: &Policy| {
+                let d = backend(key, policy, 0);
+                (
+                    d.is_allowed(),
+                    d.is_banned(),
+                    d.outcomes().map(|o| o.remaining()).collect::<Vec<_>>(),
+                )
             };
-            reset.unwrap();
-            let after = remaining(decide, &alice, &policy);
-            assert_eq!(after, (true, false, vec![3, 5]), "{algorithm} {name}");
-            assert_eq!(
-                remaining(decide, &bob, &policy).2,
-                [2, 4],
-                "{algorithm} {name}"
-            );
-            assert_eq!(
-                remaining(decide, &alice, &other).2,
-                [1],
-                "{algorithm} {name}"
-            );
-            assert!(
-                decide(&alice, &policy, 1).is_allowed(),
-                "{algorithm} {name}"
-            );
-            seen.push(after);
+            let on_redis = |k: &Key, p: &Policy, c: u32| rt.block_on(redis.check(k, p, c)).unwrap();
+            let on_memory = |k: &Key, p: &Policy, c: u32| memory.check_now(k, p, c);
+            let backends: [(Decide<'_>, &str); 2] = [(&on_redis, "redis"), (&on_memory, "memory")];
+            let mut seen = Vec::new();
+            for (decide, name) in backends {
+                // Spent, denied twice, banned; bob and alice's other policy used too.
+                for _ in 0..6 {
+                    decide(&alice, &policy, 1);
+                }
+                decide(&bob, &policy, 1);
+                decide(&alice, &other, 1);
+                assert!(
+                    decide(&alice, &policy, 0).is_banned(),
+                    "{algorithm} {name} {format:?}"
+                );
+                let reset = match name {
+                    "redis" => rt.block_on(redis.reset(&alice, &policy)),
+                    _ => rt.block_on(memory.reset(&alice, &policy)),
+                };
+                reset.unwrap();
+                let after = remaining(decide, &alice, &policy);
+                assert_eq!(
+                    after,
+                    (true, false, vec![3, 5]),
+                    "{algorithm} {name} {format:?}"
+                );
+                assert_eq!(
+                    remaining(decide, &bob, &policy).2,
+                    [2, 4],
+                    "{algorithm} {name}"
+                );
+                assert_eq!(
+                    remaining(decide, &alice, &other).2,
+                    [1],
+                    "{algorithm} {name}"
+                );
+                assert!(
+                    decide(&alice, &policy, 1).is_allowed(),
+                    "{algorithm} {name}"
+                );
+                seen.push(after);
+            }
+            assert_eq!(seen[0], seen[1], "{algorithm} {format:?}");
         }
-        assert_eq!(seen[0], seen[1], "{algorithm}");
     }
-    let err = rt
+    let err = runtime()
         .block_on(crate::support::Broken.reset(
             &Key::new("user", "x"),
             &Policy::single(Algorithm::Gcra, Quota::per_minute(1).unwrap()).unwrap(),

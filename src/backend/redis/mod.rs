@@ -41,12 +41,13 @@ pub use self::builder::RedisBackendBuilder;
 /// [`algorithm`](crate::algorithm) exactly (a conformance suite holds them to
 /// it). Each key expires when its state no longer matters.
 ///
-/// Keys are `{prefix}2{<client>}:<limit>` ([`KeyFormat::Compact`]): a
-/// 128-bit hash of the [`Key`]'s bytes and a 64-bit hash of the limit's
+/// Keys are `{prefix}3{<client>}<limit>` ([`KeyFormat::Compact`]): a
+/// 90-bit hash of the [`Key`]'s bytes and a 54-bit hash of the limit's
 /// [identity](Limit::identity), so no byte a client sends can reach the
 /// key's structure, and the braces make it a hash tag: all of one client's
 /// limits live in one Redis Cluster slot. [`KeyFormat::Readable`] writes the
-/// client's key in hex and the limit's identity as it is.
+/// client's key in hex and the limit's identity as it is;
+/// [`KeyFormat::Packed`] keeps many clients' states as fields of one hash.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -255,13 +256,22 @@ impl RedisBackend {
         self.leases.as_ref().map_or(0, |l| l.held())
     }
 
-    /// The Redis keys a `key` under `limit` occupies (one, or two for a sliding log).
+    /// The Redis keys a `key` under `limit` occupies (one, or two for a
+    /// sliding log). Under [`KeyFormat::Packed`] a fixed-size limit's key
+    /// is a hash shared with other clients, and the state is the field
+    /// [`redis_field`](Self::redis_field) of it.
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
         let mut keys = Vec::with_capacity(2);
-        limit_keys(&self.names, key, limit, |k| {
+        limit_keys(&self.names, key, limit, |k, _| {
             keys.push(String::from_utf8_lossy(k).into_owned());
         });
         keys
+    }
+
+    /// The field `key`'s states take in packed hashes, under
+    /// [`KeyFormat::Packed`] (`None` under the other formats).
+    pub fn redis_field(&self, key: &Key) -> Option<String> {
+        script::packed_field(&self.names, key).map(|f| String::from_utf8_lossy(&f).into_owned())
     }
 
     /// The `EVALSHA` command one decision sends, word by word: for
@@ -490,8 +500,9 @@ impl Backend for RedisBackend {
     }
 
     /// One `DEL` of every Redis key of `key` under `policy` (one slot: a
-    /// cluster takes it as one command too). Remembered denials and leases
-    /// of the key are dropped with it.
+    /// cluster takes it as one command too), then under the packed format
+    /// one `HDEL` of the client's field in each shared hash. Remembered
+    /// denials and leases of the key are dropped with it.
     fn reset(&self, key: &Key, policy: &Policy) -> Reset {
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
@@ -501,11 +512,21 @@ impl Backend for RedisBackend {
             if let Some(leases) = &this.leases {
                 leases.forget(&key, &policy);
             }
-            let mut cmd = ::redis::cmd("DEL");
-            script::policy_keys(&this.names, &key, &policy, |k| {
-                cmd.arg(k);
+            let (mut own, mut owned, mut hashes) = (::redis::cmd("DEL"), 0, Vec::new());
+            script::policy_keys(&this.names, &key, &policy, |k, field| match field {
+                None => {
+                    own.arg(k);
+                    owned += 1;
+                }
+                Some(field) => hashes.push(::redis::cmd("HDEL").arg(k).arg(field).clone()),
             });
-            let _: i64 = this.answered(this.query(&cmd)).await?;
+            // A packed policy of fixed-size limits alone has no key of its own.
+            if owned > 0 {
+                let _: i64 = this.answered(this.query(&own)).await?;
+            }
+            for cmd in &hashes {
+                let _: i64 = this.answered(this.query(cmd)).await?;
+            }
             Ok(())
         })
     }

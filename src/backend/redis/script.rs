@@ -2,6 +2,7 @@
 //! and arguments, and the decision in its reply.
 
 use std::borrow::Cow;
+use std::num::NonZeroU16;
 use std::sync::Arc;
 
 use ::redis::Value;
@@ -32,8 +33,11 @@ impl Shape {
     /// The compact key format: states of one zero value written as a bare
     /// number.
     const COMPACT: u8 = 64;
+    /// The packed key format: fixed-size states as fields of shared hashes
+    /// (always with compact values).
+    const PACKED: u8 = 128;
     /// How many shapes there are.
-    pub(super) const COUNT: usize = 128;
+    pub(super) const COUNT: usize = 256;
 
     pub(super) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
         let mut bits = 0;
@@ -57,8 +61,10 @@ impl Shape {
         if lean {
             bits |= Self::LEAN;
         }
-        if format == KeyFormat::Compact {
-            bits |= Self::COMPACT;
+        match format {
+            KeyFormat::Readable => {}
+            KeyFormat::Compact => bits |= Self::COMPACT,
+            KeyFormat::Packed { .. } => bits |= Self::COMPACT | Self::PACKED,
         }
         Self(bits)
     }
@@ -79,21 +85,40 @@ impl Shape {
     pub(super) fn source(self) -> String {
         const NOW: &str = include_str!("lua/now.lua");
         let has = |bit: u8| self.0 & bit != 0;
-        let format = if has(Self::COMPACT) {
+        let compact = if has(Self::COMPACT) {
             "local compact_state = true\n"
         } else {
             "local compact_state = false\n"
         };
-        let shape = self.0 & !Self::COMPACT;
+        // The client's field, under the packed format, follows the fixed
+        // arguments: the lean scripts' four, check.lua's seven.
+        let packed = match (has(Self::PACKED), has(Self::LEAN)) {
+            (false, _) => "local packed, field, packed_write = false\n",
+            (true, true) => "local packed, field = true, ARGV[5]\n",
+            (true, false) => "local packed, field = true, ARGV[8]\n",
+        };
+        let store = if has(Self::PACKED) {
+            include_str!("lua/packed.lua")
+        } else {
+            ""
+        };
+        let prelude = [compact, packed, NOW, store];
+        let shape = self.0 & !(Self::COMPACT | Self::PACKED);
         if shape == Self::LEAN | Self::GCRA {
-            return [format, NOW, include_str!("lua/lean_gcra.lua")].concat();
+            return [&prelude[..], &[include_str!("lua/lean_gcra.lua")]]
+                .concat()
+                .concat();
         }
         if shape == Self::LEAN | Self::FIXED_WINDOW {
-            return [format, NOW, include_str!("lua/lean_fixed_window.lua")].concat();
+            return [&prelude[..], &[include_str!("lua/lean_fixed_window.lua")]]
+                .concat()
+                .concat();
         }
         let parts = [
-            (true, format),
+            (true, compact),
+            (true, packed),
             (true, NOW),
+            (true, store),
             (true, include_str!("lua/common.lua")),
             (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
             (
@@ -143,6 +168,38 @@ pub enum KeyFormat {
     /// for a chance in fifty thousand.
     #[default]
     Compact,
+    /// Many clients' states in one Redis hash: a fixed-size limit's state
+    /// (the buckets, the fixed and sliding windows) is the field `<90-bit
+    /// hash of the client's key>` of the hash `{prefix}4{<shard>}<54-bit
+    /// hash of the limit's identity>`, where the shard is the client's hash
+    /// modulo `shards`. Redis keeps a hash of up to 128 short fields as one
+    /// flat allocation (a listpack), so a client costs its field and value
+    /// (about 40 bytes) instead of a key of its own (148 bytes at least,
+    /// name, value, expiry and table entries together).
+    ///
+    /// The price: each write also extends the hash's expiry (`PEXPIRE …
+    /// GT`), and a write that adds a field looks at two others at random
+    /// and deletes those whose state no longer matters, which keeps a hash
+    /// at no more than about twice its clients of the last window; Redis
+    /// 7.0 or later. Choose `shards` near the clients you expect in one
+    /// window over 64, so hashes stay flat (past 128 fields Redis makes a
+    /// table of one, about 90 bytes a field: still under a key's cost). All
+    /// servers sharing a Redis must use the same `shards`, as the same
+    /// format: a different number is a different key. Sliding logs and a
+    /// penalty box's state keep keys of their own, named as the compact
+    /// format's in the packed format's version.
+    Packed {
+        /// How many hashes each limit's clients are spread over.
+        shards: NonZeroU16,
+    },
+}
+
+impl KeyFormat {
+    /// The packed format over 1,024 shards: flat hashes up to about
+    /// 65,000 clients a window.
+    pub const PACKED: KeyFormat = KeyFormat::Packed {
+        shards: NonZeroU16::new(1024).expect("not zero"),
+    };
 }
 
 /// A backend's key prefix and format.
@@ -182,7 +239,7 @@ fn push_base64(bytes: &[u8], chars: usize, out: &mut Vec<u8>) {
 
 /// Characters of a compact key's hash of the client's key (90 bits) and of
 /// the limit's identity (54 bits).
-const CLIENT_CHARS: usize = 15;
+pub(super) const CLIENT_CHARS: usize = 15;
 const LIMIT_CHARS: usize = 9;
 
 /// Append the identity part of a readable Redis key: hex of the key's
@@ -225,62 +282,107 @@ impl Words for Vec<String> {
 }
 
 /// The Redis keys of `key` under `limit` (one, or two for a sliding log),
-/// each given to `each`.
-pub(super) fn limit_keys(names: &KeyNames, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
-    keys_of(names, &mut key_base(names, key), limit, &mut each);
+/// each given to `each` with the client's field in it when the state is a
+/// packed hash's field.
+pub(super) fn limit_keys(
+    names: &KeyNames,
+    key: &Key,
+    limit: &Limit,
+    mut each: impl FnMut(&[u8], Option<&[u8]>),
+) {
+    let mut client = Client::of(names, key);
+    client.keys_of(names, limit, &mut each);
+}
+
+/// The client's field in packed hashes (`None` under other formats).
+pub(super) fn packed_field(names: &KeyNames, key: &Key) -> Option<[u8; CLIENT_CHARS]> {
+    Client::of(names, key).field
 }
 
 /// The cluster slot every Redis key of `key` is in (its hash tag).
 #[cfg(feature = "redis-cluster")]
 pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
-    super::nodes::slot(&key_base(names, key))
+    super::nodes::slot(&Client::of(names, key).stem)
 }
 
-/// What every Redis key of `key` begins with, up to the limit's part (past
-/// its hash tag), in a buffer with room for the rest.
-fn key_base(names: &KeyNames, key: &Key) -> Vec<u8> {
-    let mut base = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
-    base.extend_from_slice(names.prefix.as_bytes());
-    match names.format {
-        KeyFormat::Readable => {
-            base.push(b'{');
-            push_identity(key, &mut base);
-            base.extend_from_slice(b"}:");
-        }
-        KeyFormat::Compact => {
-            base.extend_from_slice(b"3{");
-            push_base64(&Sha256::digest(key.as_bytes()), CLIENT_CHARS, &mut base);
-            base.push(b'}');
-        }
-    }
-    base
+/// What a client's Redis keys are made of: the stem every one begins with
+/// (prefix, version, hash tag), in a buffer with room for the rest; and,
+/// under the packed format, the client's field.
+struct Client {
+    stem: Vec<u8>,
+    field: Option<[u8; CLIENT_CHARS]>,
 }
 
-/// `base` (up to the limit's part) completed with `identity` (a limit's, a
-/// penalty box's): as it is, or its hash.
-fn push_limit(names: &KeyNames, identity: &str, base: &mut Vec<u8>) {
-    match names.format {
-        KeyFormat::Readable => base.extend_from_slice(identity.as_bytes()),
-        KeyFormat::Compact => push_base64(&Sha256::digest(identity.as_bytes()), LIMIT_CHARS, base),
-    }
-}
-
-/// `base` (up to the limit's part) completed for `limit`, given to `each`;
-/// `base` is left as it was.
-fn keys_of(names: &KeyNames, base: &mut Vec<u8>, limit: &Limit, each: &mut impl FnMut(&[u8])) {
-    let stem = base.len();
-    push_limit(names, limit.identity(), base);
-    if let Form::Log(_) = limit.rule().form() {
-        let end = base.len();
-        for suffix in [&b":log"[..], b":sum"] {
-            base.extend_from_slice(suffix);
-            each(base);
-            base.truncate(end);
+impl Client {
+    fn of(names: &KeyNames, key: &Key) -> Self {
+        let mut stem = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
+        stem.extend_from_slice(names.prefix.as_bytes());
+        let mut field = None;
+        match names.format {
+            KeyFormat::Readable => {
+                stem.push(b'{');
+                push_identity(key, &mut stem);
+                stem.extend_from_slice(b"}:");
+            }
+            KeyFormat::Compact => {
+                stem.extend_from_slice(b"3{");
+                push_base64(&Sha256::digest(key.as_bytes()), CLIENT_CHARS, &mut stem);
+                stem.push(b'}');
+            }
+            KeyFormat::Packed { shards } => {
+                let digest = Sha256::digest(key.as_bytes());
+                let mut chars = Vec::with_capacity(CLIENT_CHARS);
+                push_base64(&digest, CLIENT_CHARS, &mut chars);
+                field = chars.try_into().ok();
+                let head = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+                let shard = head % u32::from(shards.get());
+                stem.extend_from_slice(b"4{");
+                stem.extend_from_slice(itoa::Buffer::new().format(shard).as_bytes());
+                stem.push(b'}');
+            }
         }
-    } else {
-        each(base);
+        Self { stem, field }
     }
-    base.truncate(stem);
+
+    /// The stem completed with `identity` (a limit's, a penalty box's) and,
+    /// for a key of this client's alone under the packed format, the
+    /// client's field before it: as it is, or its hash.
+    fn push(&mut self, names: &KeyNames, identity: &str, own: bool) {
+        if let (true, Some(field)) = (own, &self.field) {
+            self.stem.extend_from_slice(field);
+        }
+        match names.format {
+            KeyFormat::Readable => self.stem.extend_from_slice(identity.as_bytes()),
+            KeyFormat::Compact | KeyFormat::Packed { .. } => push_base64(
+                &Sha256::digest(identity.as_bytes()),
+                LIMIT_CHARS,
+                &mut self.stem,
+            ),
+        }
+    }
+
+    /// The keys of `limit`, given to `each`; the stem is left as it was.
+    fn keys_of(
+        &mut self,
+        names: &KeyNames,
+        limit: &Limit,
+        each: &mut impl FnMut(&[u8], Option<&[u8]>),
+    ) {
+        let stem = self.stem.len();
+        let log = matches!(limit.rule().form(), Form::Log(_));
+        self.push(names, limit.identity(), log);
+        if log {
+            let end = self.stem.len();
+            for suffix in [&b":log"[..], b":sum"] {
+                self.stem.extend_from_slice(suffix);
+                each(&self.stem, None);
+                self.stem.truncate(end);
+            }
+        } else {
+            each(&self.stem, self.field.as_ref().map(|f| &f[..]));
+        }
+        self.stem.truncate(stem);
+    }
 }
 
 /// What the script is asked.
@@ -300,27 +402,30 @@ pub(super) enum Ask {
 }
 
 /// Every Redis key of `key` under `policy`: each limit's, then the penalty
-/// box's strikes and bans (the order the scripts read them in).
+/// box's strikes and bans (the order the scripts read them in), each with
+/// the client's field in it when the state is a packed hash's field. Gives
+/// back that field (under the packed format).
 pub(super) fn policy_keys(
     names: &KeyNames,
     key: &Key,
     policy: &Policy,
-    mut each: impl FnMut(&[u8]),
-) {
+    mut each: impl FnMut(&[u8], Option<&[u8]>),
+) -> Option<[u8; CLIENT_CHARS]> {
     // One buffer for every key: prefix, identity, then each limit's part.
-    let mut base = key_base(names, key);
+    let mut client = Client::of(names, key);
     for limit in policy.limits() {
-        keys_of(names, &mut base, limit, &mut each);
+        client.keys_of(names, limit, &mut each);
     }
     if let Some(penalty) = policy.penalty_identity() {
-        push_limit(names, penalty, &mut base);
-        let end = base.len();
+        client.push(names, penalty, true);
+        let end = client.stem.len();
         for suffix in [&b":strikes"[..], b":bans"] {
-            base.extend_from_slice(suffix);
-            each(&base);
-            base.truncate(end);
+            client.stem.extend_from_slice(suffix);
+            each(&client.stem, None);
+            client.stem.truncate(end);
         }
     }
+    client.field
 }
 
 /// The script's number of keys, keys and arguments for one decision,
@@ -345,7 +450,7 @@ pub(super) fn invocation(
     };
     out.number((limits.len() + logs + penalty_keys) as i64);
 
-    policy_keys(names, key, policy, |k| out.word(k));
+    let field = policy_keys(names, key, policy, |k, _| out.word(k));
 
     match now {
         Some(now) => out.number(now.as_u64() as i64),
@@ -361,6 +466,9 @@ pub(super) fn invocation(
         out.number(i64::from(cost));
         out.number(i64::from(limit.capacity()));
         out.number(span.as_u64() as i64);
+        if let Some(field) = &field {
+            out.word(field);
+        }
         return;
     }
     // The cost, then the mode: 0/1 (whether denials count), s (settle),
@@ -385,6 +493,9 @@ pub(super) fn invocation(
             out.number(penalty.max_ban_micros().as_u64() as i64);
         }
         None => (0..4).for_each(|_| out.number(0)),
+    }
+    if let Some(field) = &field {
+        out.word(field);
     }
     for limit in limits {
         // The algorithm codes of check.lua; a fixed window's fourth number

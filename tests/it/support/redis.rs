@@ -86,6 +86,10 @@ pub const LIMITER_ACL: &[&str] = &[
     "+lset",
     "+rpop",
     "+rpush",
+    "+hget",
+    "+hset",
+    "+hdel",
+    "+hrandfield",
 ];
 
 impl RedisServer {

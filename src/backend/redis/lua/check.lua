@@ -6,8 +6,8 @@
 --       count_denied (0/1; 's' to settle: cost is then actual - reserved;
 --       'l<want>:<back>' to lease; 'r'/'n' and a permit to release/renew it),
 --       the penalty box (strikes, or 0 for none; within,
---       ban, max ban in microseconds), then per limit: algorithm, limit,
---       window, interval.
+--       ban, max ban in microseconds), under the packed format the
+--       client's field, then per limit: algorithm, limit, window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
 -- Reply: per limit, {retry, remaining, reset} (see common.lua), then the
 -- ban in force in microseconds (0: none), then the permit taken (0: none;
@@ -31,7 +31,8 @@ end
 
 local limits = {}
 local k = 1
-local a = 8
+-- Under the packed format ARGV[8] is the client's field (see script.rs).
+local a = packed and 9 or 8
 while ARGV[a] do
   local l = {
     alg = tonumber(ARGV[a]),

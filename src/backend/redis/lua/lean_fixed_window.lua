@@ -9,7 +9,8 @@ local key = KEYS[1]
 
 -- The current window's end and count.
 local e, used = 0, 0
-local s = redis.call('GET', key)
+local s
+if packed then s = redis.call('HGET', key, field) else s = redis.call('GET', key) end
 if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
   e, used = tonumber(se or s) or 0, tonumber(su) or 0
@@ -29,7 +30,12 @@ if used + cost > limit then return { math.max(e - now, 1), free, reset, 0, 0 } e
 if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
-  redis.call('SET', key, string.format('%d %d', e, math.min(used + cost, limit)), 'PX', ms + slack_ms)
+  local state = string.format('%d %d', e, math.min(used + cost, limit))
+  if packed then
+    packed_write(key, state, ms + slack_ms)
+  else
+    redis.call('SET', key, state, 'PX', ms + slack_ms)
+  end
 end
 if used + cost > 0 then reset = e - now end
 return { 0, math.min(math.max(limit - used - cost, 0), limit), reset, 0, 0 }

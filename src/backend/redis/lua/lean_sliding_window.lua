@@ -2,7 +2,8 @@
 -- box, denials not counted: sliding_window.lua's functions (its exact
 -- arithmetic is too long to repeat inline) without check.lua's tables.
 -- KEYS: the state. ARGV: now (or ""), cost, limit, window (the lean
--- scripts' arguments). Reply as check.lua's.
+-- scripts' arguments, then under the packed format the client's
+-- field). Reply as check.lua's.
 
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
