@@ -1,4 +1,4 @@
-//! What the environment configures: `ADDR`, `REDIS_URL`, `ALGORITHM`, the failure rule, lists, the admin token.
+//! What the environment configures: `ADDR`, `REDIS_URL`, `ALGORITHM`, the failure rule, lists, the admin token, Redis's key format.
 
 use super::*;
 
@@ -45,6 +45,11 @@ pub struct Config {
     /// `ADAPTIVE_WINDOW_MS`: the window `/api/report`'s adaptive limit
     /// looks back over (default 10,000; shorter for a quick demo).
     pub adaptive_window: std::time::Duration,
+    /// `REDIS_KEY_FORMAT`: `compact` (the default), or `packed` (over 1,024
+    /// shards) or `packed:<shards>`, many clients' states in one hash: the
+    /// shards of the packed format, `None` for the compact one. Every
+    /// server sharing a Redis must say the same.
+    pub redis_packed_shards: Option<std::num::NonZeroU16>,
 }
 
 /// What decides while the store is down.
@@ -77,6 +82,7 @@ impl Default for Config {
             redis_client_cert: None,
             limits_file: None,
             adaptive_window: std::time::Duration::from_secs(10),
+            redis_packed_shards: None,
         }
     }
 }
@@ -165,6 +171,14 @@ impl Config {
             limits_file: std::env::var_os("LIMITS_FILE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),
+            redis_packed_shards: env_or("REDIS_KEY_FORMAT", None, |v| match v {
+                "compact" => Some(None),
+                "packed" => Some(std::num::NonZeroU16::new(1024)),
+                _ => v.strip_prefix("packed:")?.parse().ok().map(Some),
+            })
+            .map_err(|e| {
+                format!("{e} (expected compact, packed or packed:<shards>, 1 to 65535)")
+            })?,
         })
     }
 }

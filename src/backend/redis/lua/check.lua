@@ -32,7 +32,7 @@ end
 local limits = {}
 local k = 1
 -- Under the packed format ARGV[8] is the client's field (see script.rs).
-local a = packed and 9 or 8
+local a = field and 9 or 8
 while ARGV[a] do
   local l = {
     alg = tonumber(ARGV[a]),

@@ -48,8 +48,8 @@ end
 -- under the compact key format (`compact_state`, set first in the script)
 -- a state whose one value is 0 is the bare number "expires_at", which
 -- Redis keeps as an integer (no string of its own: 32 bytes less a key).
--- Under the packed format (`packed`) the state is a hash's field instead
--- (packed.lua).
+-- Under the packed format (`field` set: the client's) the state is that
+-- field of a hash instead (packed.lua).
 -- Each key is read from Redis once per call: what is read or written is
 -- kept here, so deciding and then committing costs one GET and one SET.
 local states = {}
@@ -59,7 +59,7 @@ local function read_state(key)
   if st then return st[1], st[2], st[3] end
   local e, a, b = 0, 0, 0
   local s
-  if packed then
+  if field then
     s = redis.call('HGET', key, field)
   else
     s = redis.call('GET', key)
@@ -81,7 +81,7 @@ end
 local function write_state(key, now, e, a, b)
   if e <= now then
     states[key] = { 0, 0, 0 }
-    if packed then
+    if field then
       redis.call('HDEL', key, field)
     else
       redis.call('DEL', key)
@@ -96,7 +96,7 @@ local function write_state(key, now, e, a, b)
     value = num(e) .. ' ' .. num(a)
     if b then value = value .. ' ' .. num(b) end
   end
-  if packed then
+  if field then
     packed_write(key, value, ttl_ms(e - now))
   else
     redis.call('SET', key, value, 'PX', ttl_ms(e - now))

@@ -17,7 +17,7 @@ local key = KEYS[1]
 
 local tat = 0
 local s
-if packed then s = redis.call('HGET', key, field) else s = redis.call('GET', key) end
+if field then s = redis.call('HGET', key, field) else s = redis.call('GET', key) end
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
 local in_use = tat - now
@@ -37,7 +37,7 @@ if cost > 0 then
   local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
   local state = string.format(compact_state and '%d' or '%d 0', now + after)
-  if packed then
+  if field then
     packed_write(key, state, ms + slack_ms)
   else
     redis.call('SET', key, state, 'PX', ms + slack_ms)

@@ -11,16 +11,19 @@ local function packed_write(key, value, ms)
     redis.call('PEXPIRE', key, ms, 'GT')
     return
   end
-  -- A hash just made has no expiry yet, which GT counts as an endless one.
-  if redis.call('PEXPIRE', key, ms, 'NX') == 0 then
-    redis.call('PEXPIRE', key, ms, 'GT')
-  end
   -- A new field looks at two others at random and deletes those whose
   -- state no longer matters (every state begins with when it stops
   -- mattering). A hash then holds at most about twice the clients whose
   -- states matter: at that size a new field finds one to delete, on
   -- average, for the one it adds.
   local seen = redis.call('HRANDFIELD', key, 2, 'WITHVALUES')
+  if #seen == 2 then
+    -- This field alone: the hash was made just now, with no expiry yet
+    -- (which GT would take for an endless one).
+    redis.call('PEXPIRE', key, ms)
+    return
+  end
+  redis.call('PEXPIRE', key, ms, 'GT')
   for i = 1, #seen, 2 do
     local e = tonumber(string.match(seen[i + 1], '^%d+'))
     if e and e <= now then redis.call('HDEL', key, seen[i]) end
