@@ -593,4 +593,64 @@ mod tests {
         assert_eq!(encode(b"Many hands make light work.", 9), "TWFueSBoY");
         assert_eq!(encode(&[0xff; 7], 9), "_________");
     }
+
+    /// Under the packed format every key of a client carries its shard's
+    /// hash tag (one cluster slot, as the compact format's client tag);
+    /// fixed-size limits name a hash shared by the shard with the client's
+    /// field in it, and keys of the client's own (a sliding log, a penalty
+    /// box) hold the field in their names.
+    #[test]
+    fn packed_keys_share_the_shard_tag_and_name_the_field() {
+        use crate::policy::PenaltyBox;
+        use crate::Algorithm;
+        use std::time::Duration;
+        let names = KeyNames {
+            prefix: "rl:".into(),
+            format: KeyFormat::Packed {
+                shards: NonZeroU16::new(7).unwrap(),
+            },
+        };
+        let policy = Policy::builder()
+            .limit("a", Algorithm::Gcra, crate::Quota::per_minute(3).unwrap())
+            .limit(
+                "b",
+                Algorithm::SlidingLog,
+                crate::Quota::per_hour(9).unwrap(),
+            )
+            .penalty(PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap())
+            .build()
+            .unwrap();
+        let mut tags = std::collections::BTreeSet::new();
+        for client in ["alice", "bob", "{x}", "\u{0}:"] {
+            let key = Key::new("user", client);
+            let mut keys = Vec::new();
+            let field = policy_keys(&names, &key, &policy, |k, f| {
+                keys.push((
+                    String::from_utf8(k.to_vec()).unwrap(),
+                    f.map(<[u8]>::to_vec),
+                ));
+            })
+            .unwrap();
+            let field = String::from_utf8(field.to_vec()).unwrap();
+            assert_eq!(field.len(), CLIENT_CHARS);
+            let tag = &keys[0].0[..keys[0].0.find('}').unwrap() + 1];
+            let shard: u16 = tag["rl:4{".len()..tag.len() - 1].parse().unwrap();
+            assert!(shard < 7, "{tag}");
+            tags.insert(shard);
+            // a's hash (shared), b's log and sum, the box's strikes and bans.
+            assert_eq!(keys.len(), 5, "{keys:?}");
+            for (i, (name, in_field)) in keys.iter().enumerate() {
+                assert!(name.starts_with(tag), "{name}");
+                assert_eq!(name.matches('{').count(), 1, "{name}");
+                if i == 0 {
+                    assert_eq!(in_field.as_deref(), Some(field.as_bytes()));
+                    assert!(!name.contains(&field), "{name}");
+                } else {
+                    assert_eq!(in_field, &None);
+                    assert!(name[tag.len()..].starts_with(&field), "{name}");
+                }
+            }
+        }
+        assert!(tags.len() > 1, "clients spread over shards: {tags:?}");
+    }
 }
