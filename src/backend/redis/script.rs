@@ -81,7 +81,9 @@ impl Shape {
 
     /// The script's text: the time, the helpers, the parts, then the
     /// driver; or, for a lean check under one GCRA limit or one fixed
-    /// window, the time and its script written out whole.
+    /// window, the time and its script written out whole. Under the packed
+    /// format, the same text with each state's calls made on the client's
+    /// field ([`PACKED_CALLS`]) and `packed_write` defined.
     pub(super) fn source(self) -> String {
         const NOW: &str = include_str!("lua/now.lua");
         let has = |bit: u8| self.0 & bit != 0;
@@ -90,59 +92,66 @@ impl Shape {
         } else {
             "local compact_state = false\n"
         };
-        // The client's field, set only under the packed format (the
-        // scripts' test of it), follows the fixed arguments: the lean
+        // The client's field follows the fixed arguments: the lean
         // scripts' four, check.lua's seven.
-        let packed = match (has(Self::PACKED), has(Self::LEAN)) {
-            (false, _) => "local field, packed_write\n",
-            (true, true) => "local field = ARGV[5]\n",
-            (true, false) => "local field = ARGV[8]\n",
+        let (field, store) = match (has(Self::PACKED), has(Self::LEAN)) {
+            (false, _) => ("", ""),
+            (true, true) => ("local field = ARGV[5]\n", include_str!("lua/packed.lua")),
+            (true, false) => ("local field = ARGV[8]\n", include_str!("lua/packed.lua")),
         };
-        let store = if has(Self::PACKED) {
-            include_str!("lua/packed.lua")
-        } else {
-            ""
-        };
-        let prelude = [compact, packed, NOW, store];
+        let prelude = [compact, field, NOW, store];
         let shape = self.0 & !(Self::COMPACT | Self::PACKED);
-        if shape == Self::LEAN | Self::GCRA {
-            return [&prelude[..], &[include_str!("lua/lean_gcra.lua")]]
-                .concat()
-                .concat();
+        let mut body: String = if shape == Self::LEAN | Self::GCRA {
+            include_str!("lua/lean_gcra.lua").to_owned()
+        } else if shape == Self::LEAN | Self::FIXED_WINDOW {
+            include_str!("lua/lean_fixed_window.lua").to_owned()
+        } else {
+            let parts = [
+                (true, include_str!("lua/common.lua")),
+                (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
+                (
+                    has(Self::FIXED_WINDOW),
+                    include_str!("lua/fixed_window.lua"),
+                ),
+                (has(Self::GCRA), include_str!("lua/gcra.lua")),
+                (
+                    has(Self::SLIDING_WINDOW),
+                    include_str!("lua/sliding_window.lua"),
+                ),
+                (has(Self::LOG), include_str!("lua/sliding_log.lua")),
+                (has(Self::PENALTY), include_str!("lua/penalty.lua")),
+                (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
+                (!has(Self::LEAN), include_str!("lua/check.lua")),
+            ];
+            parts
+                .iter()
+                .filter(|(used, _)| *used)
+                .map(|(_, text)| *text)
+                .collect()
+        };
+        if has(Self::PACKED) {
+            for (compact, packed) in PACKED_CALLS {
+                body = body.replace(compact, packed);
+            }
         }
-        if shape == Self::LEAN | Self::FIXED_WINDOW {
-            return [&prelude[..], &[include_str!("lua/lean_fixed_window.lua")]]
-                .concat()
-                .concat();
-        }
-        let parts = [
-            (true, compact),
-            (true, packed),
-            (true, NOW),
-            (true, store),
-            (true, include_str!("lua/common.lua")),
-            (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
-            (
-                has(Self::FIXED_WINDOW),
-                include_str!("lua/fixed_window.lua"),
-            ),
-            (has(Self::GCRA), include_str!("lua/gcra.lua")),
-            (
-                has(Self::SLIDING_WINDOW),
-                include_str!("lua/sliding_window.lua"),
-            ),
-            (has(Self::LOG), include_str!("lua/sliding_log.lua")),
-            (has(Self::PENALTY), include_str!("lua/penalty.lua")),
-            (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
-            (!has(Self::LEAN), include_str!("lua/check.lua")),
-        ];
-        parts
-            .iter()
-            .filter(|(used, _)| *used)
-            .map(|(_, text)| *text)
-            .collect()
+        [prelude.concat(), body].concat()
     }
 }
+
+/// How the packed format's scripts differ from the compact format's: each
+/// fixed-size state's key read, written and deleted as the client's field
+/// of it (packed.lua writes), and check.lua's limits one argument on, past
+/// the field. The scripts' texts are otherwise the same, so the compact
+/// scripts carry nothing of the packed format's.
+const PACKED_CALLS: [(&str, &str); 4] = [
+    ("redis.call('GET', key)", "redis.call('HGET', key, field)"),
+    ("redis.call('DEL', key)", "redis.call('HDEL', key, field)"),
+    (
+        "redis.call('SET', key, state, 'PX', ",
+        "packed_write(key, state, ",
+    ),
+    ("local a = 8\n", "local a = 9\n"),
+];
 
 /// How a backend writes its Redis keys. The format's version is part of
 /// every key, so servers of two formats never read each other's state, nor
@@ -652,5 +661,41 @@ mod tests {
             }
         }
         assert!(tags.len() > 1, "clients spread over shards: {tags:?}");
+    }
+
+    /// Each of the packed format's changes finds its call in the compact
+    /// scripts, and the packed scripts keep none of the compact calls: no
+    /// state of theirs is read or written as a key of its own.
+    #[test]
+    fn packed_scripts_make_every_state_call_on_the_field() {
+        let all = Shape::GCRA | Shape::FIXED_WINDOW | Shape::SLIDING_WINDOW | Shape::LOG;
+        let shapes = [
+            all | Shape::PENALTY,
+            Shape::LEAN | Shape::GCRA,
+            Shape::LEAN | Shape::FIXED_WINDOW,
+            Shape::LEAN | Shape::SLIDING_WINDOW,
+        ];
+        let compact: String = shapes
+            .iter()
+            .map(|&bits| Shape(bits | Shape::COMPACT).source())
+            .collect();
+        for (call, instead) in PACKED_CALLS {
+            assert!(compact.contains(call), "{call}");
+            assert!(!compact.contains(instead), "{instead}");
+        }
+        assert!(!compact.contains("packed_write"));
+        for bits in shapes {
+            let compact = Shape(bits | Shape::COMPACT).source();
+            let packed = Shape(bits | Shape::COMPACT | Shape::PACKED).source();
+            for (call, instead) in PACKED_CALLS {
+                assert!(!packed.contains(call), "{call} in {bits}");
+                assert_eq!(
+                    packed.matches(instead).count(),
+                    compact.matches(call).count(),
+                    "{instead} in {bits}"
+                );
+            }
+            assert!(packed.contains("local function packed_write"));
+        }
     }
 }

@@ -31,8 +31,9 @@ end
 
 local limits = {}
 local k = 1
--- Under the packed format ARGV[8] is the client's field (see script.rs).
-local a = field and 9 or 8
+-- The first limit's arguments (9 under the packed format, whose field is
+-- ARGV[8]: script.rs).
+local a = 8
 while ARGV[a] do
   local l = {
     alg = tonumber(ARGV[a]),

@@ -48,8 +48,8 @@ end
 -- under the compact key format (`compact_state`, set first in the script)
 -- a state whose one value is 0 is the bare number "expires_at", which
 -- Redis keeps as an integer (no string of its own: 32 bytes less a key).
--- Under the packed format (`field` set: the client's) the state is that
--- field of a hash instead (packed.lua).
+-- Under the packed format these GET, SET and DEL calls become the same on
+-- the client's field of a shared hash (script.rs, packed.lua).
 -- Each key is read from Redis once per call: what is read or written is
 -- kept here, so deciding and then committing costs one GET and one SET.
 local states = {}
@@ -58,12 +58,7 @@ local function read_state(key)
   local st = states[key]
   if st then return st[1], st[2], st[3] end
   local e, a, b = 0, 0, 0
-  local s
-  if field then
-    s = redis.call('HGET', key, field)
-  else
-    s = redis.call('GET', key)
-  end
+  local s = redis.call('GET', key)
   if s then
     -- A bare number (the compact format) needs no pattern.
     local bare = tonumber(s)
@@ -81,24 +76,16 @@ end
 local function write_state(key, now, e, a, b)
   if e <= now then
     states[key] = { 0, 0, 0 }
-    if field then
-      redis.call('HDEL', key, field)
-    else
-      redis.call('DEL', key)
-    end
+    redis.call('DEL', key)
     return
   end
   states[key] = { e, a, b or 0 }
-  local value
+  local state
   if compact_state and a == 0 and not b then
-    value = num(e)
+    state = num(e)
   else
-    value = num(e) .. ' ' .. num(a)
-    if b then value = value .. ' ' .. num(b) end
+    state = num(e) .. ' ' .. num(a)
+    if b then state = state .. ' ' .. num(b) end
   end
-  if field then
-    packed_write(key, value, ttl_ms(e - now))
-  else
-    redis.call('SET', key, value, 'PX', ttl_ms(e - now))
-  end
+  redis.call('SET', key, state, 'PX', ttl_ms(e - now))
 end

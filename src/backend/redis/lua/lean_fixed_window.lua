@@ -9,8 +9,7 @@ local key = KEYS[1]
 
 -- The current window's end and count.
 local e, used = 0, 0
-local s
-if field then s = redis.call('HGET', key, field) else s = redis.call('GET', key) end
+local s = redis.call('GET', key)
 if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
   e, used = tonumber(se or s) or 0, tonumber(su) or 0
@@ -31,11 +30,7 @@ if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
   local state = string.format('%d %d', e, math.min(used + cost, limit))
-  if field then
-    packed_write(key, state, ms + slack_ms)
-  else
-    redis.call('SET', key, state, 'PX', ms + slack_ms)
-  end
+  redis.call('SET', key, state, 'PX', ms + slack_ms)
 end
 if used + cost > 0 then reset = e - now end
 return { 0, math.min(math.max(limit - used - cost, 0), limit), reset, 0, 0 }

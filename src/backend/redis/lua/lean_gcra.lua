@@ -7,17 +7,16 @@
 -- KEYS: the state. ARGV: now (microseconds, or "" for the server's TIME),
 -- cost, limit, interval (the lean scripts' arguments: no mode, no penalty
 -- box, no algorithm code, and of the window and the interval only the one
--- the script uses), then under the packed format the client's field.
--- Reply as check.lua's for one limit, without its two trailing zeros (no
--- ban, no permit); every C function it would call (math.floor, math.max)
--- is arithmetic here instead.
+-- the script uses; then, under the packed format, the client's field).
+-- Reply as check.lua's for one limit,
+-- without its two trailing zeros (no ban, no permit); every C function it
+-- would call (math.floor, math.max) is arithmetic here instead.
 
 local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
 
 local tat = 0
-local s
-if field then s = redis.call('HGET', key, field) else s = redis.call('GET', key) end
+local s = redis.call('GET', key)
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
 local in_use = tat - now
@@ -37,11 +36,7 @@ if cost > 0 then
   local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
   local state = string.format(compact_state and '%d' or '%d 0', now + after)
-  if field then
-    packed_write(key, state, ms + slack_ms)
-  else
-    redis.call('SET', key, state, 'PX', ms + slack_ms)
-  end
+  redis.call('SET', key, state, 'PX', ms + slack_ms)
 end
 q = (after - after % t) / t
 if q * t < after then q = q + 1 end
