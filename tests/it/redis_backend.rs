@@ -1082,6 +1082,45 @@ fn the_example_server_prints_why_redis_is_not_deciding() {
     );
 }
 
+/// The example server with `REDIS_KEY_FORMAT=packed:8` keeps its clients'
+/// states as fields of eight hashes a limit; a value it does not know stops
+/// it with one that names the variable and what it takes.
+#[test]
+fn the_example_server_packs_keys_when_told() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let example = crate::support::example::ExampleServer::start(&[
+        ("REDIS_URL", &url),
+        ("REDIS_KEY_FORMAT", "packed:8"),
+    ]);
+    for user in 0..40 {
+        let response = example.get("/api/user", &[("x-user-id", &format!("user-{user}"))]);
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    }
+    let keys = server.cli(&["KEYS", "*"]);
+    let keys: Vec<&str> = keys.lines().filter(|k| k.starts_with("rl:")).collect();
+    assert!(!keys.is_empty() && keys.len() <= 8, "{keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("rl:4{")), "{keys:?}");
+    let fields: usize = keys
+        .iter()
+        .map(|k| server.cli(&["HLEN", k]).trim().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(fields, 40, "one field a client");
+
+    let refused = std::process::Command::new(crate::support::example::binary())
+        .env("REDIS_URL", &url)
+        .env("REDIS_KEY_FORMAT", "packed:0")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned()
+        + &String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        said.contains("REDIS_KEY_FORMAT") && said.contains("packed:<shards>"),
+        "{said}"
+    );
+}
+
 /// Rolling deploys that change the key format: servers writing the
 /// readable keys (what versions before the compact format wrote), compact
 /// keys and packed ones, on one Redis. None reads another's state — never
