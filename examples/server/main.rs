@@ -25,7 +25,7 @@
 //! locally: one Redis call per share instead of one per request.
 //!
 //! With `REDIS_KEY_FORMAT=packed` (or `packed:<shards>`; every server the
-//! same) many clients' states share one Redis hash: about a fifth of the
+//! same) many clients' states share one Redis hash: under a third of the
 //! memory a key of their own takes (`KeyFormat::Packed`).
 //!
 //! Why Redis is not deciding is printed when it starts, changes and ends
