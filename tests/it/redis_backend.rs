@@ -800,18 +800,30 @@ fn valkey_too_when_it_is_installed() {
     }
     let server = RedisServer::start_with("valkey-server", &[]);
     let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-    let memory = MemoryBackend::new();
-    for algorithm in Algorithm::ALL {
-        let policy = Policy::single(algorithm, Quota::per_minute(7).unwrap()).unwrap();
-        let key = Key::new("user", algorithm.name());
-        for t in 0..20u64 {
-            let now = 1_700_000_000_000_000 + t * 3_000_000;
-            let expected = memory.check_at(&key, &policy, 1, Micros::new(now));
-            let actual = rt
-                .block_on(redis.check_at(&key, &policy, 1, Micros::new(now)))
-                .unwrap();
-            assert_eq!(observed(&actual), observed(&expected), "{algorithm} at {t}");
+    let packed = KeyFormat::Packed {
+        shards: NonZeroU16::MIN,
+    };
+    for format in [KeyFormat::Compact, packed] {
+        let redis = connect_in(&rt, &server.url(), format);
+        let memory = MemoryBackend::new();
+        for algorithm in Algorithm::ALL {
+            let policy = Policy::single(algorithm, Quota::per_minute(7).unwrap()).unwrap();
+            // Several clients, so packed ones share a hash.
+            for client in 0..3 {
+                let key = Key::new("user", format!("{algorithm}-{client}"));
+                for t in 0..20u64 {
+                    let now = 1_700_000_000_000_000 + t * 3_000_000;
+                    let expected = memory.check_at(&key, &policy, 1, Micros::new(now));
+                    let actual = rt
+                        .block_on(redis.check_at(&key, &policy, 1, Micros::new(now)))
+                        .unwrap();
+                    assert_eq!(
+                        observed(&actual),
+                        observed(&expected),
+                        "{algorithm} at {t} in {format:?}"
+                    );
+                }
+            }
         }
     }
 }
