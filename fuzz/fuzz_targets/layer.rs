@@ -15,25 +15,21 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{Empty, Full};
 use libfuzzer_sys::fuzz_target;
-use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower::{service_fn, ServiceBuilder};
 use tower_ratelimit::backend::{Either, MemoryBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
-use tower_ratelimit::{Algorithm, Policy};
+use tower_ratelimit::Algorithm;
 
 #[path = "../../tests/it/support/later.rs"]
 mod later;
-use later::{answer, costed, Later};
+use later::{both_answer, costed, two_limits, Later};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&first, mut rest)) = data.split_first() else {
         return;
     };
     let algorithm = Algorithm::ALL[usize::from(first) % 6];
-    let policy = Policy::builder()
-        .limit("second", algorithm, "4/s".parse().unwrap())
-        .limit("minute", Algorithm::FixedWindow, "12/min".parse().unwrap())
-        .build()
-        .unwrap();
+    let policy = two_limits(algorithm);
     let clocks = [
         ManualClock::new(Micros::from_secs(1_000)),
         ManualClock::new(Micros::from_secs(1_000)),
@@ -80,17 +76,8 @@ fuzz_target!(|data: &[u8]| {
                 .body(Empty::new())
                 .unwrap()
         };
-        runtime.block_on(async {
-            let a = at_once
-                .ready()
-                .await
-                .unwrap()
-                .call(request())
-                .await
-                .unwrap();
-            let b = later.ready().await.unwrap().call(request()).await.unwrap();
-            assert_eq!(answer(a).await, answer(b).await);
-        });
+        let (a, b) = runtime.block_on(both_answer(&mut at_once, &mut later, request));
+        assert_eq!(a, b);
     }
     assert_eq!(
         at_once_calls.load(Ordering::SeqCst),

@@ -297,10 +297,7 @@ where
     /// request: looked at only when refusing).
     #[inline(always)]
     fn refuse(self, response: Response<Bytes>) -> State<I::Service, ReqB, B> {
-        let grpc = grpc::is_grpc(self.req.headers());
-        State::Respond {
-            response: Some(as_grpc_if(grpc, response)),
-        }
+        State::respond(response, grpc::is_grpc(self.req.headers()))
     }
 }
 
@@ -399,9 +396,7 @@ where
     /// gRPC request).
     pub(crate) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
         Self {
-            state: State::Respond {
-                response: Some(as_grpc_if(grpc, response)),
-            },
+            state: State::respond(response, grpc),
             config,
         }
     }
@@ -527,13 +522,22 @@ fn finish<B>(
     response.map(|b| ResponseBody::holding(b, permit))
 }
 
-/// The limiter's own answer, as a gRPC status for a gRPC request (looked
-/// at only when refusing, never on an admission).
-#[inline(always)]
-fn as_grpc_if(grpc: bool, response: Response<Bytes>) -> Response<Bytes> {
-    if grpc {
-        grpc::refusal(response)
-    } else {
-        response
+impl<S, ReqB, B> State<S, ReqB, B>
+where
+    S: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// Answer with the limiter's own `response`, as a gRPC status for a
+    /// gRPC request (looked at only when refusing, never on an admission).
+    #[inline(always)]
+    fn respond(response: Response<Bytes>, grpc: bool) -> Self {
+        let response = if grpc {
+            grpc::refusal(response)
+        } else {
+            response
+        };
+        State::Respond {
+            response: Some(response),
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::later::{answer, costed, Later};
+use crate::support::later::{both_answer, costed, two_limits, Later};
 use crate::support::strict::Strict;
 use crate::support::Broken;
 use axum::body::Body;
@@ -740,11 +740,7 @@ proptest! {
         algorithm in prop::sample::select(Algorithm::ALL.to_vec()),
         requests in trace(),
     ) {
-        let policy = Policy::builder()
-            .limit("second", algorithm, "4/s".parse().unwrap())
-            .limit("minute", Algorithm::FixedWindow, "12/min".parse().unwrap())
-            .build()
-            .unwrap();
+        let policy = two_limits(algorithm);
         let stack = |backend| {
             let calls = Arc::new(AtomicUsize::new(0));
             let svc = ServiceBuilder::new()
@@ -779,11 +775,7 @@ proptest! {
                     .body(Body::empty())
                     .unwrap()
             };
-            let (a, b) = runtime.block_on(async {
-                let a = at_once.ready().await.unwrap().call(request()).await.unwrap();
-                let b = later.ready().await.unwrap().call(request()).await.unwrap();
-                (answer(a).await, answer(b).await)
-            });
+            let (a, b) = runtime.block_on(both_answer(&mut at_once, &mut later, request));
             prop_assert_eq!(a, b);
         }
         prop_assert_eq!(at_once_calls.load(Ordering::SeqCst), later_calls.load(Ordering::SeqCst));

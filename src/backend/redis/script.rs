@@ -94,10 +94,11 @@ impl Shape {
         };
         // The client's field follows the fixed arguments: the lean
         // scripts' four, check.lua's seven.
+        const STORE: &str = include_str!("lua/packed.lua");
         let (field, store) = match (has(Self::PACKED), has(Self::LEAN)) {
             (false, _) => ("", ""),
-            (true, true) => ("local field = ARGV[5]\n", include_str!("lua/packed.lua")),
-            (true, false) => ("local field = ARGV[8]\n", include_str!("lua/packed.lua")),
+            (true, true) => ("local field = ARGV[5]\n", STORE),
+            (true, false) => ("local field = ARGV[8]\n", STORE),
         };
         let prelude = [compact, field, NOW, store];
         let shape = self.0 & !(Self::COMPACT | Self::PACKED);
@@ -232,21 +233,23 @@ fn push_hex(bytes: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// The first `6 * chars` bits of `bytes` (zeros past their end) as
-/// `chars` characters of URL-safe base64, unpadded: no byte of it is a
-/// brace or a colon.
-fn push_base64(bytes: &[u8], chars: usize, out: &mut Vec<u8>) {
+/// The first `6 * N` bits of `bytes` (zeros past their end) as `N`
+/// characters of URL-safe base64, unpadded: no byte of it is a brace or a
+/// colon.
+fn base64<const N: usize>(bytes: &[u8]) -> [u8; N] {
     const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let (mut bits, mut held) = (0u32, 0);
     let mut bytes = bytes.iter();
-    for _ in 0..chars {
+    let mut chars = [0; N];
+    for c in &mut chars {
         if held < 6 {
             bits = bits << 8 | u32::from(bytes.next().copied().unwrap_or(0));
             held += 8;
         }
         held -= 6;
-        out.push(B64[((bits >> held) & 63) as usize]);
+        *c = B64[((bits >> held) & 63) as usize];
     }
+    chars
 }
 
 /// Characters of a compact key's hash of the client's key (90 bits) and of
@@ -338,14 +341,12 @@ impl Client {
             }
             KeyFormat::Compact => {
                 stem.extend_from_slice(b"3{");
-                push_base64(&Sha256::digest(key.as_bytes()), CLIENT_CHARS, &mut stem);
+                stem.extend_from_slice(&base64::<CLIENT_CHARS>(&Sha256::digest(key.as_bytes())));
                 stem.push(b'}');
             }
             KeyFormat::Packed { shards } => {
                 let digest = Sha256::digest(key.as_bytes());
-                let mut chars = Vec::with_capacity(CLIENT_CHARS);
-                push_base64(&digest, CLIENT_CHARS, &mut chars);
-                field = chars.try_into().ok();
+                field = Some(base64(&digest));
                 let head = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
                 let shard = head % u32::from(shards.get());
                 stem.extend_from_slice(b"4{");
@@ -365,11 +366,9 @@ impl Client {
         }
         match names.format {
             KeyFormat::Readable => self.stem.extend_from_slice(identity.as_bytes()),
-            KeyFormat::Compact | KeyFormat::Packed { .. } => push_base64(
-                &Sha256::digest(identity.as_bytes()),
-                LIMIT_CHARS,
-                &mut self.stem,
-            ),
+            KeyFormat::Compact | KeyFormat::Packed { .. } => self
+                .stem
+                .extend_from_slice(&base64::<LIMIT_CHARS>(&Sha256::digest(identity.as_bytes()))),
         }
     }
 
@@ -589,10 +588,9 @@ mod tests {
 
     #[test]
     fn base64_is_url_safe_and_unpadded() {
-        let encode = |bytes: &[u8], chars| {
-            let mut out = Vec::new();
-            push_base64(bytes, chars, &mut out);
-            String::from_utf8(out).unwrap()
+        // The first `chars` characters: those of a shorter encoding.
+        let encode = |bytes: &[u8], chars: usize| {
+            String::from_utf8(base64::<12>(bytes)[..chars].to_vec()).unwrap()
         };
         assert_eq!(encode(b"Man", 4), "TWFu");
         assert_eq!(encode(b"Ma", 3), "TWE");

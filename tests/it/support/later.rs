@@ -8,13 +8,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::Response;
+use http::{Request, Response};
 use http_body_util::BodyExt;
+use tower::{Service, ServiceExt};
 use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
 use tower_ratelimit::clock::ManualClock;
 use tower_ratelimit::key::{Header, Key};
 use tower_ratelimit::layer::{cost_fn, Cost};
-use tower_ratelimit::{Decision, Policy, RateLimitLayer};
+use tower_ratelimit::{Algorithm, Decision, Policy, RateLimitLayer};
 
 /// The memory backend behind a future that answers on its second poll:
 /// the layer cannot act on it within `call`.
@@ -49,6 +50,16 @@ impl Backend for Later {
     }
 }
 
+/// The policy the two paths are compared under: `algorithm` at 4/s beside
+/// a fixed window of 12/min.
+pub fn two_limits(algorithm: Algorithm) -> Policy {
+    Policy::builder()
+        .limit("second", algorithm, "4/s".parse().unwrap())
+        .limit("minute", Algorithm::FixedWindow, "12/min".parse().unwrap())
+        .build()
+        .unwrap()
+}
+
 /// `policy` on `backend`, per `x-user-id`, each request costing what its
 /// `x-cost` says (1 when it says nothing readable).
 pub fn costed<B: Backend>(
@@ -66,9 +77,36 @@ pub fn costed<B: Backend>(
         .backend(backend)
 }
 
-/// A response's status, headers (but the wall clock's `X-RateLimit-Reset`)
-/// and body.
-pub async fn answer<B>(response: Response<B>) -> (u16, Vec<(String, Vec<u8>)>, Bytes)
+/// What a response says: its status, headers (but the wall clock's
+/// `X-RateLimit-Reset`) and body.
+pub type Answer = (u16, Vec<(String, Vec<u8>)>, Bytes);
+
+/// The same request (each made by `request`) to the layer acting on an
+/// answer at once, then to the one acting on it later: what each answers.
+pub async fn both_answer<S, ReqB, ResB>(
+    at_once: &mut S,
+    later: &mut S,
+    request: impl Fn() -> Request<ReqB>,
+) -> (Answer, Answer)
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S::Error: std::fmt::Debug,
+    ResB: http_body::Body<Data = Bytes>,
+    ResB::Error: std::fmt::Debug,
+{
+    let a = at_once
+        .ready()
+        .await
+        .unwrap()
+        .call(request())
+        .await
+        .unwrap();
+    let b = later.ready().await.unwrap().call(request()).await.unwrap();
+    (answer(a).await, answer(b).await)
+}
+
+/// What `response` says ([`Answer`]).
+pub async fn answer<B>(response: Response<B>) -> Answer
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Debug,
