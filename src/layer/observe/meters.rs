@@ -20,7 +20,8 @@ use super::LimitLabel as Limit;
 /// keeps alive beside the handle ([`Owners`]), so an address is never
 /// reused for another value while it is a key. A lookup builds the key from
 /// borrowed labels: no reference count is touched (they are shared by every
-/// thread serving the route).
+/// thread serving the route). The last word says which metric: 0 or 1
+/// requests (1: the penalty box's), 2 near the limit, 3 latency.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Address([usize; 4]);
 
