@@ -1289,6 +1289,74 @@ fn packed_keys_forget_clients_gone() {
     assert!(sizes.iter().all(|&n| (100..=320).contains(&n)), "{sizes:?}");
 }
 
+/// A packed hash's expiry is lengthened only when a state might outlive
+/// it, not at every write (packed_write.lua): it still outlives the state
+/// of every field in it, whichever algorithm wrote it and however far a
+/// client's spending moves its state's end.
+#[test]
+fn a_packed_hash_outlives_every_state_in_it() {
+    use tower_ratelimit::backend::Backend;
+    let server = RedisServer::start();
+    let rt = runtime();
+    let packed = connect_in(
+        &rt,
+        &server.url(),
+        KeyFormat::Packed {
+            shards: NonZeroU16::MIN,
+        },
+    );
+    // 600 a minute: a GCRA unit is 100 ms, so a spend of 300 moves a
+    // client's state 30 s on, across the ten-second steps the hash's
+    // expiry follows.
+    let quota = Quota::per_minute(600).unwrap();
+    let policies = [
+        Policy::single(Algorithm::Gcra, quota).unwrap(),
+        Policy::single(Algorithm::FixedWindow, quota).unwrap(),
+        Policy::single(Algorithm::SlidingWindow, quota).unwrap(),
+        Policy::builder()
+            .limit("a", Algorithm::TokenBucket, quota)
+            .limit(
+                "b",
+                Algorithm::FixedWindow,
+                Quota::per_hour(100_000).unwrap(),
+            )
+            .build()
+            .unwrap(),
+    ];
+    let mut checked = 0;
+    for round in 0..4u32 {
+        for policy in &policies {
+            for client in 0..10u32 {
+                let key = Key::new("user", format!("client-{client}"));
+                let cost = 1 + (client * 37 + round * 101) % 300;
+                rt.block_on(packed.check(&key, policy, cost)).unwrap();
+            }
+        }
+        let keys = server.cli(&["KEYS", "rl:4*"]);
+        for hash in keys.lines().filter(|k| !k.is_empty()) {
+            let ttl_ms: i64 = server.cli(&["PTTL", hash]).trim().parse().unwrap();
+            assert!(ttl_ms > 0, "{hash} has an expiry: {ttl_ms}");
+            // Redis's time after the PTTL: the expiry is at most then + ttl.
+            let time = server.cli(&["TIME"]);
+            let mut time = time.lines().map(|n| n.trim().parse::<i64>().unwrap());
+            let now_us = time.next().unwrap() * 1_000_000 + time.next().unwrap();
+            let fields = server.cli(&["HGETALL", hash]);
+            let fields: Vec<&str> = fields.lines().collect();
+            for pair in fields.chunks(2) {
+                let ends: i64 = pair[1].split(' ').next().unwrap().parse().unwrap();
+                assert!(
+                    ends <= now_us + (ttl_ms + 1) * 1000,
+                    "round {round}: {hash}'s field {} ends {} ms past the hash",
+                    pair[0],
+                    (ends - now_us) / 1000 - ttl_ms
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 4 * 50, "every client's every state: {checked}");
+}
+
 /// A reset forgets one key's state under one policy — every limit, and its
 /// penalty box's strikes and bans — on memory and Redis alike; other keys
 /// and other policies keep theirs. A backend that cannot reset says so.

@@ -49,7 +49,7 @@ end
 -- a state whose one value is 0 is the bare number "expires_at", which
 -- Redis keeps as an integer (no string of its own: 32 bytes less a key).
 -- Under the packed format these GET, SET and DEL calls become the same on
--- the client's field of a shared hash (script.rs, packed.lua).
+-- the client's field of a shared hash (script.rs, packed_write.lua).
 -- Each key is read from Redis once per call: what is read or written is
 -- kept here, so deciding and then committing costs one GET and one SET.
 local states = {}
@@ -79,6 +79,9 @@ local function write_state(key, now, e, a, b)
     redis.call('DEL', key)
     return
   end
+  -- The ends of the state this one replaces (0: none) and of this one,
+  -- for the packed format's write (packed_write.lua).
+  local was, ends = (states[key] or { 0 })[1], e
   states[key] = { e, a, b or 0 }
   local state
   if compact_state and a == 0 and not b then

@@ -14,6 +14,7 @@ if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
   e, used = tonumber(se or s) or 0, tonumber(su) or 0
 end
+local was = e -- (for packed_write.lua)
 if e <= now then
   -- A new window: floor(now / w), exactly (a floor rounding took one too
   -- far up is brought back).
@@ -30,6 +31,7 @@ if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
   local state = string.format('%d %d', e, math.min(used + cost, limit))
+  local ends = e -- (for packed_write.lua)
   redis.call('SET', key, state, 'PX', ms + slack_ms)
 end
 if used + cost > 0 then reset = e - now end

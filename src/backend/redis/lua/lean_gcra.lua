@@ -36,6 +36,7 @@ if cost > 0 then
   local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
   local state = string.format(compact_state and '%d' or '%d 0', now + after)
+  local was, ends = tat, now + after -- (for packed_write.lua)
   redis.call('SET', key, state, 'PX', ms + slack_ms)
 end
 q = (after - after % t) / t
