@@ -1357,6 +1357,32 @@ fn a_packed_hash_outlives_every_state_in_it() {
     assert!(checked >= 4 * 50, "every client's every state: {checked}");
 }
 
+/// The packed format on a server that cannot run its scripts (one older
+/// than Redis 7.0, whose PEXPIRE takes no GT; here a server without
+/// PEXPIRE) is refused at connect with a message that says why, instead of
+/// every decision failing later (and a layer that allows on failure
+/// limiting nothing). The compact format, which needs no PEXPIRE, connects.
+#[test]
+fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
+    use tower_ratelimit::backend::Cause;
+    let server = RedisServer::start_with("redis-server", &["--rename-command", "PEXPIRE", ""]);
+    let rt = runtime();
+    let connect = |format| {
+        rt.block_on(
+            RedisBackend::builder(&server.url())
+                .key_format(format)
+                .connect(),
+        )
+    };
+    let refused = connect(KeyFormat::PACKED).unwrap_err();
+    assert_eq!(refused.cause(), Cause::UnknownCommand, "{refused}");
+    assert!(
+        refused.to_string().contains("Redis 7.0") && refused.to_string().contains("PEXPIRE"),
+        "{refused}"
+    );
+    connect(KeyFormat::Compact).unwrap();
+}
+
 /// A reset forgets one key's state under one policy — every limit, and its
 /// penalty box's strikes and bans — on memory and Redis alike; other keys
 /// and other policies keep theirs. A backend that cannot reset says so.

@@ -267,7 +267,10 @@ impl RedisBackendBuilder {
     }
 
     /// Connect now. Fails if the prefix is invalid or the server (or, for a
-    /// cluster, its nodes) cannot be reached: a wrong address shows at once.
+    /// cluster, its nodes) cannot be reached: a wrong address shows at once;
+    /// under [`KeyFormat::Packed`], also if the server is older than Redis
+    /// 7.0 (a backend of [`connect_lazy`](Self::connect_lazy) finds that out
+    /// at its first decision, which fails).
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         self.check_prefix()?;
         let conn = match &self.topology {
@@ -317,6 +320,9 @@ impl RedisBackendBuilder {
             // Which node holds which slots, for the circuits; asked again
             // whenever a call fails.
             let _ = nodes.load(&mut conn.clone()).await;
+        }
+        if let KeyFormat::Packed { .. } = backend.names.format {
+            backend.check_packed_commands().await?;
         }
         Ok(backend)
     }

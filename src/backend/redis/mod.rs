@@ -274,6 +274,30 @@ impl RedisBackend {
         script::packed_field(&self.names, key).map(|f| String::from_utf8_lossy(&f).into_owned())
     }
 
+    /// Whether the server runs what the packed format's scripts need
+    /// (`PEXPIRE … GT`, Redis 7.0 or later), asked by `connect`: on an
+    /// older server every decision would fail, and a layer that allows
+    /// when no decision can be had would limit nothing.
+    pub(super) async fn check_packed_commands(&self) -> Result<(), BackendError> {
+        // A key no state takes: PEXPIRE of a missing key changes nothing.
+        let mut probe = ::redis::cmd("PEXPIRE");
+        probe
+            .arg(format!("{}4:probe", self.names.prefix))
+            .arg(1)
+            .arg("GT");
+        let Err(e) = self.query::<i64>(&probe).await else {
+            return Ok(());
+        };
+        match cause_of(&e) {
+            Cause::Other | Cause::UnknownCommand => Err(BackendError::new(format!(
+                "the packed key format needs `PEXPIRE … GT` (Redis 7.0 or later), \
+                 which the server refused ({e}); KeyFormat::Compact needs no such command"
+            ))
+            .with_cause(Cause::UnknownCommand)),
+            _ => Err(e.into()),
+        }
+    }
+
     /// The `EVALSHA` command one decision sends, word by word: for
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
