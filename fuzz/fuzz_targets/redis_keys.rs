@@ -2,8 +2,11 @@
 //! identity sits between the first `{` and `}` as lowercase hex (or `h` and
 //! a hash, for long keys), and short keys read back from it exactly; in the
 //! compact format (the default) the key is 30 bytes (34 with a sliding
-//! log's suffix) of URL-safe base64 hashes around one hash tag. No client
-//! byte reaches the key's structure.
+//! log's suffix) of URL-safe base64 hashes around one hash tag; in the
+//! packed format a fixed-size limit's key is its shard's hash (the shard
+//! below the shard count, in the only hash tag) and the client is a
+//! 15-character base64 field of it, named in its own keys (a sliding log)
+//! after the same tag. No client byte reaches the key's structure.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -13,7 +16,10 @@ use tower_ratelimit::backend::{KeyFormat, RedisBackend};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Limit, Quota};
 
-type Backends = (tokio::runtime::Runtime, RedisBackend, RedisBackend, Limit);
+type Backends = (tokio::runtime::Runtime, [RedisBackend; 3], Limit, Limit);
+
+/// The packed backend's shards.
+const SHARDS: u16 = 1000;
 
 fn backend() -> &'static Backends {
     static BACKEND: OnceLock<Backends> = OnceLock::new();
@@ -22,23 +28,30 @@ fn backend() -> &'static Backends {
             .build()
             .unwrap();
         // Never connects: only key names are asked for.
-        let (readable, compact) = rt.block_on(async {
-            let builder = || RedisBackend::builder("redis://127.0.0.1:1");
-            (
-                builder()
-                    .key_format(KeyFormat::Readable)
+        let backends = rt.block_on(async {
+            let with = |format| {
+                RedisBackend::builder("redis://127.0.0.1:1")
+                    .key_format(format)
                     .connect_lazy()
-                    .unwrap(),
-                builder().connect_lazy().unwrap(),
-            )
+                    .unwrap()
+            };
+            let packed = KeyFormat::Packed {
+                shards: SHARDS.try_into().unwrap(),
+            };
+            [
+                with(KeyFormat::Readable),
+                with(KeyFormat::default()),
+                with(packed),
+            ]
         });
-        let limit = Limit::new("l", Algorithm::SlidingLog, Quota::per_second(1).unwrap()).unwrap();
-        (rt, readable, compact, limit)
+        let log = Limit::new("l", Algorithm::SlidingLog, Quota::per_second(1).unwrap()).unwrap();
+        let gcra = Limit::new("g", Algorithm::Gcra, Quota::per_second(1).unwrap()).unwrap();
+        (rt, backends, log, gcra)
     })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let (_, redis, compact, limit) = backend();
+    let (_, [redis, compact, packed], limit, gcra) = backend();
     let split = data
         .first()
         .map_or(0, |&n| usize::from(n) % 8)
@@ -76,5 +89,28 @@ fuzz_target!(|data: &[u8]| {
         assert!(suffix == ":log" || suffix == ":sum", "{name}");
         assert!(head.starts_with("rl:3{") && &head[20..21] == "}", "{name}");
         assert!(base64(&head[5..20]) && base64(&head[21..]), "{name}");
+    }
+    // The packed format: the tag `{<shard>}`, the shard below SHARDS;
+    // after it, base64 only.
+    let field = packed.redis_field(&key).unwrap();
+    assert!(field.len() == 15 && base64(&field), "{field}");
+    let shard_of = |name: &str| {
+        let rest = name.strip_prefix("rl:4{").unwrap();
+        let close = rest.find('}').unwrap();
+        let shard: u16 = rest[..close].parse().unwrap();
+        assert!(shard < SHARDS, "{name}");
+        assert!(base64(&rest[close + 1..].replace(':', "")), "{name}");
+        assert_eq!(name.matches('{').count(), 1, "{name}");
+        shard
+    };
+    let hash = packed.redis_keys(&key, gcra);
+    assert_eq!(hash.len(), 1);
+    assert!(!hash[0].contains(&field), "{}", hash[0]);
+    let shard = shard_of(&hash[0]);
+    for name in packed.redis_keys(&key, limit) {
+        assert_eq!(shard_of(&name), shard, "one slot a client: {name}");
+        let tag = name.find('}').unwrap();
+        assert!(name[tag + 1..].starts_with(&field), "{name}");
+        assert!(name.ends_with(":log") || name.ends_with(":sum"), "{name}");
     }
 });
