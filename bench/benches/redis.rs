@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::Backend;
-use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::backend::{KeyFormat, RedisBackend};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
@@ -197,6 +197,18 @@ fn main() {
     rt.block_on(backend.check(&Key::new("user", "load"), &bucket, 1))
         .expect("decision");
     let ours = backend.evalsha_command(&Key::new("user", "redis-benchmark"), &bucket, 1);
+    // The same decision in the packed key format: a known client's field.
+    let packed = rt
+        .block_on(
+            RedisBackend::builder(&url)
+                .key_format(KeyFormat::PACKED)
+                .timeout(Duration::from_secs(2))
+                .connect(),
+        )
+        .expect("connect");
+    rt.block_on(packed.check(&Key::new("user", "redis-benchmark"), &bucket, 1))
+        .expect("decision");
+    let ours_packed = packed.evalsha_command(&Key::new("user", "redis-benchmark"), &bucket, 1);
     let sha = server.cli(&["SCRIPT", "LOAD", MINIMAL]);
     let minimal: Vec<String> = [
         "EVALSHA",
@@ -229,12 +241,14 @@ fn main() {
             oc
         );
     };
-    for pipeline in [1, 16] {
-        row(
-            &format!("redis-benchmark -c 64 -P {pipeline}"),
-            redis_cost(&server, || ceiling(port, &minimal, pipeline)),
-            redis_cost(&server, || ceiling(port, &ours, pipeline)),
-        );
+    for (format, ours) in [("", &ours), ("packed, ", &ours_packed)] {
+        for pipeline in [1, 16] {
+            row(
+                &format!("{format}redis-benchmark -c 64 -P {pipeline}"),
+                redis_cost(&server, || ceiling(port, &minimal, pipeline)),
+                redis_cost(&server, || ceiling(port, ours, pipeline)),
+            );
+        }
     }
     let plain = rt
         .block_on(
