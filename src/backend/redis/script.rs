@@ -140,10 +140,11 @@ impl Shape {
 
 /// How the packed format's scripts differ from the compact format's: each
 /// fixed-size state's key read, written and deleted as the client's field
-/// of it (the write, packed_write.lua, in place of each SET, not a function:
-/// Lua makes a script's every function on every call), and check.lua's
-/// limits one argument on, past the field. The scripts' texts are otherwise the same,
-/// so the compact scripts carry nothing of the packed format's.
+/// of it (the write, packed_write.lua, in place of each SET, not as a
+/// function: Lua makes a script's every function on every call), and
+/// check.lua's limits one argument on, past the field. The scripts' texts
+/// are otherwise the same, so the compact scripts carry nothing of the
+/// packed format's.
 const PACKED_CALLS: [(&str, &str); 5] = [
     ("redis.call('GET', key)", "redis.call('HGET', key, field)"),
     ("redis.call('DEL', key)", "redis.call('HDEL', key, field)"),
@@ -157,6 +158,7 @@ const PACKED_CALLS: [(&str, &str); 5] = [
     ),
     ("local a = 8\n", "local a = 9\n"),
 ];
+
 /// How a backend writes its Redis keys. The format's version is part of
 /// every key, so servers of two formats never read each other's state, nor
 /// misread it as their own: during a rolling deploy that changes the

@@ -11,9 +11,10 @@ do
   -- state it replaces needs no PEXPIRE, so a known client's write is an
   -- HSET alone but about once in ten seconds of its state's progress (a
   -- call costs a tenth of the script).
-  local cell = ends - ends % 10000000 + 10000000
+  local step = 10000000
+  local cell = ends - ends % step + step
   local fresh = redis.call('HSET', key, field, state) == 1
-  if fresh or cell > was - was % 10000000 + 10000000 then
+  if fresh or cell > was - was % step + step then
     local d = cell - now
     local ms = (d - d % 1000) / 1000 + 1 + slack_ms
     local alone = false
