@@ -79,10 +79,6 @@ local function write_state(key, now, e, a, b)
     redis.call('DEL', key)
     return
   end
-  -- The ends of the state this one replaces (0: none) and of this one,
-  -- for the packed format's write (packed_write.lua).
-  local was, ends = (states[key] or { 0 })[1], e
-  states[key] = { e, a, b or 0 }
   local state
   if compact_state and a == 0 and not b then
     state = num(e)
@@ -90,5 +86,8 @@ local function write_state(key, now, e, a, b)
     state = num(e) .. ' ' .. num(a)
     if b then state = state .. ' ' .. num(b) end
   end
+  -- (Before `states` is updated: the packed format's write reads the end
+  -- of the state this one replaces there, script.rs.)
   redis.call('SET', key, state, 'PX', ttl_ms(e - now))
+  states[key] = { e, a, b or 0 }
 end
