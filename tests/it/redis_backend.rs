@@ -48,14 +48,17 @@ fn connect_in(rt: &tokio::runtime::Runtime, url: &str, format: KeyFormat) -> Red
         .unwrap()
 }
 
+/// The packed format over one shard: every client's state in one hash.
+const ONE_HASH: KeyFormat = KeyFormat::Packed {
+    shards: NonZeroU16::MIN,
+};
+
 /// The compact format (the default), or the packed one over one shard
 /// (every client in one hash) or a few.
 fn formats() -> impl Strategy<Value = KeyFormat> {
     prop_oneof![
         Just(KeyFormat::Compact),
-        Just(KeyFormat::Packed {
-            shards: NonZeroU16::MIN
-        }),
+        Just(ONE_HASH),
         Just(KeyFormat::PACKED),
     ]
 }
@@ -800,10 +803,7 @@ fn valkey_too_when_it_is_installed() {
     }
     let server = RedisServer::start_with("valkey-server", &[]);
     let rt = runtime();
-    let packed = KeyFormat::Packed {
-        shards: NonZeroU16::MIN,
-    };
-    for format in [KeyFormat::Compact, packed] {
+    for format in [KeyFormat::Compact, ONE_HASH] {
         let redis = connect_in(&rt, &server.url(), format);
         let memory = MemoryBackend::new();
         for algorithm in Algorithm::ALL {
@@ -1146,13 +1146,7 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
     let rt = runtime();
     let old = connect_in(&rt, &server.url(), KeyFormat::Readable);
     let new = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
-    let packed = connect_in(
-        &rt,
-        &server.url(),
-        KeyFormat::Packed {
-            shards: NonZeroU16::MIN,
-        },
-    );
+    let packed = connect_in(&rt, &server.url(), ONE_HASH);
     let policy: Policy = "limit = 10/min".parse().unwrap();
     let key = Key::new("user", "moving");
     let admitted = |backend: &RedisBackend| {
@@ -1240,13 +1234,7 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
 fn packed_keys_forget_clients_gone() {
     let server = RedisServer::start();
     let rt = runtime();
-    let packed = connect_in(
-        &rt,
-        &server.url(),
-        KeyFormat::Packed {
-            shards: NonZeroU16::MIN,
-        },
-    );
+    let packed = connect_in(&rt, &server.url(), ONE_HASH);
     let key = Key::new("user", "any");
     // One GCRA token a second: a client's state matters for a second.
     let gcra = Policy::single(Algorithm::Gcra, Quota::per_second(1).unwrap()).unwrap();
@@ -1298,13 +1286,7 @@ fn a_packed_hash_outlives_every_state_in_it() {
     use tower_ratelimit::backend::Backend;
     let server = RedisServer::start();
     let rt = runtime();
-    let packed = connect_in(
-        &rt,
-        &server.url(),
-        KeyFormat::Packed {
-            shards: NonZeroU16::MIN,
-        },
-    );
+    let packed = connect_in(&rt, &server.url(), ONE_HASH);
     // 600 a minute: a GCRA unit is 100 ms, so a spend of 300 moves a
     // client's state 30 s on, across the ten-second steps the hash's
     // expiry follows.
@@ -1392,12 +1374,7 @@ fn a_reset_key_starts_afresh_on_both_backends() {
     type Decide<'a> = &'a dyn Fn(&Key, &Policy, u32) -> tower_ratelimit::Decision;
     use tower_ratelimit::policy::PenaltyBox;
     // Packed over one shard: alice's and bob's states share hashes.
-    for format in [
-        KeyFormat::Compact,
-        KeyFormat::Packed {
-            shards: NonZeroU16::MIN,
-        },
-    ] {
+    for format in [KeyFormat::Compact, ONE_HASH] {
         let (_server, rt, redis, memory) = both_in(format);
         for algorithm in Algorithm::ALL {
             let banning =
