@@ -267,11 +267,7 @@ async fn the_inner_service_is_called_ready_and_cloned_only_for_a_decision_still_
     let [calls, clones, unready] = five_uploads(MemoryBackend::new()).await;
     assert_eq!((calls, unready), (5, 0));
     assert_eq!(clones, 0, "nothing cloned for a decision known at once");
-    let later = Later(
-        MemoryBackend::builder()
-            .clock(ManualClock::new(Micros::from_secs(1)))
-            .build(),
-    );
+    let later = Later::on(ManualClock::new(Micros::from_secs(1)));
     let [calls, clones, unready] = five_uploads(later).await;
     assert_eq!((calls, unready), (5, 0));
     assert_eq!(clones, 5, "one ready copy taken per request that waited");

@@ -1,18 +1,22 @@
 //! A backend whose answer comes on a later poll, as a networked store's
-//! does, the layer the two paths are compared through, and what a response
-//! says. Shared by the layer's tests and its fuzz target
-//! (`fuzz/fuzz_targets/layer.rs`, by path).
+//! does, and a trace of requests sent through the layer acting on an
+//! answer at once and on one that comes later. Shared by the layer's tests
+//! and its fuzz target (`fuzz/fuzz_targets/layer.rs`, by path).
 
-use std::future::Future;
+use std::convert::Infallible;
+use std::future::{ready, Future};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::BodyExt;
-use tower::{Service, ServiceExt};
-use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
-use tower_ratelimit::clock::ManualClock;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Full};
+use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+use tower_ratelimit::backend::{Backend, BackendError, Either, MemoryBackend};
+use tower_ratelimit::clock::{ManualClock, Micros};
 use tower_ratelimit::key::{Header, Key};
 use tower_ratelimit::layer::{cost_fn, Cost};
 use tower_ratelimit::{Algorithm, Decision, Policy, RateLimitLayer};
@@ -21,6 +25,13 @@ use tower_ratelimit::{Algorithm, Decision, Policy, RateLimitLayer};
 /// the layer cannot act on it within `call`.
 #[derive(Clone)]
 pub struct Later(pub MemoryBackend<ManualClock>);
+
+impl Later {
+    /// On a memory backend of its own that reads `clock`.
+    pub fn on(clock: ManualClock) -> Self {
+        Later(MemoryBackend::builder().clock(clock).build())
+    }
+}
 
 /// An answer given after one `Pending` (which wakes its task at once).
 pub struct SecondPoll {
@@ -50,9 +61,59 @@ impl Backend for Later {
     }
 }
 
+/// Sends each request of `trace` (how long after the previous one, its
+/// `x-user-id`, its `x-cost`) to the layer acting on the memory backend's
+/// answer at once and to the layer acting on the same backend's answer on
+/// a later poll, under `algorithm` at 4/s beside a fixed window of 12/min:
+/// both must answer alike (statuses, quota headers, bodies), and call the
+/// inner service as often.
+pub async fn same_answers<ReqB>(
+    algorithm: Algorithm,
+    trace: impl IntoIterator<Item = (Duration, HeaderValue, HeaderValue)>,
+) where
+    ReqB: Default + Send + 'static,
+{
+    let policy = two_limits(algorithm);
+    let stack = |backend| {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let svc = ServiceBuilder::new()
+            .layer(costed(policy.clone(), backend))
+            .service(service_fn(move |_: Request<ReqB>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                ready(Ok::<_, Infallible>(Response::new(Full::new(
+                    Bytes::from_static(b"ok"),
+                ))))
+            }));
+        (svc, calls)
+    };
+    let clocks = [(); 2].map(|()| ManualClock::new(Micros::from_secs(1_000)));
+    let memory = MemoryBackend::builder().clock(clocks[0].clone()).build();
+    let (mut at_once, at_once_calls) = stack(Either::Left(memory));
+    let (mut later, later_calls) = stack(Either::Right(Later::on(clocks[1].clone())));
+    for (step, user, cost) in trace {
+        for clock in &clocks {
+            clock.advance(step);
+        }
+        let request = || {
+            let mut request = Request::new(ReqB::default());
+            let headers = request.headers_mut();
+            headers.insert("x-user-id", user.clone());
+            headers.insert("x-cost", cost.clone());
+            request
+        };
+        let (a, b) = both_answer(&mut at_once, &mut later, request).await;
+        assert_eq!(a, b);
+    }
+    assert_eq!(
+        at_once_calls.load(Ordering::SeqCst),
+        later_calls.load(Ordering::SeqCst)
+    );
+}
+
 /// The policy the two paths are compared under: `algorithm` at 4/s beside
 /// a fixed window of 12/min.
-pub fn two_limits(algorithm: Algorithm) -> Policy {
+fn two_limits(algorithm: Algorithm) -> Policy {
     Policy::builder()
         .limit("second", algorithm, "4/s".parse().unwrap())
         .limit("minute", Algorithm::FixedWindow, "12/min".parse().unwrap())
@@ -62,10 +123,7 @@ pub fn two_limits(algorithm: Algorithm) -> Policy {
 
 /// `policy` on `backend`, per `x-user-id`, each request costing what its
 /// `x-cost` says (1 when it says nothing readable).
-pub fn costed<B: Backend>(
-    policy: Policy,
-    backend: B,
-) -> RateLimitLayer<Header, Policy, B, impl Cost> {
+fn costed<B: Backend>(policy: Policy, backend: B) -> RateLimitLayer<Header, Policy, B, impl Cost> {
     RateLimitLayer::new(policy)
         .key(Header::new("x-user-id"))
         .cost(cost_fn(|req| {
@@ -79,11 +137,11 @@ pub fn costed<B: Backend>(
 
 /// What a response says: its status, headers (but the wall clock's
 /// `X-RateLimit-Reset`) and body.
-pub type Answer = (u16, Vec<(String, Vec<u8>)>, Bytes);
+type Answer = (u16, Vec<(String, Vec<u8>)>, Bytes);
 
 /// The same request (each made by `request`) to the layer acting on an
 /// answer at once, then to the one acting on it later: what each answers.
-pub async fn both_answer<S, ReqB, ResB>(
+async fn both_answer<S, ReqB, ResB>(
     at_once: &mut S,
     later: &mut S,
     request: impl Fn() -> Request<ReqB>,
@@ -106,7 +164,7 @@ where
 }
 
 /// What `response` says ([`Answer`]).
-pub async fn answer<B>(response: Response<B>) -> Answer
+async fn answer<B>(response: Response<B>) -> Answer
 where
     B: http_body::Body<Data = Bytes>,
     B::Error: std::fmt::Debug,
