@@ -1365,6 +1365,45 @@ fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
     connect(KeyFormat::Compact).unwrap();
 }
 
+/// On a Redis Cluster a reset is one pipeline to the node of the client's
+/// slot: in the packed format, the fields in the shared hashes and the
+/// client's own keys (a sliding log, a penalty box) are all forgotten.
+#[cfg(feature = "redis-cluster")]
+#[test]
+fn a_reset_on_a_cluster_forgets_fields_and_keys_alike() {
+    use tower_ratelimit::backend::Backend;
+    use tower_ratelimit::policy::PenaltyBox;
+    let cluster = crate::support::RedisCluster::start();
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::cluster_builder(cluster.urls())
+                .key_format(KeyFormat::PACKED)
+                .connect(),
+        )
+        .unwrap();
+    let banning = PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(600)).unwrap();
+    let policy = Policy::builder()
+        .limit("a", Algorithm::Gcra, Quota::per_minute(3).unwrap())
+        .limit("b", Algorithm::SlidingLog, Quota::per_hour(5).unwrap())
+        .penalty(banning)
+        .build()
+        .unwrap();
+    let alice = Key::new("user", "alice");
+    for _ in 0..6 {
+        rt.block_on(redis.check(&alice, &policy, 1)).unwrap();
+    }
+    assert!(rt
+        .block_on(redis.check(&alice, &policy, 0))
+        .unwrap()
+        .is_banned());
+    rt.block_on(redis.reset(&alice, &policy)).unwrap();
+    let after = rt.block_on(redis.check(&alice, &policy, 0)).unwrap();
+    assert!(after.is_allowed() && !after.is_banned());
+    let remaining: Vec<u32> = after.outcomes().map(|o| o.remaining()).collect();
+    assert_eq!(remaining, [3, 5]);
+}
+
 /// A reset forgets one key's state under one policy — every limit, and its
 /// penalty box's strikes and bans — on memory and Redis alike; other keys
 /// and other policies keep theirs. A backend that cannot reset says so.

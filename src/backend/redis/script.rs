@@ -198,13 +198,15 @@ pub enum KeyFormat {
     /// server, 20,000 clients over 1,024 shards) instead of a key of its own
     /// (148 bytes at least: name, value, expiry and table entries).
     ///
-    /// The price is instructions. Redis scans a flat hash's fields on each
-    /// read and write; each write also lengthens the hash's expiry
-    /// (`PEXPIRE … GT`), and a write that adds a field looks at two others
-    /// at random and deletes those whose state no longer matters, which
-    /// keeps a hash at no more than about twice its clients of the last
-    /// window. So choose `shards` near the clients you expect in one window
-    /// over 16: fewer fields scan faster, and with fewer clients than shards
+    /// A hash outlives the next whole ten seconds after each of its states'
+    /// ends, so a write lengthens its expiry (`PEXPIRE … GT`) only when its
+    /// state ends in a later ten seconds than the one it replaces: a known
+    /// client's decision reads and writes its field alone. A write that
+    /// adds a field looks at two others at random and deletes those whose
+    /// state no longer matters, which keeps a hash at no more than about
+    /// twice its clients of the last window. Redis scans a flat hash's
+    /// fields on each read and write, so choose `shards` near the clients
+    /// you expect in one window over 16: with fewer clients than shards
     /// each has a hash of its own, which costs more than a compact key.
     /// Redis 7.0 or later. All servers sharing a Redis must use the same
     /// `shards`, as the same format: a different number is a different key.
@@ -306,16 +308,10 @@ impl Words for Vec<String> {
 }
 
 /// The Redis keys of `key` under `limit` (one, or two for a sliding log),
-/// each given to `each` with the client's field in it when the state is a
-/// packed hash's field.
-pub(super) fn limit_keys(
-    names: &KeyNames,
-    key: &Key,
-    limit: &Limit,
-    mut each: impl FnMut(&[u8], Option<&[u8]>),
-) {
+/// each given to `each`.
+pub(super) fn limit_keys(names: &KeyNames, key: &Key, limit: &Limit, mut each: impl FnMut(&[u8])) {
     let mut client = Client::of(names, key);
-    client.keys_of(names, limit, &mut each);
+    client.keys_of(names, limit, &mut |k, _| each(k));
 }
 
 /// The client's field in packed hashes (`None` under other formats).
