@@ -298,6 +298,14 @@ impl RedisBackend {
         }
     }
 
+    /// The script one decision runs (the one
+    /// [`evalsha_command`](Self::evalsha_command) calls), as text: for
+    /// measuring it with other tools.
+    #[doc(hidden)]
+    pub fn script_source(&self, policy: &Policy, cost: u32) -> String {
+        Shape::of(policy, Ask::Check(cost), self.names.format).source()
+    }
+
     /// The `EVALSHA` command one decision sends, word by word: for
     /// benchmarking the script with other tools (`redis-benchmark`).
     #[doc(hidden)]
