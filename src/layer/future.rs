@@ -361,20 +361,33 @@ where
             || config.settlement.is_some()
             || config.demotion.is_some()
             || in_flight;
-        let pending = Pending {
-            inner,
-            req,
-            ask,
-            backend_name: backend.name(),
-            backend: asks_again.then(|| backend.clone()),
-            retry,
-            demoted: false,
-        };
+        let backend_name = backend.name();
+        let backend = asks_again.then(|| backend.clone());
+        // The request is put in place once on either path: a `Pending`
+        // built before the branch is moved again into the one taken (a
+        // copy of a few hundred bytes a request).
         let state = match B::answer_now(&mut check) {
-            Some(answer) => pending.answered(&config, answer),
+            Some(answer) => Pending {
+                inner,
+                req,
+                ask,
+                backend_name,
+                backend,
+                retry,
+                demoted: false,
+            }
+            .answered(&config, answer),
             None => State::Check {
                 check,
-                pending: Some(Box::new(pending.parked())),
+                pending: Some(Box::new(Pending {
+                    inner: Callee::take(inner),
+                    req,
+                    ask,
+                    backend_name,
+                    backend,
+                    retry,
+                    demoted: false,
+                })),
             },
         };
         Self { state, config }

@@ -59,7 +59,11 @@ pub(super) fn write(
     policy: &Policy,
     decision: &Decision,
 ) {
-    write_with(headers, style, policy, decision, None);
+    // Checked before the policy's rendered text is looked up: an admission
+    // under `HeaderStyle::None` writes nothing.
+    if style != HeaderStyle::None {
+        write_with(headers, style, policy, decision, None);
+    }
 }
 
 /// The quota headers of a refused `decision` and, when it can ever
