@@ -6,6 +6,7 @@
 //! | route | what |
 //! |---|---|
 //! | `/bare` | the handler alone |
+//! | `/bare/path-as-long-as-ours` | the same at a path as long as `/memory/allowed-no-headers` (a path's parsing and routing grow with its length) |
 //! | `/bare/headers` | the handler, adding five constant headers as long as the quota headers (what sending them costs hyper, without computing them) |
 //! | `/governor/allowed`, `/governor/rejecting` | `tower_governor` per IP |
 //! | `/memory/allowed` | ours per IP, default headers, a limit never reached |
@@ -61,6 +62,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let ok = || get(|| async { "ok" });
     let app = Router::new()
         .route("/bare", ok())
+        .route("/bare/path-as-long-as-ours", ok())
         .route("/bare/headers", get(|| async { (QUOTA_HEADERS, "ok") }))
         .route("/governor/allowed", ok().layer(governor(100, 1_000_000)))
         .route(
