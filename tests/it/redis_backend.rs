@@ -1365,6 +1365,27 @@ fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
         "{refused}"
     );
     connect(KeyFormat::Compact).unwrap();
+
+    // Connected lazily, the same question is asked before the first call,
+    // and every decision fails with its answer (the script's own error
+    // would name no command).
+    let lazy = |format| {
+        let _guard = rt.enter();
+        RedisBackend::builder(&server.url())
+            .key_format(format)
+            .connect_lazy()
+            .unwrap()
+    };
+    let policy = Policy::single(Algorithm::Gcra, Quota::per_minute(5).unwrap()).unwrap();
+    let alice = Key::new("user", "alice");
+    let packed = lazy(KeyFormat::PACKED);
+    for _ in 0..2 {
+        let failed = rt.block_on(packed.check(&alice, &policy, 1)).unwrap_err();
+        assert_eq!(failed.cause(), Cause::UnknownCommand, "{failed}");
+        assert!(failed.to_string().contains("PEXPIRE"), "{failed}");
+    }
+    let decision = rt.block_on(lazy(KeyFormat::Compact).check(&alice, &policy, 1));
+    assert_eq!(decision.unwrap().deciding().remaining(), 4);
 }
 
 /// On a Redis Cluster a reset is one pipeline to the node of the client's

@@ -1,5 +1,6 @@
 //! [`RedisBackendBuilder`]: where Redis is, and how to reach it.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -269,8 +270,9 @@ impl RedisBackendBuilder {
     /// Connect now. Fails if the prefix is invalid or the server (or, for a
     /// cluster, its nodes) cannot be reached: a wrong address shows at once;
     /// under [`KeyFormat::Packed`], also if the server is older than Redis
-    /// 7.0 (a backend of [`connect_lazy`](Self::connect_lazy) finds that out
-    /// at its first decision, which fails).
+    /// 7.0 (a backend of [`connect_lazy`](Self::connect_lazy) asks the same
+    /// before its first call, and its calls fail with that error, cause
+    /// `unknown_command`, until a server answers it).
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
         self.check_prefix()?;
         let conn = match &self.topology {
@@ -440,6 +442,10 @@ impl RedisBackendBuilder {
             denials: Denials::new(self.cached_denials).map(Arc::new),
             leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),
             health: Arc::new(HealthTracker::new("redis", self.on_health_change)),
+            runs_format: Arc::new(AtomicBool::new(!matches!(
+                self.key_format,
+                KeyFormat::Packed { .. }
+            ))),
             #[cfg(feature = "redis-cluster")]
             nodes,
         }

@@ -13,6 +13,7 @@ mod url;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -77,6 +78,11 @@ pub struct RedisBackend {
     denials: Option<Arc<Denials>>,
     leases: Option<Arc<Leases>>,
     health: Arc<HealthTracker>,
+    /// Whether the server is known to run every command the key format's
+    /// scripts make: always under the compact and readable formats; under
+    /// the packed format once a probe was answered (by `connect`, or by the
+    /// first call of a backend that connected lazily).
+    runs_format: Arc<AtomicBool>,
     /// On a cluster: a circuit per node.
     #[cfg(feature = "redis-cluster")]
     nodes: Option<Arc<nodes::Nodes>>,
@@ -275,9 +281,11 @@ impl RedisBackend {
     }
 
     /// Whether the server runs what the packed format's scripts need
-    /// (`PEXPIRE … GT`, Redis 7.0 or later), asked by `connect`: on an
-    /// older server every decision would fail, and a layer that allows
-    /// when no decision can be had would limit nothing.
+    /// (`PEXPIRE … GT`, Redis 7.0 or later), asked by `connect` and, after
+    /// `connect_lazy`, before the first call: on an older server every
+    /// decision would fail with the script's own error, which names no
+    /// command, and a layer that allows when no decision can be had would
+    /// limit nothing. Asked again until a server answers it.
     pub(super) async fn check_packed_commands(&self) -> Result<(), BackendError> {
         // A key no state takes: PEXPIRE of a missing key changes nothing.
         let mut probe = ::redis::cmd("PEXPIRE");
@@ -285,17 +293,17 @@ impl RedisBackend {
             .arg(format!("{}4:probe", self.names.prefix))
             .arg(1)
             .arg("GT");
-        let Err(e) = self.query::<i64>(&probe).await else {
-            return Ok(());
-        };
-        match cause_of(&e) {
-            Cause::Other | Cause::UnknownCommand => Err(BackendError::new(format!(
+        let refused = |e: RedisError| match cause_of(&e) {
+            Cause::Other | Cause::UnknownCommand => BackendError::new(format!(
                 "the packed key format needs `PEXPIRE … GT` (Redis 7.0 or later), \
                  which the server refused ({e}); KeyFormat::Compact needs no such command"
             ))
-            .with_cause(Cause::UnknownCommand)),
-            _ => Err(e.into()),
-        }
+            .with_cause(Cause::UnknownCommand),
+            _ => e.into(),
+        };
+        self.answered_as(self.query::<i64>(&probe), refused).await?;
+        self.runs_format.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The script one decision runs (the one
@@ -467,6 +475,9 @@ impl RedisBackend {
         // The command built at once, numbers written as numbers: no string
         // per argument. A server that lost the script (a restart, a
         // failover) gets it again, and the command once more.
+        if !self.runs_format.load(Ordering::Acquire) {
+            self.check_packed_commands().await?;
+        }
         let shape = Shape::of(policy, ask, self.names.format);
         let script = self.script(shape);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
@@ -490,13 +501,23 @@ impl RedisBackend {
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
     ) -> Result<T, BackendError> {
+        self.answered_as(call, BackendError::from).await
+    }
+
+    /// [`answered`](Self::answered), with Redis's errors told as `error`
+    /// tells them.
+    async fn answered_as<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+        error: impl FnOnce(RedisError) -> BackendError,
+    ) -> Result<T, BackendError> {
         let answer = tokio::time::timeout(self.timeout, call)
             .await
             .map_err(|_| {
                 BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
                     .with_cause(Cause::Timeout)
             })
-            .and_then(|answer| answer.map_err(BackendError::from));
+            .and_then(|answer| answer.map_err(error));
         self.report(&answer);
         answer
     }
