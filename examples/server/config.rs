@@ -45,11 +45,19 @@ pub struct Config {
     /// `ADAPTIVE_WINDOW_MS`: the window `/api/report`'s adaptive limit
     /// looks back over (default 10,000; shorter for a quick demo).
     pub adaptive_window: std::time::Duration,
-    /// `REDIS_KEY_FORMAT`: `compact` (the default), or `packed` (over 1,024
-    /// shards) or `packed:<shards>`, many clients' states in one hash: the
-    /// shards of the packed format, `None` for the compact one. Every
-    /// server sharing a Redis must say the same.
-    pub redis_packed_shards: Option<std::num::NonZeroU16>,
+    /// `REDIS_KEY_FORMAT`: `compact` (the default), or `packed` or
+    /// `packed:<shards>`, many clients' states in one hash. Every server
+    /// sharing a Redis must say the same.
+    pub redis_key_format: RedisKeyFormat,
+}
+
+/// The Redis key format the server was told to use (told here rather than
+/// as the crate's `KeyFormat`, which exists only with its `redis` feature).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisKeyFormat {
+    Compact,
+    /// Over the given shards, or the crate's default count (`None`).
+    Packed(Option<std::num::NonZeroU16>),
 }
 
 /// What decides while the store is down.
@@ -82,7 +90,7 @@ impl Default for Config {
             redis_client_cert: None,
             limits_file: None,
             adaptive_window: std::time::Duration::from_secs(10),
-            redis_packed_shards: None,
+            redis_key_format: RedisKeyFormat::Compact,
         }
     }
 }
@@ -171,10 +179,12 @@ impl Config {
             limits_file: std::env::var_os("LIMITS_FILE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),
-            redis_packed_shards: env_or("REDIS_KEY_FORMAT", None, |v| match v {
-                "compact" => Some(None),
-                "packed" => Some(std::num::NonZeroU16::new(1024)),
-                _ => v.strip_prefix("packed:")?.parse().ok().map(Some),
+            redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
+                "compact" => Some(RedisKeyFormat::Compact),
+                "packed" => Some(RedisKeyFormat::Packed(None)),
+                _ => Some(RedisKeyFormat::Packed(Some(
+                    v.strip_prefix("packed:")?.parse().ok()?,
+                ))),
             })
             .map_err(|e| {
                 format!("{e} (expected compact, packed or packed:<shards>, 1 to 65535)")

@@ -97,7 +97,7 @@ mod tokens;
 
 pub use admin::metrics_app;
 use admin::*;
-pub use config::{Config, StoreFailure};
+pub use config::{Config, RedisKeyFormat, StoreFailure};
 use routes::*;
 pub use serve::serve;
 
@@ -437,7 +437,7 @@ pub async fn redis_app_with(
     limits: Limits,
     changes: Changes,
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    use tower_ratelimit::backend::{Health, RedisBackend};
+    use tower_ratelimit::backend::{Health, KeyFormat, RedisBackend};
     let mut redis = RedisBackend::builder(url)
         .timeout(config.store_timeout)
         // Why Redis is not deciding, when that starts, changes or ends: a
@@ -448,9 +448,11 @@ pub async fn redis_app_with(
             _ => {}
         });
     redis = with_tls(config, redis)?;
-    if let Some(shards) = config.redis_packed_shards {
-        redis = redis.key_format(tower_ratelimit::backend::KeyFormat::Packed { shards });
-    }
+    redis = match config.redis_key_format {
+        RedisKeyFormat::Compact => redis,
+        RedisKeyFormat::Packed(None) => redis.key_format(KeyFormat::PACKED),
+        RedisKeyFormat::Packed(Some(shards)) => redis.key_format(KeyFormat::Packed { shards }),
+    };
     if config.leased {
         redis = redis.leased(config.servers);
     }
