@@ -126,6 +126,27 @@ where
     I::Service: Service<Request<ReqB>>,
     B: Backend,
 {
+    /// A request to be decided by `backend`, kept when it `asks_again`.
+    #[inline(always)]
+    fn new(
+        inner: I,
+        req: Request<ReqB>,
+        ask: Ask,
+        backend: &B,
+        asks_again: bool,
+        retry: Option<Box<Retry>>,
+    ) -> Self {
+        Pending {
+            inner,
+            req,
+            ask,
+            backend_name: backend.name(),
+            backend: asks_again.then(|| backend.clone()),
+            retry,
+            demoted: false,
+        }
+    }
+
     /// The request, to wait with a service of its own.
     fn parked(self) -> Parked<I::Service, ReqB, B> {
         Pending {
@@ -361,34 +382,21 @@ where
             || config.settlement.is_some()
             || config.demotion.is_some()
             || in_flight;
-        let backend_name = backend.name();
-        let backend = asks_again.then(|| backend.clone());
         // The request is put in place once on either path: a `Pending`
         // built before the branch is moved again into the one taken (a
         // copy of a few hundred bytes a request).
         let state = match B::answer_now(&mut check) {
-            Some(answer) => Pending {
-                inner,
-                req,
-                ask,
-                backend_name,
-                backend,
-                retry,
-                demoted: false,
+            Some(answer) => {
+                Pending::new(inner, req, ask, backend, asks_again, retry).answered(&config, answer)
             }
-            .answered(&config, answer),
-            None => State::Check {
-                check,
-                pending: Some(Box::new(Pending {
-                    inner: Callee::take(inner),
-                    req,
-                    ask,
-                    backend_name,
-                    backend,
-                    retry,
-                    demoted: false,
-                })),
-            },
+            None => {
+                let inner = Callee::take(inner);
+                let pending = Pending::new(inner, req, ask, backend, asks_again, retry);
+                State::Check {
+                    check,
+                    pending: Some(Box::new(pending)),
+                }
+            }
         };
         Self { state, config }
     }

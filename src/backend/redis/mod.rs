@@ -472,12 +472,14 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
-        // The command built at once, numbers written as numbers: no string
-        // per argument. A server that lost the script (a restart, a
-        // failover) gets it again, and the command once more.
+        // Lazily connected under the packed format: first, whether the
+        // server can run it at all.
         if !self.runs_format.load(Ordering::Acquire) {
             self.check_packed_commands().await?;
         }
+        // The command built at once, numbers written as numbers: no string
+        // per argument. A server that lost the script (a restart, a
+        // failover) gets it again, and the command once more.
         let shape = Shape::of(policy, ask, self.names.format);
         let script = self.script(shape);
         let mut cmd = ::redis::Cmd::with_capacity(16, 256);
