@@ -180,35 +180,28 @@ fn main() {
         .build()
         .unwrap();
     let url = format!("redis://127.0.0.1:{port}");
-    let backend = rt
-        .block_on(
-            RedisBackend::builder(&url)
-                .timeout(Duration::from_secs(2))
-                .connect(),
-        )
-        .expect("connect");
+    let connect = |format| {
+        let builder = RedisBackend::builder(&url).key_format(format);
+        rt.block_on(builder.timeout(Duration::from_secs(2)).connect())
+            .expect("connect")
+    };
+    let backend = connect(KeyFormat::Compact);
     // A rate no task reaches: every decision is an admission that writes.
     let quota = Quota::per_second(1_000_000).unwrap();
 
     // One token-bucket limit, ours against the minimal script, each through
     // redis-benchmark (unpipelined and 16 deep) and through a Rust client.
     let bucket = Arc::new(Policy::single(Algorithm::TokenBucket, quota).unwrap());
-    // One decision first loads the script.
-    rt.block_on(backend.check(&Key::new("user", "load"), &bucket, 1))
-        .expect("decision");
-    let ours = backend.evalsha_command(&Key::new("user", "redis-benchmark"), &bucket, 1);
-    // The same decision in the packed key format: a known client's field.
-    let packed = rt
-        .block_on(
-            RedisBackend::builder(&url)
-                .key_format(KeyFormat::PACKED)
-                .timeout(Duration::from_secs(2))
-                .connect(),
-        )
-        .expect("connect");
-    rt.block_on(packed.check(&Key::new("user", "redis-benchmark"), &bucket, 1))
-        .expect("decision");
-    let ours_packed = packed.evalsha_command(&Key::new("user", "redis-benchmark"), &bucket, 1);
+    // One decision first loads the script (and, in the packed key format,
+    // makes the client's field: the benchmark's client is a known one).
+    let command = |backend: &RedisBackend| {
+        let key = Key::new("user", "redis-benchmark");
+        rt.block_on(backend.check(&key, &bucket, 1))
+            .expect("decision");
+        backend.evalsha_command(&key, &bucket, 1)
+    };
+    let ours = command(&backend);
+    let ours_packed = command(&connect(KeyFormat::PACKED));
     let sha = server.cli(&["SCRIPT", "LOAD", MINIMAL]);
     let minimal: Vec<String> = [
         "EVALSHA",

@@ -59,11 +59,7 @@ pub(super) fn write(
     policy: &Policy,
     decision: &Decision,
 ) {
-    // Checked before the policy's rendered text is looked up: an admission
-    // under `HeaderStyle::None` writes nothing.
-    if style != HeaderStyle::None {
-        write_with(headers, style, policy, decision, None);
-    }
+    write_with(headers, style, policy, decision, None);
 }
 
 /// The quota headers of a refused `decision` and, when it can ever
@@ -94,6 +90,11 @@ fn write_with(
 ) {
     let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
     let ietf = matches!(style, HeaderStyle::Ietf | HeaderStyle::Both);
+    // Nothing to write (an admission under `HeaderStyle::None`): known
+    // before the policy's rendered text is looked up.
+    if !legacy && !ietf && retry.is_none() {
+        return;
+    }
     let Some(rendered) = Rendered::of(policy) else {
         // Cannot happen (see `Rendered::of`); a refusal still says when.
         if let Some(secs) = retry {
@@ -108,6 +109,7 @@ fn write_with(
             .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
             .is_none_or(|theirs| deciding.remaining() < theirs);
     if !legacy && !ietf && retry.is_none() {
+        // An inner layer's legacy headers stand, and nothing else is sent.
         return;
     }
     headers.reserve(3 * usize::from(legacy) + 2 * usize::from(ietf) + usize::from(retry.is_some()));

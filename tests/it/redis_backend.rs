@@ -1345,19 +1345,16 @@ fn a_packed_hash_outlives_every_state_in_it() {
 /// than Redis 7.0, whose PEXPIRE takes no GT; here a server without
 /// PEXPIRE) is refused at connect with a message that says why, instead of
 /// every decision failing later (and a layer that allows on failure
-/// limiting nothing). The compact format, which needs no PEXPIRE, connects.
+/// limiting nothing); connected lazily, each decision fails with that
+/// message. The compact format, which needs no PEXPIRE, connects and
+/// decides.
 #[test]
 fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
     use tower_ratelimit::backend::Cause;
     let server = RedisServer::start_with("redis-server", &["--rename-command", "PEXPIRE", ""]);
     let rt = runtime();
-    let connect = |format| {
-        rt.block_on(
-            RedisBackend::builder(&server.url())
-                .key_format(format)
-                .connect(),
-        )
-    };
+    let builder = |format| RedisBackend::builder(&server.url()).key_format(format);
+    let connect = |format| rt.block_on(builder(format).connect());
     let refused = connect(KeyFormat::PACKED).unwrap_err();
     assert_eq!(refused.cause(), Cause::UnknownCommand, "{refused}");
     assert!(
@@ -1371,10 +1368,7 @@ fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
     // would name no command).
     let lazy = |format| {
         let _guard = rt.enter();
-        RedisBackend::builder(&server.url())
-            .key_format(format)
-            .connect_lazy()
-            .unwrap()
+        builder(format).connect_lazy().unwrap()
     };
     let policy = Policy::single(Algorithm::Gcra, Quota::per_minute(5).unwrap()).unwrap();
     let alice = Key::new("user", "alice");

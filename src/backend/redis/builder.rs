@@ -323,9 +323,7 @@ impl RedisBackendBuilder {
             // whenever a call fails.
             let _ = nodes.load(&mut conn.clone()).await;
         }
-        if let KeyFormat::Packed { .. } = backend.names.format {
-            backend.check_packed_commands().await?;
-        }
+        backend.check_format().await?;
         Ok(backend)
     }
 

@@ -280,13 +280,16 @@ impl RedisBackend {
         script::packed_field(&self.names, key).map(|f| String::from_utf8_lossy(&f).into_owned())
     }
 
-    /// Whether the server runs what the packed format's scripts need
-    /// (`PEXPIRE … GT`, Redis 7.0 or later), asked by `connect` and, after
-    /// `connect_lazy`, before the first call: on an older server every
-    /// decision would fail with the script's own error, which names no
-    /// command, and a layer that allows when no decision can be had would
-    /// limit nothing. Asked again until a server answers it.
-    pub(super) async fn check_packed_commands(&self) -> Result<(), BackendError> {
+    /// Whether the server runs what the key format's scripts need: under
+    /// the packed format `PEXPIRE … GT` (Redis 7.0 or later), asked by
+    /// `connect` and before every call until a server answers it (after
+    /// `connect_lazy`, the first). On an older server every decision would
+    /// fail with the script's own error, which names no command, and a
+    /// layer that allows when no decision can be had would limit nothing.
+    pub(super) async fn check_format(&self) -> Result<(), BackendError> {
+        if self.runs_format.load(Ordering::Acquire) {
+            return Ok(());
+        }
         // A key no state takes: PEXPIRE of a missing key changes nothing.
         let mut probe = ::redis::cmd("PEXPIRE");
         probe
@@ -306,12 +309,12 @@ impl RedisBackend {
         Ok(())
     }
 
-    /// The script one decision runs (the one
+    /// The script one decision runs in `format` (the one
     /// [`evalsha_command`](Self::evalsha_command) calls), as text: for
     /// measuring it with other tools.
     #[doc(hidden)]
-    pub fn script_source(&self, policy: &Policy, cost: u32) -> String {
-        Shape::of(policy, Ask::Check(cost), self.names.format).source()
+    pub fn script_source(format: KeyFormat, policy: &Policy, cost: u32) -> String {
+        Shape::of(policy, Ask::Check(cost), format).source()
     }
 
     /// The `EVALSHA` command one decision sends, word by word: for
@@ -472,11 +475,7 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
-        // Lazily connected under the packed format: first, whether the
-        // server can run it at all.
-        if !self.runs_format.load(Ordering::Acquire) {
-            self.check_packed_commands().await?;
-        }
+        self.check_format().await?;
         // The command built at once, numbers written as numbers: no string
         // per argument. A server that lost the script (a restart, a
         // failover) gets it again, and the command once more.
