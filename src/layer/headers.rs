@@ -59,23 +59,36 @@ pub(super) fn write(
     policy: &Policy,
     decision: &Decision,
 ) {
-    write_with(headers, style, policy, decision, None);
+    write_with(headers, style, policy, decision, None, Theirs::Maybe);
 }
 
 /// The quota headers of a refused `decision` and, when it can ever
 /// succeed, its `Retry-After` ([`retry_after_secs`]), written into the same
-/// buffer.
+/// buffer. `theirs` says whether the response may already hold legacy
+/// headers (a custom refusal's); the limiter's own holds none.
 pub(super) fn write_refusal(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &Policy,
     decision: &Decision,
     jitter: Micros,
+    theirs: Theirs,
 ) {
     let retry = decision
         .retry_after_micros()
         .map(|retry| retry_after_secs(retry, jitter));
-    write_with(headers, style, policy, decision, retry);
+    write_with(headers, style, policy, decision, retry, theirs);
+}
+
+/// Whether a response may hold legacy quota headers written before ours
+/// (an inner layer's, a custom refusal's), which the fewer remaining of
+/// both then decides. Only a response that may is searched for them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Theirs {
+    /// It may: the inner service's response, a custom refusal.
+    Maybe,
+    /// It cannot: the limiter's own refusal, rendered just now.
+    None,
 }
 
 /// The quota headers, and `Retry-After: retry` when there is one. Inlined
@@ -87,6 +100,7 @@ fn write_with(
     policy: &Policy,
     decision: &Decision,
     retry: Option<u64>,
+    theirs: Theirs,
 ) {
     let legacy = matches!(style, HeaderStyle::Legacy | HeaderStyle::Both);
     let ietf = matches!(style, HeaderStyle::Ietf | HeaderStyle::Both);
@@ -104,10 +118,11 @@ fn write_with(
     };
     let deciding = decision.deciding();
     let legacy = legacy
-        && headers
-            .get(&X_REMAINING)
-            .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
-            .is_none_or(|theirs| deciding.remaining() < theirs);
+        && (theirs == Theirs::None
+            || headers
+                .get(&X_REMAINING)
+                .and_then(|v| v.to_str().ok()?.parse::<u32>().ok())
+                .is_none_or(|remaining| deciding.remaining() < remaining));
     if !legacy && !ietf && retry.is_none() {
         // An inner layer's legacy headers stand, and nothing else is sent.
         return;

@@ -8,8 +8,8 @@ use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Response, StatusCode};
 
-use super::headers::{self, HeaderStyle};
-use super::rendered::{push_u64, Rendered};
+use super::headers::{self, HeaderStyle, Theirs};
+use super::rendered::Rendered;
 use crate::key::{Key, KeyError, RequestHead};
 use crate::{Decision, Limit, Micros, Policy, Verdict};
 
@@ -105,27 +105,34 @@ impl LimitedResponse {
         let part = |parts: fn(&Rendered) -> &[Bytes]| {
             rendered
                 .and_then(|r| parts(r).get(decision.decided_by()))
-                .cloned()
-                .unwrap_or_default()
+                .map_or(&[][..], |part| &part[..])
         };
         let (error, retry) = match decision.verdict() {
             Verdict::Never => ("cost_exceeds_limit", None),
             Verdict::RetryAfter(after) => ("rate_limit_exceeded", Some(after.as_secs_ceil())),
             Verdict::Allowed => ("rate_limit_exceeded", Some(1)),
         };
-        let members = part(|r| &r.body_members);
-        let mut body = Vec::with_capacity(160);
+        let mut digits = itoa::Buffer::new();
+        let retry = retry.map_or(&b"null"[..], |secs| digits.format(secs).as_bytes());
+        let opening = if problem {
+            part(|r| &r.problem_members)
+        } else {
+            &[]
+        };
+        let members: [&[u8]; 6] = [
+            opening,
+            br#""error":""#,
+            error.as_bytes(),
+            b"\",",
+            part(|r| &r.body_members),
+            retry,
+        ];
+        // Exactly as long as the body: a buffer with no spare room becomes
+        // `Bytes` without a second allocation for its reference count.
+        let mut body = Vec::with_capacity(2 + members.iter().map(|m| m.len()).sum::<usize>());
         body.push(b'{');
-        if problem {
-            body.extend_from_slice(&part(|r| &r.problem_members));
-        }
-        body.extend_from_slice(br#""error":""#);
-        body.extend_from_slice(error.as_bytes());
-        body.extend_from_slice(b"\",");
-        body.extend_from_slice(&members);
-        match retry {
-            Some(secs) => push_u64(&mut body, secs),
-            None => body.extend_from_slice(b"null"),
+        for member in members {
+            body.extend_from_slice(member);
         }
         body.push(b'}');
         json(StatusCode::TOO_MANY_REQUESTS, problem, Bytes::from(body))
@@ -153,7 +160,18 @@ impl LimitedResponse {
     ) -> Response<Bytes> {
         let (decision, policy) = (refused.decision, refused.policy);
         let mut response = self.render(refused);
-        headers::write_refusal(response.headers_mut(), style, policy, decision, jitter);
+        let theirs = match self {
+            Self::Custom(_) => Theirs::Maybe,
+            Self::Json | Self::ProblemJson => Theirs::None,
+        };
+        headers::write_refusal(
+            response.headers_mut(),
+            style,
+            policy,
+            decision,
+            jitter,
+            theirs,
+        );
         response
     }
 }

@@ -650,6 +650,37 @@ async fn nested_layers_report_the_tighter_legacy_quota_and_every_ietf_item() {
 }
 
 #[tokio::test]
+async fn a_custom_refusals_own_legacy_quota_stands_when_it_shows_no_more_remaining() {
+    // The rule of nested layers holds for a custom refusal too: it may
+    // carry legacy headers of its own, and ours replace them only when
+    // they show fewer remaining. (The limiter's own refusal holds none, so
+    // it is never searched for them.)
+    let custom = |remaining: &'static str| {
+        LimitedResponse::custom(move |_| {
+            Response::builder()
+                .status(StatusCode::TOO_MANY_REQUESTS)
+                .header("x-ratelimit-limit", "7")
+                .header("x-ratelimit-remaining", remaining)
+                .body(Bytes::new())
+                .unwrap()
+        })
+    };
+    for (remaining, limit) in [("0", "7"), ("5", "1")] {
+        let layer = RateLimitLayer::new(policy("1/min"))
+            .key(Global)
+            .limited_response(custom(remaining));
+        let svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(counting(Arc::default()));
+        svc.clone().oneshot(user("a")).await.unwrap();
+        let res = svc.clone().oneshot(user("a")).await.unwrap();
+        assert_eq!(res.status(), 429);
+        assert_eq!(res.headers()["x-ratelimit-limit"], limit, "{remaining}");
+        assert_eq!(res.headers().get_all("x-ratelimit-limit").iter().count(), 1);
+    }
+}
+
+#[tokio::test]
 async fn poll_ready_is_the_inner_services() {
     // An inner service that is never ready keeps the layer not ready, and
     // no quota is reserved meanwhile.
