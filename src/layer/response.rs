@@ -119,7 +119,7 @@ impl LimitedResponse {
         } else {
             &[]
         };
-        let members: [&[u8]; 6] = [
+        let pieces: [&[u8]; 6] = [
             opening,
             br#""error":""#,
             error.as_bytes(),
@@ -129,10 +129,10 @@ impl LimitedResponse {
         ];
         // Exactly as long as the body: a buffer with no spare room becomes
         // `Bytes` without a second allocation for its reference count.
-        let mut body = Vec::with_capacity(2 + members.iter().map(|m| m.len()).sum::<usize>());
+        let mut body = Vec::with_capacity(2 + pieces.iter().map(|p| p.len()).sum::<usize>());
         body.push(b'{');
-        for member in members {
-            body.extend_from_slice(member);
+        for piece in pieces {
+            body.extend_from_slice(piece);
         }
         body.push(b'}');
         json(StatusCode::TOO_MANY_REQUESTS, problem, Bytes::from(body))
