@@ -12,6 +12,7 @@
 //! | `/memory/allowed` | ours per IP, default headers, a limit never reached |
 //! | `/memory/allowed-no-headers` | the same without quota headers |
 //! | `/memory/rejecting` | ours per IP, every request refused (429) |
+//! | `/memory/rejecting-no-headers` | the same without quota headers (`Retry-After` stays) |
 //! | `/redis/allowed`, `/redis/rejecting` | the same on Redis (`REDIS_URL`) |
 //! | `/redis/leased` | allowed, on Redis with leased budgets (one server) |
 //!
@@ -74,7 +75,11 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             "/memory/allowed-no-headers",
             ok().layer(ours(&roomy).headers(HeaderStyle::None)),
         )
-        .route("/memory/rejecting", ok().layer(ours(&tight)));
+        .route("/memory/rejecting", ok().layer(ours(&tight)))
+        .route(
+            "/memory/rejecting-no-headers",
+            ok().layer(ours(&tight).headers(HeaderStyle::None)),
+        );
     #[cfg(feature = "redis")]
     let app = match std::env::var("REDIS_URL") {
         Ok(url) => {
