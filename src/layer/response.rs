@@ -59,7 +59,9 @@ impl Refused<'_> {
 /// `application/problem+json` document with the same members. A request
 /// whose cost can never fit says `"error":"cost_exceeds_limit"` with
 /// `"retry_after_seconds":null`. [`LimitedResponse::custom`] replaces the
-/// body (the quota headers and `Retry-After` are still added).
+/// body (the quota headers and `Retry-After` are still added; legacy
+/// `X-RateLimit-*` headers it sets itself stand unless ours show fewer
+/// remaining, the rule for nested layers).
 ///
 /// ```
 /// use tower_ratelimit::layer::LimitedResponse;
