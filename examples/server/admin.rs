@@ -168,7 +168,8 @@ pub(super) async fn replace_limits<B>(
             Json(json!({ "route": path, "version": file.version(), "policy": described }))
                 .into_response()
         }
-        Err(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(ChangeError::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(ChangeError::Unavailable(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e),
     }
 }
 
@@ -292,12 +293,16 @@ pub(super) async fn index<B>(State(state): State<AppState<B>>) -> String {
 
 /// Each `GET` route's limits for the caller, peeked with cost 0, in one
 /// read of the store ([`Backend::peek_many`]: one round trip on Redis).
-pub(super) async fn quota<B: Backend>(
-    State(state): State<AppState<B>>,
-    req: Request,
-) -> Json<Value> {
+///
+/// An `x-api-key` the tiers do not know is a 401, as on `/api/key`, and
+/// counted with its failures (the route is behind the same count): the
+/// answer would otherwise say which keys are real, at any speed.
+pub(super) async fn quota<B: Backend>(State(state): State<AppState<B>>, req: Request) -> Response {
     let head = RequestHead::from(&req);
     let file = state.limits.current();
+    if req.headers().contains_key("x-api-key") && file.tier(&head).is_none() {
+        return unknown_api_key();
+    }
     let routes: Vec<&Route> = SIMPLE
         .iter()
         .filter_map(|path| ROUTES.iter().find(|r| r.path == *path))
@@ -342,5 +347,5 @@ pub(super) async fn quota<B: Backend>(
             .collect();
         json!({ "route": route.path, "limits": limits })
     });
-    Json(Value::Array(routes.collect()))
+    Json(Value::Array(routes.collect())).into_response()
 }

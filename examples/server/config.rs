@@ -49,6 +49,14 @@ pub struct Config {
     /// `packed:<shards>`, many clients' states in one hash. Every server
     /// sharing a Redis must say the same.
     pub redis_key_format: RedisKeyFormat,
+    /// `MAX_CONNECTIONS`: connections open at once; more are closed as
+    /// soon as they are accepted (default: three quarters of `ulimit -n`,
+    /// at most 10,000).
+    pub max_connections: usize,
+    /// `MAX_KEYS`: the memory backend's cap on states (default
+    /// `MemoryBackend::DEFAULT_MAX_KEYS`); bans and exhausted budgets are
+    /// the last evicted at it.
+    pub max_keys: usize,
 }
 
 /// The Redis key format the server was told to use (told here rather than
@@ -91,6 +99,8 @@ impl Default for Config {
             limits_file: None,
             adaptive_window: std::time::Duration::from_secs(10),
             redis_key_format: RedisKeyFormat::Compact,
+            max_connections: serve::default_max_connections(),
+            max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
         }
     }
 }
@@ -188,6 +198,12 @@ impl Config {
             })
             .map_err(|e| {
                 format!("{e} (expected compact, packed or packed:<shards>, 1 to 65535)")
+            })?,
+            max_connections: env_or("MAX_CONNECTIONS", serve::default_max_connections(), |v| {
+                v.parse().ok().filter(|n| *n > 0)
+            })?,
+            max_keys: env_or("MAX_KEYS", MemoryBackend::DEFAULT_MAX_KEYS, |v| {
+                v.parse().ok().filter(|n| *n > 0)
             })?,
         })
     }

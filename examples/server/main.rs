@@ -99,7 +99,7 @@ pub use admin::metrics_app;
 use admin::*;
 pub use config::{Config, RedisKeyFormat, StoreFailure};
 use routes::*;
-pub use serve::serve;
+pub use serve::{serve, Serving};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -194,6 +194,9 @@ pub fn app_with<B: Backend>(
     // (axum's template): one resolver serves them all, and follows every
     // new version of the file.
     let policies = limits.policies();
+    // One count of failed API-key checks per client IP, for every route
+    // that evaluates a key: /api/key and /api/quota.
+    let key_checks = failed_key_checks(config);
     for path in SIMPLE {
         let handler = get(move || async move { format!("ok: {path}\n") });
         let handler = if path == "/api/key" {
@@ -206,7 +209,7 @@ pub fn app_with<B: Backend>(
                     limits.clone(),
                     authenticate,
                 ))
-                .layer(failed_key_checks(config))
+                .layer(key_checks.clone())
         } else {
             handler.layer(common.layer(limits.keys(), policies.clone()))
         };
@@ -216,7 +219,12 @@ pub fn app_with<B: Backend>(
     // limited too.
     let quota_limit = common.layer(limits.keys(), policies.clone());
     let app = app
-        .route("/api/quota", get(quota::<B>).layer(quota_limit))
+        .route(
+            "/api/quota",
+            get(quota::<B>)
+                .layer::<_, std::convert::Infallible>(quota_limit)
+                .layer::<_, std::convert::Infallible>(key_checks),
+        )
         .route(
             "/api/login",
             login::route(config, &common, policies.clone()),
@@ -247,17 +255,38 @@ pub fn app_with<B: Backend>(
 pub enum Changes {
     /// This server's limits only.
     Local,
-    /// Every server's on the Redis: stored there and published.
+    /// Every server's on the Redis: stored there and published, once this
+    /// server has joined the fleet (in the background: start-up never
+    /// waits for Redis).
     #[cfg(feature = "redis")]
-    Fleet(tower_ratelimit::config::Fleet),
+    Fleet(Arc<Joining>),
+}
+
+/// The fleet a server joins in the background, and the store timeout its
+/// changes are bounded by.
+#[cfg(feature = "redis")]
+pub struct Joining {
+    fleet: OnceLock<tower_ratelimit::config::Fleet>,
+    joined: tokio::sync::Notify,
+    timeout: Duration,
+}
+
+/// Why a change of the limits was not made.
+#[derive(Debug)]
+pub enum ChangeError {
+    /// The change itself is invalid (400).
+    Invalid(ConfigError),
+    /// The fleet's Redis cannot take it now (503).
+    Unavailable(String),
 }
 
 impl Changes {
     /// On Redis, the fleet of every server on it, when the URL names one
-    /// server (not a cluster or Sentinel's, not with a CA of one's own);
-    /// this server's limits, saying why, otherwise.
+    /// server (not a cluster or Sentinel's, not with a CA of one's own),
+    /// joined by a task that tries until Redis answers; this server's
+    /// limits, saying why, otherwise. Returns at once.
     #[cfg(feature = "redis")]
-    pub async fn for_redis(config: &Config, url: &str, limits: &Limits) -> Self {
+    pub fn for_redis(config: &Config, url: &str, limits: &Limits) -> Self {
         let standalone = (url.starts_with("redis://") || url.starts_with("rediss://"))
             && !url.contains(',')
             && config.redis_ca_file.is_none();
@@ -265,46 +294,133 @@ impl Changes {
             println!("limits: changes stay on this server (the fleet's copy needs one Redis server's URL)");
             return Self::Local;
         }
-        match tower_ratelimit::config::Fleet::connect(url, limits.clone()).await {
-            Ok(fleet) => Self::Fleet(fleet),
-            Err(e) => {
-                println!("limits: changes stay on this server: {e}");
-                Self::Local
+        let joining = Arc::new(Joining {
+            fleet: OnceLock::new(),
+            joined: tokio::sync::Notify::new(),
+            timeout: config.store_timeout,
+        });
+        let (url, limits, task) = (url.to_owned(), limits.clone(), joining.clone());
+        tokio::spawn(async move {
+            let mut said = None;
+            loop {
+                let attempt = tower_ratelimit::config::Fleet::connect(&url, limits.clone());
+                let error = match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+                    Ok(Ok(fleet)) => {
+                        println!("limits: joined the fleet (version {})", fleet.version());
+                        let _ = task.fleet.set(fleet);
+                        task.joined.notify_waiters();
+                        return;
+                    }
+                    Ok(Err(e)) => e.to_string(),
+                    Err(_) => "the fleet's Redis: no answer within 2s".to_owned(),
+                };
+                if said.as_ref() != Some(&error) {
+                    println!(
+                        "limits: not joined yet, changes refused until Redis answers: {error}"
+                    );
+                    said = Some(error);
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        Self::Fleet(joining)
+    }
+
+    /// Once the fleet is joined (at most `within`): for a caller that
+    /// needs it now. Whether it is.
+    pub async fn joined(&self, within: Duration) -> bool {
+        match self {
+            Self::Local => {
+                let _ = within;
+                true
+            }
+            #[cfg(feature = "redis")]
+            Self::Fleet(joining) => {
+                let wait = async {
+                    loop {
+                        let notified = joining.joined.notified();
+                        if joining.fleet.get().is_some() {
+                            return;
+                        }
+                        notified.await;
+                    }
+                };
+                tokio::time::timeout(within, wait).await.is_ok()
             }
         }
     }
 
-    /// Make `change` to the limits running now; the version it made.
+    /// Make `change` to the limits running now; the version it made. On a
+    /// fleet, bounded by the store timeout: a Redis that is down or not
+    /// joined yet is an [`Unavailable`](ChangeError::Unavailable) at once.
     pub(crate) async fn make(
         &self,
         limits: &Limits,
         change: impl Fn(&LimitsFile) -> Result<LimitsFile, ConfigError>,
-    ) -> Result<Arc<LimitsFile>, ConfigError> {
+    ) -> Result<Arc<LimitsFile>, ChangeError> {
         match self {
             Self::Local => {
-                let file = change(&limits.current())?;
+                let file = change(&limits.current()).map_err(ChangeError::Invalid)?;
                 limits.apply(file);
                 Ok(limits.current())
             }
             #[cfg(feature = "redis")]
-            Self::Fleet(fleet) => fleet.change(change).await,
+            Self::Fleet(joining) => {
+                let Some(fleet) = joining.fleet.get() else {
+                    let text = "the fleet's Redis has not answered yet: limits cannot change";
+                    return Err(ChangeError::Unavailable(text.into()));
+                };
+                // The change's own mistakes are the caller's (400); anything
+                // else the fleet says is Redis's (503).
+                let invalid = std::sync::Mutex::new(None);
+                let checked = |file: &LimitsFile| {
+                    change(file).inspect_err(|e| {
+                        *invalid.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone())
+                    })
+                };
+                let made = tokio::time::timeout(joining.timeout, fleet.change(checked)).await;
+                let invalid = invalid.into_inner().unwrap_or_else(|p| p.into_inner());
+                match (made, invalid) {
+                    (Ok(Ok(file)), _) => Ok(file),
+                    (_, Some(error)) => Err(ChangeError::Invalid(error)),
+                    (Ok(Err(error)), None) => Err(ChangeError::Unavailable(error.to_string())),
+                    (Err(_), None) => Err(ChangeError::Unavailable(format!(
+                        "the fleet's Redis did not answer within {:?}",
+                        joining.timeout
+                    ))),
+                }
+            }
         }
     }
 
     /// Watch the file at `path`: each valid edit runs (on every server of a
-    /// fleet), each invalid one is refused; both are printed.
+    /// fleet, once joined; on this one until then), each invalid one is
+    /// refused; both are printed.
     pub fn watch(&self, limits: &Limits, path: &std::path::Path) {
-        let print = |reload: Reload<'_>| match reload {
-            Reload::Applied(file) => println!("limits: version {} live", file.version()),
-            Reload::Refused(error) => {
-                println!("limits: refused, the running version stays: {error}")
+        fn print(reload: Reload<'_>) {
+            match reload {
+                Reload::Applied(file) => println!("limits: version {} live", file.version()),
+                Reload::Refused(error) => {
+                    println!("limits: refused, the running version stays: {error}")
+                }
+                _ => {}
             }
-            _ => {}
-        };
+        }
+        let local = limits.watch(path, print);
         match self {
-            Self::Local => drop(limits.watch(path, print)),
+            Self::Local => drop(local),
             #[cfg(feature = "redis")]
-            Self::Fleet(fleet) => drop(fleet.watch(path, print)),
+            Self::Fleet(joining) => {
+                let (changes, path) = (self.clone(), path.to_owned());
+                let joining = joining.clone();
+                tokio::spawn(async move {
+                    while !changes.joined(Duration::from_secs(3600)).await {}
+                    local.abort();
+                    if let Some(fleet) = joining.fleet.get() {
+                        drop(fleet.watch(path, print));
+                    }
+                });
+            }
         }
     }
 }
@@ -355,11 +471,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
         .parse()
         .map_err(|e| format!("ADDR: {e}"))?;
+    // Listening first: nothing below waits for Redis.
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let limits = Limits::new(limits_file(&config)?);
     let redis_url = std::env::var("REDIS_URL").ok();
     let changes = match &redis_url {
         #[cfg(feature = "redis")]
-        Some(url) => Changes::for_redis(&config, url, &limits).await,
+        Some(url) => Changes::for_redis(&config, url, &limits),
         _ => Changes::Local,
     };
     if let Some(path) = &config.limits_file {
@@ -367,14 +485,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("limits: version {version} from {}", path.display());
         changes.watch(&limits, path);
     }
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     let (app, store) = match redis_url {
         Some(url) => (
             redis_app_with(&config, &url, limits, changes).await?,
             "Redis",
         ),
         None => (
-            app_with(&config, MemoryBackend::new(), limits, changes),
+            app_with(&config, memory(&config).build(), limits, changes),
             "in memory",
         ),
     };
@@ -383,20 +500,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.algorithm
     );
     println!(
+        "limits in memory: at most {} keys (MAX_KEYS); connections: at most {} open (MAX_CONNECTIONS)",
+        config.max_keys, config.max_connections
+    );
+    println!(
         "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
     );
     for route in &ROUTES {
         println!("  {:<4} {:<13} {}", route.method, route.path, route.about);
     }
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
+    let serving = Serving {
+        timeout: config.request_timeout,
+        max_connections: config.max_connections,
+    };
     if let Some(metrics_addr) = config.metrics_addr {
         // For a scraper on an internal network: not on the public address.
         let metrics = tokio::net::TcpListener::bind(metrics_addr).await?;
         println!("metrics on http://{metrics_addr}/metrics");
-        tokio::spawn(serve(metrics, metrics_app::<()>(), config.request_timeout));
+        tokio::spawn(serve(metrics, metrics_app::<()>(), serving));
     }
-    serve(listener, app, config.request_timeout).await?;
+    serve(listener, app, serving).await;
     Ok(())
+}
+
+/// The memory backend's builder, capped at `MAX_KEYS`.
+fn memory(config: &Config) -> tower_ratelimit::backend::MemoryBackendBuilder {
+    MemoryBackend::builder().max_keys(config.max_keys)
 }
 
 /// `--check path`: whether the file at `path` is one this server can run
@@ -425,7 +555,9 @@ fn check(path: &str) -> i32 {
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
     let limits = Limits::new(limits_file(config)?);
-    let changes = Changes::for_redis(config, url, &limits).await;
+    let changes = Changes::for_redis(config, url, &limits);
+    // For a caller that changes limits at once (tests): joined first.
+    changes.joined(Duration::from_secs(5)).await;
     redis_app_with(config, url, limits, changes).await
 }
 
@@ -519,7 +651,7 @@ fn on_store_failure<B: Backend>(
 ) -> Router {
     match config.on_store_failure {
         StoreFailure::Local => {
-            let local = MemoryBackend::builder().servers(config.servers).build();
+            let local = memory(config).servers(config.servers).build();
             app_with(config, store.or_fallback(local), limits, changes)
         }
         StoreFailure::Open | StoreFailure::Closed => app_with(config, store, limits, changes),

@@ -184,10 +184,15 @@ pub(super) async fn authenticate(
     if known {
         next.run(req).await
     } else {
-        (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({ "error": "unknown_api_key" })),
-        )
-            .into_response()
+        unknown_api_key()
     }
+}
+
+/// The answer to an API key no tier knows.
+pub(super) fn unknown_api_key() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({ "error": "unknown_api_key" })),
+    )
+        .into_response()
 }

@@ -658,7 +658,11 @@ async fn slow_clients_are_cut_off() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new());
-    tokio::spawn(crate::server::serve(listener, app, timeout));
+    let serving = crate::server::Serving {
+        timeout,
+        max_connections: 100,
+    };
+    tokio::spawn(crate::server::serve(listener, app, serving));
     let wait = Duration::from_secs(3);
 
     // A partial request line, and an idle connection: closed.

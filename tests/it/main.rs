@@ -11,6 +11,7 @@ mod server;
 mod adaptive;
 mod alerts;
 mod algorithms;
+mod attacks;
 mod backend_of_our_own;
 mod basic;
 #[path = "../../examples/basic.rs"]

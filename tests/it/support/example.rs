@@ -29,8 +29,22 @@ pub struct ExampleServer {
 impl ExampleServer {
     /// Started with `env` on a free port, once it says it serves.
     pub fn start(env: &[(&str, &str)]) -> Self {
+        Self::start_limited(env, None)
+    }
+
+    /// Started with `env` and, when given, at most `open_files` file
+    /// descriptors (`ulimit -n`), once it says it serves.
+    pub fn start_limited(env: &[(&str, &str)], open_files: Option<u32>) -> Self {
         let port = super::RedisServer::unused_port();
-        let mut command = Command::new(binary());
+        let mut command = match open_files {
+            Some(n) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", &format!("ulimit -n {n} && exec \"$0\"")])
+                    .arg(binary());
+                sh
+            }
+            None => Command::new(binary()),
+        };
         command
             .env("ADDR", format!("127.0.0.1:{port}"))
             .env_remove("LIMITS_FILE")
@@ -68,19 +82,45 @@ impl ExampleServer {
 
     /// `GET path` with `headers`: the whole response as text.
     pub fn get(&self, path: &str, headers: &[(&str, &str)]) -> String {
+        self.send("GET", path, headers, "")
+    }
+
+    /// `method path` with `headers` and `body`: the whole response as text
+    /// (empty when the connection was closed without one).
+    pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
-        let mut request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n");
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+            body.len()
+        );
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
         request.push_str("\r\n");
-        stream.write_all(request.as_bytes()).unwrap();
+        request.push_str(body);
+        let _ = stream.write_all(request.as_bytes());
         let mut response = String::new();
         let _ = stream.read_to_string(&mut response);
         response
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Its resident memory, in KiB (from `/proc`).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 

@@ -1,0 +1,187 @@
+//! The example server's binary attacked over loopback as a hostile client
+//! would: file descriptors exhausted by idle connections, megabytes of
+//! unfinished headers, API keys guessed through `/api/quota`, a Redis that
+//! never answers at start-up.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::support::example::ExampleServer;
+use crate::support::RedisServer;
+
+/// Connections to `server` that send nothing.
+fn idle_connections(server: &ExampleServer, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", server.port)).ok())
+        .collect()
+}
+
+/// `/health` answers 200 within `within`.
+fn answers_within(server: &ExampleServer, within: Duration) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if server.get("/health", &[]).starts_with("HTTP/1.1 200") {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// With a cap above what `ulimit -n` allows, accepting fails with EMFILE:
+/// the server waits that out and serves again once connections close.
+#[test]
+fn running_out_of_file_descriptors_does_not_end_the_server() {
+    let mut server = ExampleServer::start_limited(&[("MAX_CONNECTIONS", "5000")], Some(256));
+    let idle = idle_connections(&server, 288);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        server.is_running(),
+        "the server exited with {} idle connections",
+        idle.len()
+    );
+    drop(idle);
+    assert!(
+        answers_within(&server, Duration::from_secs(5)),
+        "the server did not serve again once the idle connections closed"
+    );
+}
+
+/// The default cap (three quarters of `ulimit -n`): connections past it
+/// are closed at once, and the server never reaches its descriptor limit.
+#[test]
+fn connections_past_the_cap_are_closed_at_once() {
+    let mut server = ExampleServer::start_limited(&[], Some(256));
+    let idle = idle_connections(&server, 260);
+    let mut closed = 0;
+    for mut stream in idle.iter().skip(150) {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        if let Ok(0) = stream.read(&mut [0; 1]) {
+            closed += 1;
+        }
+    }
+    // 260 - 192 (3/4 of 256), give or take the few the kernel's backlog
+    // still held when the reads began.
+    assert!(closed >= 60, "{closed} of 110 closed at once");
+    assert!(server.is_running());
+    drop(idle);
+    assert!(answers_within(&server, Duration::from_secs(5)));
+}
+
+/// Header bytes are bounded per connection: past 64 KiB the server answers
+/// 431 and closes, so 300 connections each sending 390 KB of an
+/// unfinished header block cannot grow its memory by more than a few MiB.
+#[test]
+fn unfinished_headers_are_cut_off_at_64_kib() {
+    let server = ExampleServer::start(&[]);
+    let send_headers = |bytes: usize| -> String {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n");
+        let line = format!("x-pad: {}\r\n", "a".repeat(1000));
+        let mut sent = 0;
+        while sent < bytes && stream.write_all(line.as_bytes()).is_ok() {
+            sent += line.len();
+        }
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        String::from_utf8_lossy(&response).into_owned()
+    };
+    assert!(
+        send_headers(100_000).starts_with("HTTP/1.1 431"),
+        "100 KB of headers were not answered with 431"
+    );
+    let before = server.rss_kib();
+    let connections: Vec<_> = (0..300)
+        .map(|_| {
+            let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            let _ = stream.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n");
+            let line = format!("x-pad: {}\r\n", "a".repeat(1000));
+            stream.set_nonblocking(true).unwrap();
+            let mut sent = 0;
+            while sent < 390_000 {
+                match stream.write(line.as_bytes()) {
+                    Ok(n) => sent += n,
+                    Err(_) => break,
+                }
+            }
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = server.rss_kib().saturating_sub(before);
+    drop(connections);
+    // Unbounded, 300 × 390 KB would be 114 MiB and more.
+    assert!(grown < 40 * 1024, "RSS grew by {grown} KiB");
+}
+
+/// `/api/quota` evaluates the `x-api-key` it is sent: an unknown key is a
+/// 401 there too, counted against the same 10 failed checks a minute per
+/// client IP as `/api/key`, past which every request is refused, a right
+/// key included — it is no faster oracle than `/api/key`.
+#[test]
+fn api_keys_cannot_be_guessed_through_the_quota_route() {
+    let server = ExampleServer::start(&[]);
+    let status = |path: &str, key: &str, user: &str| -> u16 {
+        let response = server.get(path, &[("x-api-key", key), ("x-user-id", user)]);
+        response
+            .get(9..12)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    // A right key: its tier's limits.
+    let known = server.get("/api/quota", &[("x-api-key", "pro-demo")]);
+    assert!(known.contains("\"limit\":1000"), "{known}");
+    // Guesses, each from a new user id so that /api/quota's own limit
+    // never decides: 10 are answered 401, then everything is refused.
+    let guesses: Vec<u16> = (0..30)
+        .map(|i| status("/api/quota", &format!("guess-{i}"), &format!("u{i}")))
+        .collect();
+    assert_eq!(guesses[..10], [401; 10], "{guesses:?}");
+    assert!(guesses[10..].iter().all(|s| *s == 429), "{guesses:?}");
+    // The failures are the same budget as /api/key's: it is spent there too.
+    assert_eq!(status("/api/key", "pro-demo", "u-last"), 429);
+    assert_eq!(status("/api/quota", "pro-demo", "u-last2"), 429);
+}
+
+/// With Redis frozen (it accepts, never answers), the server listens at
+/// once, limits by its failure rule, answers a change of the limits 503
+/// fast, and joins the fleet as soon as Redis answers.
+#[test]
+fn a_frozen_redis_neither_delays_start_up_nor_hangs_admin_changes() {
+    let redis = RedisServer::start();
+    redis.pause();
+    let started = Instant::now();
+    let mut server = ExampleServer::start(&[("REDIS_URL", &redis.url()), ("ADMIN_TOKEN", "t")]);
+    let listening = started.elapsed();
+    assert!(
+        listening < Duration::from_secs(1),
+        "listening after {listening:?}"
+    );
+    assert!(server.get("/api/user", &[]).starts_with("HTTP/1.1 200"));
+    let put = |server: &ExampleServer| {
+        let started = Instant::now();
+        let response = server.send(
+            "PUT",
+            "/admin/limits/api/search",
+            &[("authorization", "Bearer t")],
+            "20/min",
+        );
+        (response, started.elapsed())
+    };
+    let (response, took) = put(&server);
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(took < Duration::from_secs(1), "503 after {took:?}");
+    redis.resume();
+    assert!(
+        server.line_starting("limits: joined the fleet").is_some(),
+        "the fleet was not joined once Redis answered"
+    );
+    let (response, _) = put(&server);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
