@@ -113,34 +113,19 @@ impl<B> AppState<B> {
 
 /// The limits file: `LIMITS_FILE`, or the built-in one; its limits use
 /// `ALGORITHM` and its client IPs `TRUSTED_PROXIES` unless it says
-/// otherwise. A file that leaves a route of the server unlimited is refused.
+/// otherwise. A file that leaves a route of the server unlimited is refused
+/// — here, and by every reload and fleet version read with its defaults.
 pub(super) fn limits_file(config: &Config) -> Result<LimitsFile, ConfigError> {
     let defaults = FileDefaults::new()
         .algorithm(config.algorithm)
         .trusted_proxies(config.trusted_proxies.iter().copied());
-    let file = match &config.limits_file {
-        Some(path) => defaults.read(path)?,
-        None => defaults.parse(BUILT_IN)?,
-    };
-    covers_every_route(&file)?;
-    Ok(file)
-}
-
-/// An error unless `file` limits every route of [`ROUTES`].
-pub(super) fn covers_every_route(file: &LimitsFile) -> Result<(), ConfigError> {
-    let limited: Vec<_> = file.routes().collect();
-    for route in &ROUTES {
-        let found = limited.iter().any(|(m, p)| {
-            *p == route.path && m.is_none_or(|m| m.eq_ignore_ascii_case(route.method.as_str()))
-        });
-        if !found {
-            return Err(ConfigError::from_message(format!(
-                "the server needs limits for {} {} ([[routes]] path = {:?})",
-                route.method, route.path, route.path
-            )));
-        }
+    let defaults = ROUTES.iter().fold(defaults, |defaults, route| {
+        defaults.require_route(Some(route.method.clone()), route.path)
+    });
+    match &config.limits_file {
+        Some(path) => defaults.read(path),
+        None => defaults.parse(BUILT_IN),
     }
-    Ok(())
 }
 
 /// The demo's API keys, hashed under the demo's secret.

@@ -25,6 +25,14 @@ use crate::{Algorithm, Limit, Policy, RequestHead};
 /// The key names every file has without defining them.
 const BUILT_IN_KEYS: [&str; 3] = ["ip", "endpoint", "global"];
 
+/// How deep keys may name keys (through `or` and `all`): the compiler and
+/// every request's extraction recurse that deep, no deeper.
+pub(super) const MAX_KEY_DEPTH: usize = 32;
+
+/// How many extractors one key may run on a request, counting each time a
+/// shared key is named again: what a request's extraction costs at most.
+pub(super) const MAX_KEY_PARTS: u32 = 64;
+
 /// A file's settings, built.
 #[derive(Clone, Debug)]
 pub(super) struct Compiled {
@@ -243,7 +251,7 @@ impl Compiler<'_> {
                 "a route is tiered but the file has no [tier_of] saying which requests get which tier",
             ));
         }
-        Ok(Compiled {
+        let compiled = Compiled {
             routes,
             fallback,
             tier_of,
@@ -265,7 +273,35 @@ impl Compiler<'_> {
                 ],
                 NoPolicy::Unlimited,
             )?,
-        })
+        };
+        // An empty file is a mistake (cut short, or written over), never
+        // "no limits": refused, so that a reload keeps the running version.
+        if spec.routes.is_empty()
+            && spec.fallback.is_none()
+            && spec.overrides.is_empty()
+            && spec.lists.is_none()
+        {
+            return Err(ConfigError::at(
+                self.text,
+                None,
+                "the file limits nothing: no [[routes]], [fallback], [[overrides]] or [lists] (empty, or cut short?)",
+            ));
+        }
+        for (method, path) in &defaults.required_routes {
+            let limited = seen.contains_key(&(None, path.clone()))
+                || (method.is_some() && seen.contains_key(&(method.clone(), path.clone())));
+            if !limited {
+                return Err(ConfigError::at(
+                    self.text,
+                    None,
+                    format!(
+                        "the application needs limits for {} {path}, which the file lacks ([[routes]] path = {path:?})",
+                        method_name(method)
+                    ),
+                ));
+            }
+        }
+        Ok(compiled)
     }
 
     fn choice<T: Copy>(
@@ -382,18 +418,22 @@ impl Compiler<'_> {
                 ));
             }
         }
+        let mut parts = HashMap::from(BUILT_IN_KEYS.map(|name| (name.to_owned(), 1)));
         for name in self.spec.keys.keys() {
-            self.key(name, &mut built, &mut Vec::new(), client_ip)?;
+            let mut visiting = Vec::new();
+            self.key(name, &mut built, &mut parts, &mut visiting, client_ip)?;
         }
         Ok(built)
     }
 
-    /// The key `name`, built after the keys it names (`visiting` catches
-    /// a cycle).
+    /// The key `name`, built after the keys it names (`visiting`, the
+    /// keys being built, catches a cycle and bounds the depth; `parts`
+    /// counts each built key's extractors).
     fn key(
         &self,
         name: &str,
         built: &mut HashMap<String, Arc<FileKey>>,
+        parts: &mut HashMap<String, u32>,
         visiting: &mut Vec<String>,
         client_ip: &ClientIp,
     ) -> Result<Arc<FileKey>, ConfigError> {
@@ -412,8 +452,19 @@ impl Compiler<'_> {
         if visiting.iter().any(|v| v == name) {
             return Err(self.error(spanned, format!("key {name:?} is defined by itself")));
         }
+        if visiting.len() >= MAX_KEY_DEPTH {
+            return Err(self.error(
+                spanned,
+                format!(
+                    "key {name:?}: keys name keys (by or and all) more than {MAX_KEY_DEPTH} deep, from {:?}",
+                    visiting[0]
+                ),
+            ));
+        }
         visiting.push(name.to_owned());
         let spec: &KeySpec = spanned.get_ref();
+        // Each key named, built, and its count of extractors.
+        let mut named = 0u32;
         let mut refer = |other: &str| -> Result<Arc<FileKey>, ConfigError> {
             if !BUILT_IN_KEYS.contains(&other) && !self.spec.keys.contains_key(other) {
                 return Err(self.error(
@@ -421,7 +472,9 @@ impl Compiler<'_> {
                     format!("key {name:?} names {other:?}, which is not a key: define it under [keys], or use ip, endpoint or global"),
                 ));
             }
-            self.key(other, built, visiting, client_ip)
+            let key = self.key(other, built, parts, visiting, client_ip)?;
+            named = named.saturating_add(parts.get(other).copied().unwrap_or(1));
+            Ok(key)
         };
         let sources = [
             spec.header.is_some(),
@@ -487,7 +540,17 @@ impl Compiler<'_> {
             Some(other) => FileKey::Or(Arc::new(key), refer(other)?),
             None => key,
         });
+        // An `all` counts its parts; a key read from the request counts one.
+        let own = u32::from(spec.all.is_none());
+        let count = named.saturating_add(own);
+        if count > MAX_KEY_PARTS {
+            return Err(self.error(
+                spanned,
+                format!("key {name:?} reads {count} keys from each request (through or and all); at most {MAX_KEY_PARTS}"),
+            ));
+        }
         visiting.pop();
+        parts.insert(name.to_owned(), count);
         built.insert(name.to_owned(), key.clone());
         Ok(key)
     }

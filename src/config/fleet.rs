@@ -181,9 +181,9 @@ impl Fleet {
         self.change(|_| Ok(file.clone())).await
     }
 
-    /// Read the file at `path` every half second, and publish each valid
-    /// new text to the fleet (see [`Limits::watch`]; an invalid one is
-    /// refused here, and no server runs it).
+    /// Watch the file at `path` as [`Limits::watch`] does, and publish each
+    /// valid new text to the fleet (an invalid one is refused here, and no
+    /// server runs it).
     pub fn watch(
         &self,
         path: impl Into<PathBuf>,

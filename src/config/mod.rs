@@ -164,6 +164,7 @@ pub struct LimitsFile {
 pub struct FileDefaults {
     algorithm: Algorithm,
     trusted_proxies: Vec<IpNet>,
+    required_routes: Vec<(Option<Method>, String)>,
 }
 
 impl FileDefaults {
@@ -182,6 +183,25 @@ impl FileDefaults {
     /// file's `[client_ip]` names its own.
     pub fn trusted_proxies(mut self, networks: impl IntoIterator<Item = IpNet>) -> Self {
         self.trusted_proxies = networks.into_iter().collect();
+        self
+    }
+
+    /// Refuse a file that does not limit `method` requests to `path` (any
+    /// method's route counts; `None`: a route for every method): a route
+    /// the application serves and must not leave unlimited. The rule holds
+    /// for every version of the file read with these defaults — at
+    /// start-up, on reload ([`Limits::watch`]), from a fleet — so a file cut
+    /// short or emptied by mistake is refused and the running version stays.
+    ///
+    /// ```
+    /// use tower_ratelimit::config::FileDefaults;
+    ///
+    /// let defaults = FileDefaults::new().require_route(Some(http::Method::POST), "/api/login");
+    /// let error = defaults.parse("[[routes]]\npath = \"/a\"\nlimits = \"10/s\"\n").unwrap_err();
+    /// assert!(error.message().contains("POST /api/login"), "{error}");
+    /// ```
+    pub fn require_route(mut self, method: Option<Method>, path: impl Into<String>) -> Self {
+        self.required_routes.push((method, path.into()));
         self
     }
 
@@ -209,10 +229,11 @@ impl FileDefaults {
         })
     }
 
-    /// The file at `path`; an error names it.
+    /// The file at `path`; an error names it. It must be a regular file
+    /// (through any symlinks) of at most [`LimitsFile::MAX_BYTES`].
     pub fn read(&self, path: impl AsRef<Path>) -> Result<LimitsFile, ConfigError> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::unreadable(path, &e))?;
+        let text = watch::read_text(path)?;
         self.parse(&text).map_err(|e| e.in_file(path))
     }
 }
@@ -241,6 +262,11 @@ pub enum ListEntry {
 }
 
 impl LimitsFile {
+    /// The largest limits file read: 1 MiB, hundreds of times a large one.
+    /// A bigger file (a log pointed at by mistake, `/dev/zero` behind a
+    /// symlink) is refused without being read.
+    pub const MAX_BYTES: u64 = 1 << 20;
+
     /// The file in `text`.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
         FileDefaults::new().parse(text)

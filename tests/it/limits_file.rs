@@ -605,7 +605,7 @@ fn the_example_server_checks_a_file() {
     let (code, said) = check(&partial);
     assert_eq!(code, Some(1));
     assert!(
-        said.contains("the server needs limits for GET /api/ip"),
+        said.contains("the application needs limits for GET /api/ip"),
         "{said}"
     );
 }
@@ -675,4 +675,278 @@ fn the_example_server_runs_and_watches_its_limits_file() {
         policy_of(&response).as_deref(),
         Some(r#""search";q=5;w=60"#)
     );
+}
+
+/// A chain of `count` keys, each naming the next by `or` (or in an `all`
+/// with `ip`), then a route keyed by the first.
+fn chained_keys(count: usize, by_all: bool) -> String {
+    let mut text = String::from("[keys]\n");
+    for i in 0..count {
+        if by_all {
+            text.push_str(&format!("k{i} = {{ all = [\"ip\", \"k{}\"] }}\n", i + 1));
+        } else {
+            text.push_str(&format!(
+                "k{i} = {{ header = \"x-{i}\", or = \"k{}\" }}\n",
+                i + 1
+            ));
+        }
+    }
+    text.push_str(&format!("k{count} = {{ header = \"x-last\" }}\n"));
+    text + "[[routes]]\npath = \"/a\"\nkey = \"k0\"\nlimits = \"10/s\"\n"
+}
+
+/// Keys naming keys thousands deep are refused with a line and column,
+/// on a thread whose stack is a quarter of a tokio worker's: the compiler
+/// recurses at most 32 deep, however the file nests them.
+#[test]
+fn keys_nested_past_32_deep_are_refused_not_a_stack_overflow() {
+    let parse_on_a_small_stack = |text: String| {
+        std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || LimitsFile::parse(&text).map(|_| ()))
+            .unwrap()
+            .join()
+            .expect("the parser overflowed its stack")
+    };
+    for (count, by_all) in [
+        (3_000, false),
+        (20_000, false),
+        (3_000, true),
+        (20_000, true),
+    ] {
+        let error = parse_on_a_small_stack(chained_keys(count, by_all)).unwrap_err();
+        assert!(error.message().contains("more than 32 deep"), "{error}");
+        assert!(
+            error.line().is_some() && error.column().is_some(),
+            "{error}"
+        );
+    }
+    // 31 keys below the first: as deep as keys may go.
+    parse_on_a_small_stack(chained_keys(31, false)).unwrap();
+    // Two parts a level, 20 levels: a million extractions a request.
+    let mut wide = String::from("[keys]\nk20 = { header = \"x\" }\n");
+    for i in 0..20 {
+        wide.push_str(&format!("k{i} = {{ all = [\"k{0}\", \"k{0}\"] }}\n", i + 1));
+    }
+    wide.push_str("[[routes]]\npath = \"/a\"\nkey = \"k0\"\nlimits = \"10/s\"\n");
+    let error = LimitsFile::parse(&wide).unwrap_err();
+    assert!(error.message().contains("at most 64"), "{error}");
+    // A cycle: its place.
+    let error = LimitsFile::parse(
+        "[keys]\na = { header = \"x\", or = \"b\" }\nb = { header = \"y\", or = \"a\" }\n[[routes]]\npath = \"/a\"\nkey = \"a\"\nlimits = \"1/s\"\n",
+    )
+    .unwrap_err();
+    assert!(error.message().contains("defined by itself"), "{error}");
+    assert!(error.line().is_some(), "{error}");
+}
+
+/// `--check` of a file whose keys nest 10,000 deep: refused with its
+/// place, exit code 1, no abort.
+#[test]
+fn the_example_server_checks_deeply_nested_keys() {
+    let dir = std::env::temp_dir().join(format!("limits-deep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("deep.toml");
+    std::fs::write(&path, chained_keys(10_000, false)).unwrap();
+    let out = std::process::Command::new(crate::support::example::binary())
+        .arg("--check")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("line ") && said.contains("more than 32 deep"),
+        "{said}"
+    );
+}
+
+/// A watcher that hears what happens to `path`, on `limits`.
+fn heard_watching(limits: &Limits, path: &std::path::Path) -> Arc<Mutex<Vec<String>>> {
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let tell = heard.clone();
+    let watcher = limits.watch(path, move |reload| {
+        let said = match reload {
+            Reload::Applied(file) => format!("applied {}", file.text()),
+            Reload::Refused(error) => format!("refused {error}"),
+            _ => unreachable!(),
+        };
+        tell.lock().unwrap().push(said);
+    });
+    drop(watcher);
+    heard
+}
+
+fn route_a(limits: &str) -> String {
+    format!("[[routes]]\npath = \"/a\"\nlimits = \"{limits}\"\n")
+}
+
+/// What is not a limits file is refused without being read, and a valid
+/// file in its place later runs: `/dev/zero` behind a symlink, a FIFO
+/// (opening one would wait for a writer for ever), a 2 MiB file.
+#[tokio::test]
+async fn a_watched_path_that_is_no_limits_file_is_refused_unread() {
+    let dir = std::env::temp_dir().join(format!("limits-hostile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    std::fs::write(&path, route_a("a = 10/min")).unwrap();
+    let limits = Limits::new(LimitsFile::read(&path).unwrap());
+    let heard = heard_watching(&limits, &path);
+    let refused = |what: &str| {
+        let heard = heard.clone();
+        let what = what.to_owned();
+        async move {
+            until(|| heard.lock().unwrap().iter().any(|h| h.contains(&what))).await;
+            let said = heard.lock().unwrap().clone();
+            assert!(said.iter().any(|h| h.contains(&what)), "{what}: {said:?}");
+        }
+    };
+
+    std::fs::remove_file(&path).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+    refused("not a regular file").await;
+    assert!(LimitsFile::read(&path)
+        .unwrap_err()
+        .message()
+        .contains("not a regular file"));
+
+    std::fs::remove_file(&path).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&path).status();
+    if made.is_ok_and(|s| s.success()) {
+        // Read, it would wait for a writer for ever: refused at once.
+        assert!(LimitsFile::read(&path)
+            .unwrap_err()
+            .message()
+            .contains("not a regular file"));
+        // Refused by the watcher as well (the same words as the symlink's,
+        // so not said again): it goes on, as the end of this test shows.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    let huge = format!("{}{}", route_a("a = 10/min"), "#".repeat(2 << 20));
+    std::fs::write(&path, huge).unwrap();
+    refused("at most 1048576").await;
+    assert!(LimitsFile::read(&path)
+        .unwrap_err()
+        .message()
+        .contains("at most 1048576"));
+
+    std::fs::write(&path, route_a("a = 30/min")).unwrap();
+    let req = request(Method::GET, "/a", &[], "10.0.0.1");
+    let limit_now = || {
+        let policy = limits.policies().resolve(&RequestHead::from(&req)).unwrap();
+        policy.limits()[0].quota().limit()
+    };
+    until(|| limit_now() == 30).await;
+    assert_eq!(limit_now(), 30, "a valid file after them runs");
+}
+
+/// Every version is checked as the first was: an empty file, or one without
+/// a route the application requires, is refused and the running one stays;
+/// a file written in two parts is read once whole, never half.
+#[tokio::test]
+async fn reloads_are_checked_like_start_up_and_never_read_half_written() {
+    let dir = std::env::temp_dir().join(format!("limits-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let both = |a: &str| {
+        format!(
+            "{}[[routes]]\npath = \"/login\"\nmethod = \"POST\"\nlimits = \"5/min\"\n",
+            route_a(a)
+        )
+    };
+    std::fs::write(&path, both("a = 10/min")).unwrap();
+    let defaults = FileDefaults::new().require_route(Some(Method::POST), "/login");
+    let limits = Limits::new(defaults.read(&path).unwrap());
+    let heard = heard_watching(&limits, &path);
+    let said_after = |n: usize| {
+        let heard = heard.clone();
+        async move {
+            until(|| heard.lock().unwrap().len() > n).await;
+            heard.lock().unwrap().get(n).cloned().unwrap_or_default()
+        }
+    };
+
+    std::fs::write(&path, "").unwrap();
+    let said = said_after(0).await;
+    assert!(
+        said.contains("refused") && said.contains("limits nothing"),
+        "{said}"
+    );
+    // Cut short before the login route.
+    std::fs::write(&path, route_a("a = 10/min")).unwrap();
+    let said = said_after(1).await;
+    assert!(said.contains("needs limits for POST /login"), "{said}");
+    let file = limits.current();
+    assert!(file.text().contains("/login"), "the running version stays");
+
+    // Written in two parts, 300 ms apart: the first part alone is a valid
+    // file, but never runs.
+    let whole = both("a = 40/min");
+    let (first, rest) = whole.split_at(route_a("a = 40/min").len());
+    let first_part = format!("{first}\n");
+    std::fs::write(&path, &first_part).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    std::fs::write(&path, format!("{first_part}{rest}")).unwrap();
+    let said = said_after(2).await;
+    assert!(
+        said.starts_with("applied") && said.contains("/login"),
+        "{said}"
+    );
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(
+        heard.lock().unwrap().len(),
+        3,
+        "{:?}",
+        heard.lock().unwrap()
+    );
+}
+
+/// The example server watching `LIMITS_FILE`: an emptied file, and one cut
+/// short before `/api/login`, are refused (said, with why) and every route
+/// keeps its limits; nothing answers 500.
+#[test]
+fn the_example_server_refuses_an_emptied_or_cut_limits_file() {
+    let dir = std::env::temp_dir().join(format!("limits-cut-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("limits.toml");
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"))
+            .unwrap();
+    std::fs::write(&path, &shipped).unwrap();
+    let mut server =
+        crate::support::example::ExampleServer::start(&[("LIMITS_FILE", path.to_str().unwrap())]);
+    let login = |server: &crate::support::example::ExampleServer| {
+        server.send(
+            "POST",
+            "/api/login",
+            &[("content-type", "application/x-www-form-urlencoded")],
+            "user=ann&password=demo",
+        )
+    };
+    let response = login(&server);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+
+    std::fs::write(&path, "").unwrap();
+    let refused = server.line_starting("limits: refused").expect("no refusal");
+    assert!(refused.contains("limits nothing"), "{refused}");
+    let cut = &shipped[..shipped.find("/api/login").unwrap()];
+    let cut = &cut[..cut.rfind("[[routes]]").unwrap()];
+    std::fs::write(&path, cut).unwrap();
+    let refused = server.line_starting("limits: refused").expect("no refusal");
+    assert!(
+        refused.contains("needs limits for POST /api/login"),
+        "{refused}"
+    );
+
+    let response = server.get("/api/search", &[("x-user-id", "ann")]);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.contains("ratelimit-policy: \"search\""),
+        "{response}"
+    );
+    let response = login(&server);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
