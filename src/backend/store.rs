@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::memory::bucket::Tat;
 use super::memory::decide;
 use super::memory::shard::{Entries, Shard, TimedLog};
-use super::memory::table::Expires;
+use super::memory::table::{Expires, KEPT};
 use super::{AtCapacity, Backend, BackendError, Reset};
 use crate::algorithm::State;
 use crate::clock::{Clock, MonotonicClock};
@@ -88,6 +88,16 @@ impl KeyStates {
             && self.shard.logs.entries.is_empty()
     }
 
+    /// Whether these states hold something an attacker would most like
+    /// gone — a ban, strikes, or a budget that denied a request — so that a
+    /// store that must evict keys (an LRU, a cache) evicts this key last.
+    pub fn is_kept(&self) -> bool {
+        let kept = |fp: &u64| fp & KEPT != 0;
+        self.shard.states.entries.iter().any(|(f, _)| kept(f))
+            || self.shard.buckets.entries.iter().any(|(f, _)| kept(f))
+            || self.shard.logs.entries.iter().any(|(f, _)| kept(f))
+    }
+
     /// When the last state expires (on the backend's clock, which counts
     /// from the Unix epoch by default): for a store with expiring entries.
     pub fn expires_at(&self) -> Micros {
@@ -164,7 +174,7 @@ impl<V> Default for Few<V> {
 
 impl<V> Entries<V> for Few<V> {
     fn find(&self, fp: u64) -> Option<usize> {
-        self.entries.iter().position(|(f, _)| *f == fp)
+        self.entries.iter().position(|(f, _)| f & !KEPT == fp)
     }
     fn at(&self, slot: usize) -> &V {
         &self.entries[slot].1
@@ -178,7 +188,10 @@ impl<V> Entries<V> for Few<V> {
         &mut self.entries[last].1
     }
     fn remove(&mut self, fp: u64) {
-        self.entries.retain(|(f, _)| *f != fp);
+        self.entries.retain(|(f, _)| f & !KEPT != fp);
+    }
+    fn keep(&mut self, slot: usize) {
+        self.entries[slot].0 |= KEPT;
     }
     fn has_room(&mut self, _: u64, _: usize, _: Micros) -> bool {
         self.limits.0

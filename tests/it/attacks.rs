@@ -185,3 +185,52 @@ fn a_frozen_redis_neither_delays_start_up_nor_hangs_admin_changes() {
     let (response, _) = put(&server);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
+
+/// The header `name` of `response`, if it has it.
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    response.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// With a small key cap (`MAX_KEYS`), 30,000 made-up user ids on
+/// `/api/burst` (each state living an hour, longer than the ban) evict one
+/// another, never a client's ban on `/api/ip` or its login lockout.
+#[test]
+fn made_up_ids_evict_neither_a_ban_nor_a_lockout() {
+    let mut server = ExampleServer::start(&[("MAX_KEYS", "2000")]);
+    assert!(server
+        .line_starting("limits in memory: at most 2000 keys")
+        .is_some());
+    let ip = |n: usize| {
+        (0..n)
+            .map(|_| "GET /api/ip HTTP/1.1\r\nhost: x\r\n\r\n".to_owned())
+            .collect::<Vec<_>>()
+    };
+    // 30 a minute, then 10 denials: banned for 5 minutes.
+    let statuses = server.statuses_kept_alive(ip(41));
+    assert_eq!(statuses[30..], [429; 11][..], "{statuses:?}");
+    let banned = server.get("/api/ip", &[]);
+    let retry: u64 = header(&banned, "retry-after").unwrap().parse().unwrap();
+    assert!(retry > 250, "{banned}");
+    let login = |password: &str| {
+        let body = format!("user=ann&password={password}");
+        format!("POST /api/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+    };
+    let statuses = server.statuses_kept_alive((0..6).map(|_| login("wrong")));
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
+
+    let flood = (0..30_000)
+        .map(|i| format!("GET /api/burst HTTP/1.1\r\nhost: x\r\nx-user-id: made-up-{i}\r\n\r\n"));
+    let statuses = server.statuses_kept_alive(flood);
+    assert!(statuses.iter().all(|s| *s == 200));
+
+    let still = server.get("/api/ip", &[]);
+    assert!(
+        still.starts_with("HTTP/1.1 429"),
+        "the ban was evicted: {still}"
+    );
+    let statuses = server.statuses_kept_alive([login("demo")]);
+    assert_eq!(statuses, [429], "the lockout was evicted");
+}

@@ -8,6 +8,7 @@ use tower_ratelimit::backend::{AtCapacity, MemoryBackend};
 use tower_ratelimit::clock::ManualClock;
 use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
+use tower_ratelimit::policy::PenaltyBox;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SEC: u64 = 1_000_000;
@@ -424,4 +425,58 @@ fn expired_logs_make_room_under_the_log_bytes() {
         .count();
     assert_eq!(admitted, 100);
     assert!(backend.log_bytes() <= 64 * 100);
+}
+
+/// Bans, strikes and budgets that are denying are what an attacker wants
+/// evicted: a flood of made-up ids (each under an hourly limit, so each
+/// state outlives the ban) evicts one another and never them, for every
+/// algorithm. Under `AtCapacity::Deny` nothing is ever evicted.
+#[test]
+fn a_flood_of_made_up_ids_evicts_no_ban_and_no_exhausted_budget() {
+    for algorithm in Algorithm::ALL {
+        let clock = ManualClock::new(Micros::new(0));
+        let backend = MemoryBackend::builder()
+            .max_keys(256)
+            .shards(1)
+            .clock(clock.clone())
+            .build();
+        // 2 a minute, then 2 denials within a minute: banned 5 minutes.
+        let penalty =
+            PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(300)).unwrap();
+        let banning = Policy::builder()
+            .limit("ip", algorithm, Quota::per_minute(2).unwrap())
+            .penalty(penalty)
+            .build()
+            .unwrap();
+        // 5 failed logins a minute, all spent: a lockout.
+        let login = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
+        let burst = Policy::builder()
+            .limit("s", algorithm, Quota::per_second(10).unwrap())
+            .limit("h", algorithm, Quota::per_hour(1000).unwrap())
+            .build()
+            .unwrap();
+        let attacker = Key::new("ip", "203.0.113.7");
+        let victim = Key::new("login", "203.0.113.7 ann");
+        let banned = (0..6)
+            .map(|_| backend.check_now(&attacker, &banning, 1))
+            .last()
+            .unwrap();
+        assert!(banned.is_banned(), "{algorithm}: not banned");
+        for _ in 0..6 {
+            backend.check_now(&victim, &login, 1);
+        }
+        assert!(!backend.check_now(&victim, &login, 1).is_allowed());
+        for i in 0..50_000u32 {
+            clock.advance(Duration::from_micros(200));
+            backend.check_now(&Key::new("user", i.to_be_bytes()), &burst, 1);
+        }
+        // 10 s have passed: the ban and the lockout still stand.
+        let after = backend.check_now(&attacker, &banning, 1);
+        assert!(after.is_banned(), "{algorithm}: the ban was evicted");
+        assert!(
+            !backend.check_now(&victim, &login, 1).is_allowed(),
+            "{algorithm}: the lockout was evicted"
+        );
+        assert!(backend.len() <= 256 * 3, "{}", backend.len());
+    }
 }

@@ -162,3 +162,39 @@ fn a_full_store_refuses_new_keys_and_forgets_expired_ones() {
         .check_now(&Key::new("user", "c"), &policy, 1)
         .is_allowed());
 }
+
+/// A store that must evict (an LRU, a cache) can tell which keys to keep:
+/// a key whose budget denied a request, or that is banned, says so; a
+/// client with budget left does not.
+#[test]
+fn a_store_is_told_which_keys_to_evict_last() {
+    let clock = ManualClock::new(Micros::ZERO);
+    let map = Map::default();
+    let store = StoreBackend::new(map.clone()).clock(clock.clone());
+    let kept = |key: &Key| map.update(key, |states| states.is_kept());
+    let two: tower_ratelimit::Policy = "2/min".parse().unwrap();
+    let (ann, bob) = (Key::new("user", "ann"), Key::new("user", "bob"));
+    store.check_now(&ann, &two, 1);
+    store.check_now(&bob, &two, 1);
+    store.check_now(&bob, &two, 1);
+    assert!(!kept(&ann) && !kept(&bob), "budget left: nothing to keep");
+    assert!(!store.check_now(&bob, &two, 1).is_allowed());
+    assert!(kept(&bob), "bob's spent budget denied him");
+    assert!(!kept(&ann));
+
+    let banning = tower_ratelimit::Policy::builder()
+        .limit(
+            "ip",
+            tower_ratelimit::Algorithm::SlidingWindow,
+            "1/min".parse().unwrap(),
+        )
+        .penalty(penalty((1, 60, 300, 0)))
+        .build()
+        .unwrap();
+    let ip = Key::new("ip", "203.0.113.7");
+    store.check_now(&ip, &banning, 1);
+    // A denial, which strikes and bans: the ban is kept.
+    store.check_now(&ip, &banning, 1);
+    assert!(store.check_now(&ip, &banning, 1).is_banned());
+    assert!(kept(&ip));
+}

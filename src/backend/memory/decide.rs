@@ -32,7 +32,11 @@ where
     let limit = lone_limit(policy)?;
     let fp = fingerprint(base, limit.id());
     let (outcome, mut slot) = shard.check(limit, fp, now, cost);
-    if cost > 0 && outcome.is_allowed() {
+    if !outcome.is_allowed() {
+        if let Some(slot) = slot.filter(|_| cost > 0) {
+            keep(shard, limit, slot);
+        }
+    } else if cost > 0 {
         if let Form::Log(_) = limit.rule().form() {
             let mut found = [(fp, slot)];
             if shard
@@ -56,6 +60,21 @@ where
         }
     }
     Some(outcome)
+}
+
+/// Mark `limit`'s state in `slot`, which denied a request, to be evicted
+/// last (see [`Shard::keep_denying`]).
+fn keep<S, L, B>(shard: &mut Shard<S, L, B>, limit: &Limit, slot: usize)
+where
+    S: Entries<State>,
+    L: Entries<TimedLog>,
+    B: Entries<Tat>,
+{
+    match limit.rule().form() {
+        Form::Fixed(_) => shard.states.keep(slot),
+        Form::Bucket(_) => shard.buckets.keep(slot),
+        Form::Log(_) => shard.logs.keep(slot),
+    }
 }
 
 /// The one limit of `policy` when nothing else is kept beside its state:
@@ -140,6 +159,13 @@ where
             committed = true;
             if limits.iter().any(Limit::is_concurrent) {
                 decision = decision.with_permit(now);
+            }
+        }
+    }
+    if !decision.is_allowed() && cost > 0 {
+        for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
+            if decision.outcome(i).is_some_and(|o| !o.is_allowed()) {
+                shard.keep_denying(limit, fp);
             }
         }
     }

@@ -29,9 +29,16 @@
 //!
 //! * [`AtCapacity::EvictSoonestExpiring`] (default): the new key replaces the
 //!   nearby entry whose state would have expired first — the state whose
-//!   loss admits the least extra traffic. A flood of new keys cannot grow
-//!   memory, and new clients are never turned away; the price is that an
-//!   evicted client starts again with a full quota.
+//!   loss admits the least extra traffic — among those not *kept*. Kept
+//!   are a penalty box's strikes and bans, and a window's or log's state
+//!   that denied a request: what an attacker flooding made-up ids would
+//!   most like gone. They go only when every nearby entry is kept (a flood
+//!   that must exhaust a limit for each id it makes up), soonest expiring
+//!   first. A bucket's state needs no mark: its expiry is how much of the
+//!   budget it holds, so an exhausted bucket outlives a new id's under the
+//!   same limit. A flood of new keys cannot grow memory, and new clients
+//!   are never turned away; the price is that an evicted client starts
+//!   again with a full quota.
 //! * [`AtCapacity::Deny`]: requests from new keys are denied (the decision
 //!   says [`is_capacity_exhausted`](crate::Decision::is_capacity_exhausted))
 //!   until state expires; known keys are unaffected. No state is ever lost,

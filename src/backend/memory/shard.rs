@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use super::bucket::Tat;
-use super::table::{Expires, Table};
+use super::table::{Expires, Table, KEPT};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::penalty::PenaltyState;
 use crate::{Limit, Micros, Outcome};
@@ -35,6 +35,9 @@ pub(crate) trait Entries<V> {
     fn reclaim(&mut self, _now: Micros, _slots: usize) {}
     /// Drop `fp`'s entry, if there is one (moves entries).
     fn remove(&mut self, fp: u64);
+    /// Mark the entry in `slot` to be evicted last (a ban, strikes, a
+    /// state that denied).
+    fn keep(&mut self, slot: usize);
 }
 
 impl<V: Expires> Entries<V> for Table<V> {
@@ -65,6 +68,10 @@ impl<V: Expires> Entries<V> for Table<V> {
     }
     fn remove(&mut self, fp: u64) {
         Table::remove(self, fp);
+    }
+    #[inline]
+    fn keep(&mut self, slot: usize) {
+        Table::keep(self, slot);
     }
 }
 
@@ -244,13 +251,40 @@ impl<S: Entries<State>, L: Entries<TimedLog>, B: Entries<Tat>> Shard<S, L, B> {
         }
     }
 
+    /// Keep a key's strikes and bans, marked to be evicted last: the state
+    /// an attacker most wants gone.
     pub(crate) fn set_penalty(&mut self, base: u64, id: u64, state: PenaltyState, now: Micros) {
         let [strikes, bans] = penalty_fingerprints(base, id);
         for (fp, value) in [(strikes, state.strikes), (bans, state.bans)] {
             match self.states.find(fp) {
                 Some(i) => *self.states.at_mut(i) = value,
                 None if !value.is_expired(now) => *self.states.insert(fp, value, now) = value,
-                None => {}
+                None => continue,
+            }
+            if let Some(i) = self.states.find(fp) {
+                self.states.keep(i);
+            }
+        }
+    }
+
+    /// Mark `limit`'s state at `fp`, which denied a request, to be evicted
+    /// last: evicting it would give a client held back a fresh budget.
+    pub(crate) fn keep_denying(&mut self, limit: &Limit, fp: u64) {
+        match limit.rule().form() {
+            Form::Fixed(_) => {
+                if let Some(i) = self.states.find(fp) {
+                    self.states.keep(i);
+                }
+            }
+            Form::Bucket(_) => {
+                if let Some(i) = self.buckets.find(fp) {
+                    self.buckets.keep(i);
+                }
+            }
+            Form::Log(_) => {
+                if let Some(i) = self.logs.find(fp) {
+                    self.logs.keep(i);
+                }
             }
         }
     }
@@ -454,8 +488,9 @@ impl<S: Entries<State>, L: Entries<TimedLog>, B: Entries<Tat>> Shard<S, L, B> {
 /// are short: bounded work per request, like the cap's own reclaiming.
 const RECLAIM_FOR_BYTES: usize = 64;
 
-/// A limit's own fingerprint of a key: a bijective mix of the key's base
-/// hash with the limit's identity, never 0 (0 marks an empty slot).
+/// A limit's own fingerprint of a key: a mix of the key's base hash with
+/// the limit's identity, even (the low bit is [`KEPT`]'s) and never 0 (0
+/// marks an empty slot).
 #[inline]
 pub(crate) fn fingerprint(base: u64, limit_id: u64) -> u64 {
     let mut x = base ^ limit_id;
@@ -464,7 +499,7 @@ pub(crate) fn fingerprint(base: u64, limit_id: u64) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     x ^= x >> 33;
-    x.max(1)
+    (x & !KEPT).max(2)
 }
 
 /// Where a penalty box keeps a key's strikes and bans: two more

@@ -42,9 +42,14 @@ const MIN_SLOTS: usize = 16;
 /// 3/4 full.
 const MAX_LOAD_16THS: usize = 15;
 
+/// The bit of a stored fingerprint that marks an entry to keep: a ban or
+/// strikes, or a state that denied a request. Fingerprints are even (see
+/// `shard::fingerprint`); the table compares and places them without it.
+pub(crate) const KEPT: u64 = 1;
+
 #[derive(Default)]
 struct Slot<V> {
-    /// 0 marks an empty slot; fingerprints are never 0.
+    /// 0 marks an empty slot; fingerprints are never 0. May carry [`KEPT`].
     fp: u64,
     value: V,
 }
@@ -95,7 +100,7 @@ impl<V: Expires> Table<V> {
     /// half rather than double.
     #[inline]
     fn home(&self, fp: u64) -> usize {
-        ((u128::from(fp) * self.slots.len() as u128) >> 64) as usize
+        ((u128::from(fp & !KEPT) * self.slots.len() as u128) >> 64) as usize
     }
 
     /// How far slot `i` lies past `fp`'s home, wrapping around.
@@ -128,7 +133,7 @@ impl<V: Expires> Table<V> {
         let (mut i, mut d) = (self.home(fp), 0);
         loop {
             match self.slots[i].fp {
-                f if f == fp => return Some(i),
+                f if f & !KEPT == fp => return Some(i),
                 0 => return None,
                 // An entry nearer its home than `fp` would be here: `fp`
                 // would have taken its place.
@@ -175,6 +180,12 @@ impl<V: Expires> Table<V> {
         self.len + needed <= self.max_len
     }
 
+    /// Mark the entry in slot `index` as one to evict last.
+    #[inline]
+    pub(crate) fn keep(&mut self, index: usize) {
+        self.slots[index].fp |= KEPT;
+    }
+
     /// The soonest time an entry near `fp` expires: when a full table is
     /// likely to have room for `fp`.
     pub(crate) fn soonest_expiry_near(&self, fp: u64) -> Micros {
@@ -185,7 +196,9 @@ impl<V: Expires> Table<V> {
     }
 
     /// Insert `fp`, which must be absent. At the cap, the entry near `fp`
-    /// that expires soonest (an expired one if any) makes way.
+    /// that expires soonest (an expired one if any) makes way, one not
+    /// [kept](Self::keep) before any that is: a flood of new keys evicts
+    /// each other, not a ban or an exhausted budget, while it can.
     pub(crate) fn insert(&mut self, fp: u64, value: V, now: Micros) -> &mut V {
         debug_assert!(fp != 0 && self.find(fp).is_none());
         if self.len >= self.max_len {
@@ -196,7 +209,10 @@ impl<V: Expires> Table<V> {
             // entry after the cursor: either way the cap holds.
             let victim = self
                 .neighbourhood(fp)
-                .min_by_key(|&i| self.slots[i].value.expires_at())
+                .min_by_key(|&i| {
+                    let slot = &self.slots[i];
+                    (slot.fp & KEPT, slot.value.expires_at())
+                })
                 .or_else(|| {
                     (0..self.slots.len())
                         .map(|k| (self.cursor + k) % self.slots.len())
@@ -360,12 +376,12 @@ mod tests {
 
     /// Fingerprints spread over the table, one per `k`.
     fn fp(k: u64) -> u64 {
-        k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+        k.wrapping_mul(0x9E37_79B9_7F4A_7C15) & !KEPT | 2
     }
 
     /// Fingerprints that all share one home slot, to exercise probe runs.
     fn clustered(n: u64) -> impl Iterator<Item = u64> {
-        (1..=n).map(|k| k << 32 | 5)
+        (1..=n).map(|k| k << 32 | 4)
     }
 
     #[test]

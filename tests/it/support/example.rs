@@ -107,6 +107,37 @@ impl ExampleServer {
         response
     }
 
+    /// The status of each of `requests` (whole request texts, kept alive),
+    /// sent one after another on one connection.
+    pub fn statuses_kept_alive(&self, requests: impl IntoIterator<Item = String>) -> Vec<u16> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut statuses = Vec::new();
+        for request in requests {
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut status = String::new();
+            reader.read_line(&mut status).unwrap();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line == "\r\n" || line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            statuses.push(status.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0));
+        }
+        statuses
+    }
+
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
