@@ -68,6 +68,9 @@
 //! | `DELETE /admin/keys?user=<id>&ip=<address>` | with `ADMIN_TOKEN`: forget what that client used on every limited route, and its bans |
 //! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a limited route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`), or for `/api/slow` a number of requests in flight; 401 without the token; 404 when `ADMIN_TOKEN` is unset |
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
+//! | `REDACTION_SECRET` | the secret redacted keys (`/admin/top`, logs) are hashed under: the same on every server so that their redacted keys match (default: random per process) |
+//! | `MAX_KEYS` | the memory backend's cap on states (bans and exhausted budgets are evicted last) |
+//! | `MAX_CONNECTIONS` | connections open at once, more are closed at once (default: 3/4 of `ulimit -n`, at most 10,000) |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
 //!
 //! ```sh
@@ -467,6 +470,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let config = Config::from_env()?;
+    // Keys in /admin/top and logs are redacted under a secret: this one,
+    // for a fleet whose servers' redacted keys must match, else a random
+    // one of this process's.
+    if let Ok(secret) = std::env::var("REDACTION_SECRET") {
+        Key::set_redaction_secret(secret);
+    }
     let addr: SocketAddr = std::env::var("ADDR")
         .unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
         .parse()

@@ -93,15 +93,15 @@ pub(super) async fn set(service: Arc<Service>, body: String) -> Response {
     let Some(error_rate) = error_rate else {
         return (StatusCode::BAD_REQUEST, "error_rate=<0..1> is required\n").into_response();
     };
-    service
-        .error_permille
-        .store((error_rate * 1000.0).round() as u32, Ordering::Relaxed);
+    // Said as stored (`-0` is 0, 0.2 is 20): what the service will do.
+    let permille = (error_rate * 1000.0).round() as u32;
+    service.error_permille.store(permille, Ordering::Relaxed);
     service
         .latency_ms
         .store(latency.unwrap_or(0), Ordering::Relaxed);
     format!(
-        "the report service fails {:.0}% of requests, {} ms each\n",
-        error_rate * 100.0,
+        "the report service fails {}% of requests, {} ms each\n",
+        f64::from(permille) / 10.0,
         latency.unwrap_or(0)
     )
     .into_response()

@@ -130,11 +130,15 @@ impl Key {
 
 impl Key {
     /// The key as an operator may see it in logs and lists: the namespace,
-    /// at most 4 leading printable characters of the value (of a client IP,
-    /// the first half of the address), and a hash of the whole key —
-    /// `ip:203.0.…#9f86d081` — enough to tell keys apart and
-    /// recognise one, never a whole IP address, user name or secret. (The
-    /// hash is not a secret: someone who guesses a key can confirm it.)
+    /// at most 4 leading printable characters of the value (none of a
+    /// client IP's), and 32 bits of an HMAC-SHA256 of the whole key under
+    /// the [redaction secret](Self::set_redaction_secret) —
+    /// `header:x-user-id:alic…#9f86d081`, `ip:…#03c1be22` — enough to tell
+    /// keys apart and recognise one in the logs of processes sharing the
+    /// secret, never a whole user name, an address or a part of one. The
+    /// hash is keyed, so no one without the secret can test guesses
+    /// against it (an unkeyed one gives any IPv4 address away in 2³²
+    /// tries at most, and in far fewer from a known prefix).
     ///
     /// ```
     /// use tower_ratelimit::key::Key;
@@ -142,42 +146,72 @@ impl Key {
     /// assert!(redacted.starts_with("header:x-user-id:alic…#"));
     /// assert_eq!(redacted.len(), "header:x-user-id:alic…#".len() + 8);
     /// assert_ne!(redacted, Key::new("header:x-user-id", "alice@example.org").redacted());
-    /// assert!(Key::new("ip", [203, 0, 113, 7]).redacted().starts_with("ip:203.0.…#"));
+    /// assert!(Key::new("ip", [203, 0, 113, 7]).redacted().starts_with("ip:…#"));
     /// ```
     pub fn redacted(&self) -> String {
+        use hmac::{KeyInit, Mac};
         let mut out = String::with_capacity(self.namespace().len() + 24);
         out.push_str(self.namespace());
         out.push(':');
-        match (self.namespace(), self.value()) {
-            // A client IP ([`ClientIp`]): its first half, as an address.
-            ("ip", &[a, b, _, _]) => out.push_str(&format!("{a}.{b}.")),
-            ("ip", v) if v.len() == 16 => {
-                out.push_str(&format!(
-                    "{:x}:{:x}:",
-                    u16::from_be_bytes([v[0], v[1]]),
-                    u16::from_be_bytes([v[2], v[3]])
-                ));
-            }
-            (_, value) => out.extend(
-                value
+        if self.namespace() != "ip" {
+            out.extend(
+                self.value()
                     .iter()
                     .take(4)
                     .take_while(|b| b.is_ascii_graphic())
                     .map(|&b| char::from(b)),
-            ),
+            );
         }
-        out.push_str(&format!("…#{:08x}", self.digest() >> 32));
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(redaction_secret())
+            .expect("HMAC takes a key of any length");
+        mac.update(self.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        out.push_str(&format!(
+            "…#{:08x}",
+            u32::from_be_bytes([tag[0], tag[1], tag[2], tag[3]])
+        ));
         out
     }
 
-    /// A hash of the key, the same in every process of one build: for
-    /// redacted forms that must match across servers' logs.
+    /// Use `secret` for every [`redacted`](Self::redacted) form this
+    /// process makes from now on, instead of a random secret of its own:
+    /// give every server of a fleet the same one (from its environment, as
+    /// any secret) so that one client's redacted key is the same in all
+    /// their logs. `false`, changing nothing, once a redacted form was made
+    /// or a secret set: a key's redacted form never changes within a
+    /// process.
+    pub fn set_redaction_secret(secret: impl AsRef<[u8]>) -> bool {
+        let secret = secret.as_ref().to_vec();
+        REDACTION_SECRET.set(secret).is_ok()
+    }
+
+    /// A hash of the key, the same in every process of one build: an
+    /// identity to count a key by, never shown.
     pub(crate) fn digest(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.as_bytes().hash(&mut hasher);
         hasher.finish()
     }
+}
+
+/// The secret redacted keys are hashed under: set once, or drawn at random
+/// the first time one is made.
+static REDACTION_SECRET: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+fn redaction_secret() -> &'static [u8] {
+    REDACTION_SECRET.get_or_init(|| {
+        // std's RandomState is seeded from the operating system's
+        // randomness: four of them make a 256-bit secret.
+        use std::hash::{BuildHasher, Hasher};
+        (0..4u64)
+            .flat_map(|i| {
+                let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+                hasher.write_u64(i);
+                hasher.finish().to_le_bytes()
+            })
+            .collect()
+    })
 }
 
 impl fmt::Debug for Key {

@@ -189,6 +189,8 @@ async fn the_example_report_follows_its_service() {
     );
     assert_eq!(set("error_rate=2").await.0, 400);
     assert_eq!(set("latency_ms=5").await.0, 400, "error_rate is required");
+    let (_, _, said) = set("error_rate=-0").await;
+    assert_eq!(said, "the report service fails 0% of requests, 0 ms each\n");
     let (status, _, said) = set("error_rate=0.2&latency_ms=2").await;
     assert_eq!(status, 200, "{said}");
     let mut statuses = Vec::new();

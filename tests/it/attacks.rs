@@ -234,3 +234,32 @@ fn made_up_ids_evict_neither_a_ban_nor_a_lockout() {
     let statuses = server.statuses_kept_alive([login("demo")]);
     assert_eq!(statuses, [429], "the lockout was evicted");
 }
+
+/// `/admin/top` lists a denied client IP with no part of its address, and
+/// a hash keyed per process: another server shows another hash (nothing to
+/// test guesses against offline), unless both share `REDACTION_SECRET`.
+#[test]
+fn redacted_addresses_show_nothing_to_guess_from() {
+    let top = |env: &[(&str, &str)]| {
+        let server = ExampleServer::start(env);
+        for _ in 0..31 {
+            server.get("/api/ip", &[]);
+        }
+        let top = server.get("/admin/top", &[]);
+        let key = top
+            .split("\"key\":\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("no key in {top}"))
+            .to_owned();
+        key
+    };
+    let (one, two) = (top(&[]), top(&[]));
+    assert!(one.starts_with("ip:…#") && !one.contains("127"), "{one}");
+    assert_ne!(
+        one, two,
+        "the same hash in two processes without a shared secret"
+    );
+    let secret = [("REDACTION_SECRET", "fleet secret")];
+    assert_eq!(top(&secret), top(&secret));
+}
