@@ -23,6 +23,24 @@ const POLL_EVERY: Duration = Duration::from_millis(500);
 /// landed between reading the version and writing the next.
 const MAX_TRIES: usize = 20;
 
+/// How long a joining server waits for the fleet's copy, when Redis has
+/// none, before it writes its own as the first version: long enough for
+/// the servers already running (who look every [`POLL_EVERY`]) to put back
+/// a copy Redis lost, so a late joiner never replaces their newer version
+/// with its own file.
+const LOST_COPY_WAIT: Duration = Duration::from_millis(1_000);
+
+/// Puts back version `ARGV[1]` (text `ARGV[2]`) if the stored one is older
+/// or gone (Redis restarted empty, flushed, evicted the hash), and tells
+/// every server; 1 if it did.
+const RESEED: &str = r"
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+if seq >= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'seq', ARGV[1], 'text', ARGV[2])
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+";
+
 /// Writes a new version if the stored one is still `ARGV[1]`, and tells
 /// every server: `{1, new}`, or `{0, stored}` when another change won.
 const CHANGE: &str = r"
@@ -41,6 +59,15 @@ return {1, seq + 1}
 /// it, or within half a second if it missed the message, and a server that
 /// joins later starts on the current version. The fleet's copy wins over a
 /// joining server's own file; the first server to join writes its own.
+///
+/// A copy Redis loses (restarted empty, flushed, evicted under
+/// `maxmemory`) is put back by the servers running it, within half a
+/// second, as the newest version any of them runs — never an older one —
+/// and changes work again at once. A server joining meanwhile waits up to
+/// a second for that before it writes its own file as the first version;
+/// if it wrote one all the same, the running servers' newer version
+/// replaces it. (Give the limiter's Redis `maxmemory-policy noeviction`, or
+/// a Redis of its own: an evicting Redis drops limits and bans too.)
 ///
 /// So a named limit changed on one server is never enforced with two
 /// budgets for longer than that: its state is kept under its name (see
@@ -72,6 +99,10 @@ struct Inner {
     name: String,
     /// The number of the version this server runs.
     applied: AtomicU64,
+    /// The number of the version whose text this server runs (behind
+    /// `applied` when it refused a version it could not read): the newest
+    /// it may put back when Redis lost the fleet's copy.
+    held: AtomicU64,
     /// The task following the fleet (it holds only a weak reference).
     follower: OnceLock<tokio::task::AbortHandle>,
 }
@@ -122,13 +153,20 @@ impl Fleet {
             conn,
             name: name.to_owned(),
             applied: AtomicU64::new(0),
+            held: AtomicU64::new(0),
             follower: OnceLock::new(),
         });
         let fleet = Self { inner };
         // The first to join writes its own version; the others read theirs.
+        // A copy Redis lost is put back by the servers running it: wait for
+        // them before writing this server's file in its place.
+        fleet.await_copy(LOST_COPY_WAIT).await?;
         let own = fleet.inner.limits.current();
         match fleet.write(0, own.text()).await? {
-            Written::Yes(seq) => fleet.inner.applied.store(seq, Ordering::Release),
+            Written::Yes(seq) => {
+                fleet.inner.applied.store(seq, Ordering::Release);
+                fleet.inner.held.store(seq, Ordering::Release);
+            }
             Written::No(_) => fleet.sync().await?,
         }
         let (subscribed, listening) = tokio::sync::oneshot::channel();
@@ -222,13 +260,34 @@ impl Fleet {
         })
     }
 
-    /// Run the fleet's version if it is newer than this server's.
+    /// Until the fleet's copy is in Redis, at most `within` (a fleet of
+    /// none has none: then nothing comes).
+    async fn await_copy(&self, within: Duration) -> Result<(), ConfigError> {
+        let mut conn = self.inner.conn.clone();
+        let started = tokio::time::Instant::now();
+        loop {
+            let seq: Option<u64> = conn
+                .hget(&self.inner.name, "seq")
+                .await
+                .map_err(|e| redis_error(&e))?;
+            if seq.is_some() || started.elapsed() >= within {
+                return Ok(());
+            }
+            tokio::time::sleep(within / 10).await;
+        }
+    }
+
+    /// Run the fleet's version if it is newer than this server's; put this
+    /// server's back if Redis holds an older one or none (it lost the copy).
     async fn sync(&self) -> Result<(), ConfigError> {
         let mut conn = self.inner.conn.clone();
         let name = &self.inner.name;
         let seq: Option<u64> = conn.hget(name, "seq").await.map_err(|e| redis_error(&e))?;
         let seq = seq.unwrap_or(0);
-        if seq <= self.version() {
+        if seq < self.version() {
+            return self.reseed().await;
+        }
+        if seq == self.version() {
             return Ok(());
         }
         let (seq, text): (Option<u64>, Option<String>) = redis::cmd("HMGET")
@@ -253,6 +312,33 @@ impl Fleet {
         Ok(())
     }
 
+    /// Put the version this server runs back into Redis, unless Redis has
+    /// as new a one: the newest any server holds wins, never an older.
+    async fn reseed(&self) -> Result<(), ConfigError> {
+        let held = self.inner.held.load(Ordering::Acquire);
+        if held == 0 || held != self.version() {
+            // This server runs a version it could not read: not its to put back.
+            return Ok(());
+        }
+        let file = self.inner.limits.current();
+        let mut conn = self.inner.conn.clone();
+        let _put_back: u8 = redis::Script::new(RESEED)
+            .key(&self.inner.name)
+            .arg(held)
+            .arg(file.text())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| redis_error(&e))?;
+        #[cfg(feature = "tracing")]
+        if _put_back == 1 {
+            tracing::warn!(
+                fleet_version = held,
+                "limits: the fleet's copy was lost in Redis; put back"
+            );
+        }
+        Ok(())
+    }
+
     /// Run `file`, the fleet's version `seq`, unless a later one runs.
     fn run(&self, seq: u64, file: LimitsFile) {
         if self.inner.applied.fetch_max(seq, Ordering::AcqRel) < seq {
@@ -263,6 +349,7 @@ impl Fleet {
                 "limits: the fleet's version live"
             );
             self.inner.limits.apply(file);
+            self.inner.held.fetch_max(seq, Ordering::AcqRel);
         }
     }
 }

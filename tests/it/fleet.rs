@@ -237,3 +237,59 @@ async fn the_example_servers_change_a_limit_together() {
     let late = start().await;
     assert_eq!(policy(late).await, r#""search";q=20;w=60"#);
 }
+
+/// Redis loses the fleet's copy (flushed, as after a restart with nothing
+/// saved, or an eviction): a change right after works, every server runs
+/// it within a second, and a server joining after the next loss with a
+/// file of its own ends up running the fleet's newest version, as do the
+/// others — its file never wins over a newer version.
+#[tokio::test]
+async fn a_lost_copy_is_put_back_from_the_newest_version_a_server_runs() {
+    let redis = RedisServer::start();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
+        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
+        servers.push((limits, fleet));
+    }
+    for quota in ["search = 11/min", "search = 12/min", "search = 20/min"] {
+        servers[0]
+            .1
+            .change(|f| f.with_route_limits(None, "/api/search", quota))
+            .await
+            .unwrap();
+    }
+    let newest = servers[0].1.version();
+    for (limits, _) in &servers {
+        until(|| search_limit(limits) == 20).await;
+    }
+
+    redis.cli(&["FLUSHALL"]);
+    let changed = Instant::now();
+    servers[1]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 30/min"))
+        .await
+        .expect("a change right after the loss");
+    assert!(servers[1].1.version() > newest);
+    for (limits, _) in &servers {
+        until(|| search_limit(limits) == 30).await;
+        assert_eq!(search_limit(limits), 30);
+    }
+    let took = changed.elapsed();
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+
+    // Lost again, and a server joins with its own file (10/min).
+    redis.cli(&["FLUSHALL"]);
+    let late = Limits::new(LimitsFile::parse(FILE).unwrap());
+    let late_fleet = Fleet::connect(&redis.url(), late.clone()).await.unwrap();
+    let joined = Instant::now();
+    for (limits, _) in servers.iter().chain([&(late.clone(), late_fleet.clone())]) {
+        until(|| search_limit(limits) == 30).await;
+        assert_eq!(search_limit(limits), 30, "the fleet's newest version");
+    }
+    assert!(joined.elapsed() < Duration::from_secs(1));
+    assert_eq!(late_fleet.version(), servers[1].1.version());
+    let stored = redis.cli(&["HGET", Fleet::DEFAULT_NAME, "text"]);
+    assert!(stored.contains("search = 30/min"), "{stored}");
+}
