@@ -81,7 +81,7 @@ pub(super) fn describe(policy: &Policy) -> Value {
 
 /// A request with nothing of a client's: what a route's own policy (not a
 /// tier's) is read with.
-fn nobody() -> Request {
+pub(super) fn nobody() -> Request {
     Request::new(axum::body::Body::empty())
 }
 
@@ -209,7 +209,7 @@ pub(super) async fn reset_keys<B: Backend>(
     }
     let head = RequestHead::from(&request);
     let file = state.limits.current();
-    let mut reset = Vec::new();
+    let (mut reset, mut keys) = (Vec::new(), Vec::new());
     for route in &ROUTES {
         let key = state.key_on(route, &head);
         let policy = file.policy(&route.method, route.path, &head);
@@ -221,6 +221,15 @@ pub(super) async fn reset_keys<B: Backend>(
             return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
         }
         reset.push(json!({ "route": route.path, "key": key.redacted() }));
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    // The other servers' denial caches, leases and local fallbacks.
+    for key in &keys {
+        if let Err(e) = state.changes.forget_everywhere(key).await {
+            return error(StatusCode::SERVICE_UNAVAILABLE, e);
+        }
     }
     Json(json!({ "reset": reset })).into_response()
 }

@@ -238,6 +238,7 @@ pub fn app_with<B: Backend>(
             "/api/report",
             report::route(config, &common, &limits, report_service),
         );
+    changes.forget_on(&backend, &limits);
     let api_key = api_key();
     let coded_keys: [(&'static str, KeyOf); 2] = [
         ("/api/key", Arc::new(move |r| api_key.extract(r))),
@@ -272,7 +273,14 @@ pub struct Joining {
     fleet: OnceLock<tower_ratelimit::config::Fleet>,
     joined: tokio::sync::Notify,
     timeout: Duration,
+    /// What this server forgets of a key another server reset.
+    forget_local: OnceLock<ForgetLocal>,
 }
+
+/// Forget what this server remembers of a key (its denials, leases, local
+/// fallback) on every limited route.
+#[cfg(feature = "redis")]
+type ForgetLocal = Box<dyn Fn(&Key) + Send + Sync>;
 
 /// Why a change of the limits was not made.
 #[derive(Debug)]
@@ -301,6 +309,7 @@ impl Changes {
             fleet: OnceLock::new(),
             joined: tokio::sync::Notify::new(),
             timeout: config.store_timeout,
+            forget_local: OnceLock::new(),
         });
         let (url, limits, task) = (url.to_owned(), limits.clone(), joining.clone());
         tokio::spawn(async move {
@@ -310,6 +319,12 @@ impl Changes {
                 let error = match tokio::time::timeout(Duration::from_secs(2), attempt).await {
                     Ok(Ok(fleet)) => {
                         println!("limits: joined the fleet (version {})", fleet.version());
+                        let hooks = task.clone();
+                        fleet.on_forget(move |key| {
+                            if let Some(forget) = hooks.forget_local.get() {
+                                forget(key);
+                            }
+                        });
                         let _ = task.fleet.set(fleet);
                         task.joined.notify_waiters();
                         return;
@@ -394,6 +409,47 @@ impl Changes {
                 }
             }
         }
+    }
+
+    /// Tell every server of the fleet that `key` was reset in Redis, so
+    /// that none goes on refusing it from what it remembers (nothing to do
+    /// on one server's own limits).
+    pub(crate) async fn forget_everywhere(&self, key: &Key) -> Result<(), String> {
+        match self {
+            Self::Local => {
+                let _ = key;
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Self::Fleet(joining) => match joining.fleet.get() {
+                Some(fleet) => {
+                    let told = tokio::time::timeout(joining.timeout, fleet.forget(key)).await;
+                    told.map_err(|_| "the fleet's Redis did not answer".to_owned())?
+                        .map_err(|e| e.to_string())
+                }
+                None => Err("the fleet's Redis has not answered yet".into()),
+            },
+        }
+    }
+
+    /// Forget keys other servers reset, on `backend`, under each limited
+    /// route's policy in `limits`.
+    fn forget_on<B: Backend>(&self, backend: &B, limits: &Limits) {
+        #[cfg(feature = "redis")]
+        if let Self::Fleet(joining) = self {
+            let (backend, limits) = (backend.clone(), limits.clone());
+            let _ = joining.forget_local.set(Box::new(move |key| {
+                let request = admin::nobody();
+                let head = RequestHead::from(&request);
+                let file = limits.current();
+                for route in &ROUTES {
+                    if let Some(policy) = file.policy(&route.method, route.path, &head) {
+                        backend.forget_local(key, &policy);
+                    }
+                }
+            }));
+        }
+        let _ = (backend, limits);
     }
 
     /// Watch the file at `path`: each valid edit runs (on every server of a

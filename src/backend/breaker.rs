@@ -130,6 +130,10 @@ impl<B: Backend> Backend for Breaker<B> {
         self.inner.reset(key, policy)
     }
 
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        self.inner.forget_local(key, policy);
+    }
+
     /// Fails at once while the breaker is open; never a probe.
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         if self.is_open() {

@@ -84,6 +84,13 @@ impl<L: Backend, R: Backend> Backend for Either<L, R> {
         }
     }
 
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        match self {
+            Either::Left(b) => b.forget_local(key, policy),
+            Either::Right(b) => b.forget_local(key, policy),
+        }
+    }
+
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         match self {
             Either::Left(b) => b.peek_many(asks),

@@ -91,6 +91,11 @@ impl<P: Backend, F: Backend> Backend for Fallback<P, F> {
         })
     }
 
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        self.primary.forget_local(key, policy);
+        self.second.backend.forget_local(key, policy);
+    }
+
     /// The primary's answer, else the fallback's.
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         let (primary, second) = (self.primary.clone(), Arc::clone(&self.second));

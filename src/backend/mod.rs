@@ -186,6 +186,19 @@ pub trait Backend: Clone + Send + Sync + 'static {
         )))))
     }
 
+    /// Forget what this process alone remembers of `key` under `policy` —
+    /// a denial cache, leases, a local fallback's state, a memory
+    /// backend's state — and nothing of a store other servers share. What
+    /// a server does when another server [`reset`](Self::reset) the key in
+    /// the shared store (a `config::Fleet` tells it, features `config` and
+    /// `redis`), so that no server goes on refusing from what it
+    /// remembered.
+    ///
+    /// The default remembers nothing, and forgets nothing.
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        let _ = (key, policy);
+    }
+
     /// A short name for the `backend` label of decision-latency metrics:
     /// `memory`, `redis`; a wrapper ([`Fallback`], [`Breaker`]) gives the
     /// name of the backend it wraps first.

@@ -14,6 +14,14 @@ use redis::AsyncCommands;
 
 use super::watch::{log_refused, told, watch_file};
 use super::{ConfigError, Limits, LimitsFile, Reload};
+use crate::key::Key;
+
+/// What a server is told to run when another server [`Fleet::forget`]s a key.
+type OnForget = Arc<dyn Fn(&Key) + Send + Sync>;
+
+/// The start of a message that carries a forgotten key (hex) rather than a
+/// version's number.
+const FORGET: &str = "forget ";
 
 /// How often a server asks Redis for the version even without a message:
 /// a message missed while its subscription was down costs at most this.
@@ -105,6 +113,8 @@ struct Inner {
     held: AtomicU64,
     /// The task following the fleet (it holds only a weak reference).
     follower: OnceLock<tokio::task::AbortHandle>,
+    /// Told of each key any server forgets.
+    on_forget: std::sync::Mutex<Vec<OnForget>>,
 }
 
 impl Drop for Inner {
@@ -155,6 +165,7 @@ impl Fleet {
             applied: AtomicU64::new(0),
             held: AtomicU64::new(0),
             follower: OnceLock::new(),
+            on_forget: std::sync::Mutex::new(Vec::new()),
         });
         let fleet = Self { inner };
         // The first to join writes its own version; the others read theirs.
@@ -212,6 +223,35 @@ impl Fleet {
         Err(ConfigError::from_message(format!(
             "the fleet's limits changed {MAX_TRIES} times while this change was made; try again"
         )))
+    }
+
+    /// Tell every server of the fleet (this one too) that `key` was reset
+    /// in the shared store, so that each runs what it gave
+    /// [`on_forget`](Self::on_forget) — typically
+    /// [`Backend::forget_local`](crate::backend::Backend::forget_local)
+    /// under each policy the key is limited by — within a second: no
+    /// server goes on refusing the key from a denial cache, a lease or a
+    /// local fallback. A server whose subscription is down when the
+    /// message is sent misses it.
+    pub async fn forget(&self, key: &Key) -> Result<(), ConfigError> {
+        let hex: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        let mut conn = self.inner.conn.clone();
+        let _: i64 = conn
+            .publish(&self.inner.name, format!("{FORGET}{hex}"))
+            .await
+            .map_err(|e| redis_error(&e))?;
+        Ok(())
+    }
+
+    /// Run `forget` for each key a server of the fleet
+    /// [forgets](Self::forget) from now on.
+    pub fn on_forget(&self, forget: impl Fn(&Key) + Send + Sync + 'static) {
+        let mut hooks = self
+            .inner
+            .on_forget
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        hooks.push(Arc::new(forget));
     }
 
     /// Run `file` on every server, as the fleet's next version.
@@ -383,12 +423,15 @@ async fn follow(
             let _ = told.send(());
         }
         loop {
+            let mut forgotten = None;
             match &mut messages {
                 Some(stream) => {
                     let next = std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx));
-                    // The subscription ended: subscribe again.
-                    if let Ok(None) = tokio::time::timeout(POLL_EVERY, next).await {
-                        messages = None;
+                    match tokio::time::timeout(POLL_EVERY, next).await {
+                        // The subscription ended: subscribe again.
+                        Ok(None) => messages = None,
+                        Ok(Some(message)) => forgotten = forgotten_key(message.get_payload_bytes()),
+                        Err(_) => {}
                     }
                 }
                 None => tokio::time::sleep(POLL_EVERY).await,
@@ -396,12 +439,36 @@ async fn follow(
             let Some(inner) = inner.upgrade() else {
                 return;
             };
+            if let Some(key) = forgotten {
+                let hooks = inner
+                    .on_forget
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                for hook in hooks {
+                    hook(&key);
+                }
+                continue;
+            }
             let _ = Fleet { inner }.sync().await;
             if messages.is_none() {
                 break;
             }
         }
     }
+}
+
+/// The key a `forget` message carries, if it is one.
+fn forgotten_key(payload: &[u8]) -> Option<Key> {
+    let hex = payload.strip_prefix(FORGET.as_bytes())?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = hex
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect();
+    Key::from_encoded(&bytes?)
 }
 
 /// A Redis error as a limits error.

@@ -101,6 +101,14 @@ impl Key {
         Self::new("+", value)
     }
 
+    /// The key whose [`as_bytes`](Self::as_bytes) are `bytes`, if they are
+    /// one's (a namespace length no longer than what follows it).
+    pub(crate) fn from_encoded(bytes: &[u8]) -> Option<Self> {
+        let (&len, rest) = bytes.split_first()?;
+        let namespace = std::str::from_utf8(rest.get(..usize::from(len))?).ok()?;
+        Some(Self::new(namespace, &rest[usize::from(len)..]))
+    }
+
     /// The whole encoded key: namespace length, namespace, value.
     pub fn as_bytes(&self) -> &[u8] {
         match &self.repr {

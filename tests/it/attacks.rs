@@ -263,3 +263,37 @@ fn redacted_addresses_show_nothing_to_guess_from() {
     let secret = [("REDACTION_SECRET", "fleet secret")];
     assert_eq!(top(&secret), top(&secret));
 }
+
+/// Two servers on one Redis: a client banned on `/api/ip` is refused by
+/// both, the second from its denial cache; `DELETE /admin/keys?ip=` on the
+/// first lifts the ban on both within a second (the fleet tells the second
+/// to forget what it remembers).
+#[test]
+fn a_reset_on_one_server_reaches_every_server_within_a_second() {
+    let redis = RedisServer::start();
+    let env = [("REDIS_URL", redis.url()), ("ADMIN_TOKEN", "t".to_owned())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut servers = [ExampleServer::start(&env), ExampleServer::start(&env)];
+    for server in &mut servers {
+        assert!(server.line_starting("limits: joined the fleet").is_some());
+    }
+    let ip = || "GET /api/ip HTTP/1.1\r\nhost: x\r\n\r\n".to_owned();
+    let statuses = servers[0].statuses_kept_alive((0..41).map(|_| ip()));
+    assert_eq!(statuses[40], 429, "{statuses:?}");
+    let refused = servers[1].get("/api/ip", &[]);
+    assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
+    assert_eq!(servers[1].statuses_kept_alive([ip()]), [429]);
+
+    let auth = [("authorization", "Bearer t")];
+    let reset = servers[0].send("DELETE", "/admin/keys?ip=127.0.0.1", &auth, "");
+    assert!(reset.starts_with("HTTP/1.1 200"), "{reset}");
+    let started = Instant::now();
+    while servers[1].statuses_kept_alive([ip()]) != [200] {
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "the second server still refuses after {:?}",
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

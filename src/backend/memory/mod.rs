@@ -451,4 +451,9 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         self.inner.store.reset(key, policy);
         Box::pin(ready(Ok(())))
     }
+
+    /// Everything this backend holds is this process's own.
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        self.inner.store.reset(key, policy);
+    }
 }

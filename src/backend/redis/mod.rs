@@ -568,12 +568,7 @@ impl Backend for RedisBackend {
     fn reset(&self, key: &Key, policy: &Policy) -> Reset {
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
-            if let Some(denials) = &this.denials {
-                denials.forget(&key, &policy);
-            }
-            if let Some(leases) = &this.leases {
-                leases.forget(&key, &policy);
-            }
+            this.forget_local(&key, &policy);
             let (mut pipe, mut own, mut owned) = (::redis::pipe(), ::redis::cmd("DEL"), false);
             script::policy_keys(&this.names, &key, &policy, |k, field| match field {
                 None => {
@@ -590,6 +585,16 @@ impl Backend for RedisBackend {
             }
             this.answered(this.query_pipeline(&pipe)).await
         })
+    }
+
+    /// Remembered denials and leases of the key.
+    fn forget_local(&self, key: &Key, policy: &Policy) {
+        if let Some(denials) = &self.denials {
+            denials.forget(key, policy);
+        }
+        if let Some(leases) = &self.leases {
+            leases.forget(key, policy);
+        }
     }
 
     /// One pipeline, one round trip, on a standalone server; on a cluster,
