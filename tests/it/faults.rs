@@ -428,3 +428,90 @@ async fn a_failed_over_primary_is_decided_by_its_replica_within_a_second() {
     );
     drop(cluster);
 }
+
+/// A TCP proxy to `target` on a port of its own that hands on every byte
+/// the server sends `delay` after it came (a link's latency: answers are
+/// late, none waits behind another). Runs until the test's runtime ends.
+async fn latency_proxy(target: u16, delay: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                continue;
+            };
+            // As a real link: no Nagle delay on top of the latency.
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+            });
+            let (late, mut due) = tokio::sync::mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                let mut buffer = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = server_read.read(&mut buffer).await {
+                    let _ = late.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec()));
+                }
+            });
+            tokio::spawn(async move {
+                while let Some((at, bytes)) = due.recv().await {
+                    tokio::time::sleep_until(at).await;
+                    if client_write.write_all(&bytes).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Redis answering 25 ms late (half the 50 ms timeout) under 16 clients at
+/// once: Redis decides, the breaker never opens, and no decision goes to
+/// the fallback once the scripts are loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_answering_within_the_timeout_keeps_deciding() {
+    let server = RedisServer::start();
+    let late: u64 = std::env::var("REDIS_LATE_MS").map_or(25, |ms| ms.parse().unwrap());
+    let port = latency_proxy(server.port, Duration::from_millis(late)).await;
+    let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+        .timeout(TIMEOUT)
+        .connect_lazy()
+        .unwrap()
+        .with_breaker()
+        .or_fallback(MemoryBackend::new());
+    let policy: Policy = "1000000/s".parse().unwrap();
+    // Connecting and loading the scripts take several round trips.
+    for _ in 0..20 {
+        let _ = backend.check(&Key::new("user", "warm"), &policy, 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..16 {
+        let (backend, policy) = (backend.clone(), policy.clone());
+        tasks.spawn(async move {
+            let key = Key::new("user", format!("client-{client}"));
+            let mut origins = Vec::new();
+            for _ in 0..50 {
+                origins.push(backend.check(&key, &policy, 1).await.unwrap().origin());
+            }
+            origins
+        });
+    }
+    let mut origins = Vec::new();
+    while let Some(seen) = tasks.join_next().await {
+        origins.extend(seen.unwrap());
+    }
+    let by_redis = origins.iter().filter(|o| **o == Origin::Primary).count();
+    eprintln!(
+        "{late} ms late: {by_redis} of {} decided by Redis",
+        origins.len()
+    );
+    assert!(
+        by_redis * 100 >= origins.len() * 95,
+        "{by_redis} of {}",
+        origins.len()
+    );
+}

@@ -300,6 +300,7 @@ impl RedisBackendBuilder {
             #[cfg(feature = "redis-cluster")]
             Topology::Cluster(nodes) => {
                 let client = ::redis::cluster::ClusterClientBuilder::new(nodes.clone())
+                    .tcp_settings(tcp_settings())
                     .response_timeout(self.timeout)
                     .connection_timeout(self.connection_timeout());
                 #[cfg(feature = "redis-tls")]
@@ -389,13 +390,13 @@ impl RedisBackendBuilder {
             Topology::Standalone(url) => url,
             _ => unreachable!("only standalone topologies open a client"),
         };
-        #[cfg(feature = "redis-tls")]
-        let client = match self.tls.certificates() {
-            Some(certificates) => ::redis::Client::build_with_tls(url.as_str(), certificates),
-            None => ::redis::Client::open(url.as_str()),
-        };
-        #[cfg(not(feature = "redis-tls"))]
-        let client = ::redis::Client::open(url.as_str());
+        let client = connection_info(url).and_then(|info| {
+            #[cfg(feature = "redis-tls")]
+            if let Some(certificates) = self.tls.certificates() {
+                return ::redis::Client::build_with_tls(info, certificates);
+            }
+            ::redis::Client::open(info)
+        });
         client.map_err(|e| BackendError::new(format!("{}: {e}", super::url::redacted(url))))
     }
 
@@ -417,11 +418,12 @@ impl RedisBackendBuilder {
         #[cfg(feature = "redis-tls")]
         let certificates = self.tls.certificates();
         Box::new(move |url: &str| {
+            let info = connection_info(url)?;
             #[cfg(feature = "redis-tls")]
             if let Some(certificates) = &certificates {
-                return ::redis::Client::build_with_tls(url, certificates.clone());
+                return ::redis::Client::build_with_tls(info, certificates.clone());
             }
-            ::redis::Client::open(url)
+            ::redis::Client::open(info)
         })
     }
 
@@ -448,4 +450,21 @@ impl RedisBackendBuilder {
             nodes,
         }
     }
+}
+
+/// The TCP settings of every connection the builder opens: `TCP_NODELAY`.
+/// With Nagle's algorithm (the socket's default) a request written while
+/// an earlier one on the shared connection is unacknowledged waits for
+/// that acknowledgement, which comes back with the earlier answer: under
+/// concurrent decisions each took two round trips, so a Redis 25 ms away
+/// timed out half the decisions of a 50 ms timeout
+/// (`tests/it/faults.rs`).
+fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
+    ::redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
+/// `url` as connection settings, with [`tcp_settings`].
+fn connection_info(url: &str) -> ::redis::RedisResult<::redis::ConnectionInfo> {
+    use ::redis::IntoConnectionInfo;
+    Ok(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
 }
