@@ -457,10 +457,10 @@ fn a_flood_of_made_up_ids_evicts_no_ban_and_no_exhausted_budget() {
             .unwrap();
         let attacker = Key::new("ip", "203.0.113.7");
         let victim = Key::new("login", "203.0.113.7 ann");
-        let banned = (0..6)
-            .map(|_| backend.check_now(&attacker, &banning, 1))
-            .last()
-            .unwrap();
+        for _ in 0..5 {
+            backend.check_now(&attacker, &banning, 1);
+        }
+        let banned = backend.check_now(&attacker, &banning, 1);
         assert!(banned.is_banned(), "{algorithm}: not banned");
         for _ in 0..6 {
             backend.check_now(&victim, &login, 1);
