@@ -103,6 +103,7 @@ impl Key {
 
     /// The key whose [`as_bytes`](Self::as_bytes) are `bytes`, if they are
     /// one's (a namespace length no longer than what follows it).
+    #[cfg(all(feature = "config", feature = "redis"))]
     pub(crate) fn from_encoded(bytes: &[u8]) -> Option<Self> {
         let (&len, rest) = bytes.split_first()?;
         let namespace = std::str::from_utf8(rest.get(..usize::from(len))?).ok()?;
