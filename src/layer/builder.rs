@@ -197,10 +197,14 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// Requests are still checked (and counted) at their [`cost`](Self::cost)
     /// before the handler runs, so a spent budget refuses them before they
     /// run. What a request used beyond its reservation is charged in full,
-    /// past the limit if need be: a debt the key's next requests wait out,
-    /// so a client that under-reserves is served at most the budget plus one
-    /// request's overrun per window. A request whose response never comes
-    /// (the client went away) stays counted at what it reserved.
+    /// past the limit if need be: a debt the key's next requests wait out.
+    /// So that concurrent requests cannot each overrun, a key has one
+    /// request in flight at a time under this layer: another is refused
+    /// (429, retry after a second) until the first is settled, or waits if
+    /// the layer [shapes](Self::shape). A client that under-reserves is
+    /// served at most the budget plus one request's overrun per window on
+    /// each server. A request whose response never comes (the client went away) stays
+    /// counted at what it reserved.
     ///
     /// ```
     /// use tower_ratelimit::key::Header;
@@ -237,10 +241,12 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     ///     .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED);
     /// ```
     pub fn count_if(
-        self,
+        mut self,
         counts: impl Fn(&ResponseHead<'_>) -> bool + Send + Sync + 'static,
     ) -> Self {
-        self.settle(move |res| if counts(res) { None } else { Some(0) })
+        let rule = move |res: &ResponseHead<'_>| if counts(res) { None } else { Some(0) };
+        self.config_mut().settlement = Some(Settlement::refund_only(rule));
+        self
     }
 
     /// Shadow mode for every policy of this layer (see [`Shadow`]): a dry

@@ -19,7 +19,7 @@ use super::observe::Fate;
 use super::observe::Report;
 use super::permit::{self, Held};
 use super::response::Refused;
-use super::settle::ResponseHead;
+use super::settle::{Hold, ResponseHead, Settlement};
 use super::shaping::Waiting;
 use super::soft_shed::Delayed;
 use super::{grpc, headers, observe, response};
@@ -84,6 +84,9 @@ pin_project! {
             response: Option<S::Response>,
             quota: Option<(Decision, Policy)>,
             permit: Option<Held>,
+            // The key's place as the one request of unknown cost in
+            // flight, given up once settled.
+            hold: Option<Box<Hold>>,
         },
         Respond {
             response: Option<Response<Bytes>>,
@@ -114,6 +117,10 @@ struct Pending<I, ReqB, B> {
     /// Whether the request was banned and is now asked about under the
     /// layer's demoted policy.
     demoted: bool,
+    /// Its key's place as the one request of unknown cost in flight, when
+    /// the layer settles requests that may cost more than they reserve
+    /// (asked at cost 0, and refused, while another holds it).
+    hold: Option<Box<Hold>>,
 }
 
 /// A request that waits (for a decision still to come, or to be called)
@@ -134,7 +141,7 @@ where
         ask: Ask,
         backend: &B,
         asks_again: bool,
-        retry: Option<Box<Retry>>,
+        (retry, hold): (Option<Box<Retry>>, Option<Box<Hold>>),
     ) -> Self {
         Pending {
             inner,
@@ -144,6 +151,7 @@ where
             backend: asks_again.then(|| backend.clone()),
             retry,
             demoted: false,
+            hold,
         }
     }
 
@@ -157,6 +165,7 @@ where
             backend: self.backend,
             retry: self.retry,
             demoted: self.demoted,
+            hold: self.hold,
         }
     }
 
@@ -189,6 +198,7 @@ where
                 backend,
                 key,
                 reserved: cost,
+                hold: self.hold.take(),
             })),
             _ => None,
         };
@@ -216,13 +226,24 @@ where
             if decision.is_banned() {
                 self.demoted = true;
                 self.ask.policy = demoted.clone();
-                let check = backend.check(&self.ask.key, &self.ask.policy, self.ask.cost);
+                let held_back = config.settlement.as_ref().is_some_and(Settlement::holds)
+                    && self.hold.is_none();
+                let cost = if held_back { 0 } else { self.ask.cost };
+                let check = backend.check(&self.ask.key, &self.ask.policy, cost);
                 return State::Check {
                     check,
                     pending: Some(Box::new(self.parked())),
                 };
             }
         }
+        // Held back behind another request of unknown cost of its key:
+        // asked at cost 0, and refused whatever the store said.
+        let held_back =
+            config.settlement.as_ref().is_some_and(Settlement::holds) && self.hold.is_none();
+        let answer = match held_back {
+            true => answer.map(|d| Settlement::refuse_behind(d, &self.ask.policy)),
+            false => answer,
+        };
         let in_shadow = self.ask.policy.is_shadow();
         let retry = &mut self.retry;
         let action = decide(config.rules(), in_shadow, answer, |decision| {
@@ -345,6 +366,7 @@ struct Settling<B> {
     backend: B,
     key: Key,
     reserved: u32,
+    hold: Option<Box<Hold>>,
 }
 
 struct Retry {
@@ -371,7 +393,14 @@ where
         S: Clone,
     {
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
-        let mut check = backend.check(&ask.key, &ask.policy, ask.cost);
+        let (hold, cost) = match &config.settlement {
+            Some(settlement) => match settlement.hold(&ask.key, &ask.policy) {
+                Ok(hold) => (hold, ask.cost),
+                Err(()) => (None, 0),
+            },
+            None => (None, ask.cost),
+        };
+        let mut check = backend.check(&ask.key, &ask.policy, cost);
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 deadline: Instant::now() + shaping.max_wait,
@@ -386,12 +415,11 @@ where
         // built before the branch is moved again into the one taken (a
         // copy of a few hundred bytes a request).
         let state = match B::answer_now(&mut check) {
-            Some(answer) => {
-                Pending::new(inner, req, ask, backend, asks_again, retry).answered(&config, answer)
-            }
+            Some(answer) => Pending::new(inner, req, ask, backend, asks_again, (retry, hold))
+                .answered(&config, answer),
             None => {
                 let inner = Callee::take(inner);
-                let pending = Pending::new(inner, req, ask, backend, asks_again, retry);
+                let pending = Pending::new(inner, req, ask, backend, asks_again, (retry, hold));
                 State::Check {
                     check,
                     pending: Some(Box::new(pending)),
@@ -444,14 +472,23 @@ where
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));
-                    let p = pending
+                    let mut p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
                     let backend = p.backend.as_ref().expect("only shaped requests wait");
                     let Ask {
                         key, policy, cost, ..
                     } = &p.ask;
-                    let check = backend.check(key, policy, *cost);
+                    // A request held back behind another of its key's asks
+                    // for the key's place again.
+                    let mut cost = *cost;
+                    if let (Some(settlement), None) = (&this.config.settlement, &p.hold) {
+                        match settlement.hold(key, policy) {
+                            Ok(hold) => p.hold = hold,
+                            Err(()) => cost = 0,
+                        }
+                    }
+                    let check = backend.check(key, policy, cost);
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),
@@ -474,20 +511,24 @@ where
                     permit,
                 } => {
                     let response = ready!(call.poll(cx))?;
+                    // A request settled at what it reserved gives up its
+                    // key's place now; one with a difference, once settled.
                     let settle = settling.take().and_then(|s| {
                         let settlement = this.config.settlement.as_ref()?;
                         let actual =
                             settlement.actual(&ResponseHead::from(&response), s.reserved)?;
                         let (_, policy) = quota.as_ref()?;
-                        Some(s.backend.settle(&s.key, policy, s.reserved, actual))
+                        let settle = s.backend.settle(&s.key, policy, s.reserved, actual);
+                        Some((settle, s.hold))
                     });
-                    if let Some(settle) = settle {
+                    if let Some((settle, hold)) = settle {
                         let (quota, permit) = (quota.take(), permit.take());
                         this.state.set(State::Settle {
                             settle,
                             response: Some(response),
                             quota,
                             permit,
+                            hold,
                         });
                         continue;
                     }
@@ -499,8 +540,10 @@ where
                     response,
                     quota,
                     permit,
+                    hold,
                 } => {
                     let settled = ready!(settle.poll(cx));
+                    drop(hold.take());
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");

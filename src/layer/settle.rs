@@ -13,12 +13,28 @@
 //! handler panicked — keeps what it reserved: it is counted at its
 //! estimate. For counting failures only, that means it counts as one.
 //!
+//! A request may cost more than it reserved ([`RateLimitLayer::settle`];
+//! not [`count_if`](crate::RateLimitLayer::count_if), which only gives
+//! back). Two such requests of one key in flight at once could each
+//! overrun, so each layer lets a key (under one policy) have one such
+//! request in flight at a time: another is refused with 429 (retry after a
+//! second, its quota headers showing the state it would have been decided
+//! against) until the first is settled — or waits, if the layer shapes.
+//! So a key is served at most the budget plus one request's overrun per
+//! window on each server: on a fleet of `n` servers sharing a store, a
+//! client that spreads concurrent requests over all of them gets at most
+//! `n` overruns a window.
+//!
 //! [`RateLimitLayer::settle`]: crate::RateLimitLayer::settle
 
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use http::{Extensions, HeaderMap, Response, StatusCode};
+
+use crate::key::Key;
+use crate::{Decision, Micros, Outcome, Policy};
 
 /// What a settlement may read of a response.
 #[derive(Clone, Copy, Debug)]
@@ -62,18 +78,112 @@ type Rule = dyn Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync;
 /// A layer's settlement: a request's actual cost from its response, or
 /// `None` to keep what it reserved.
 #[derive(Clone)]
-pub(crate) struct Settlement(Arc<Rule>);
+pub(crate) struct Settlement {
+    rule: Arc<Rule>,
+    /// Present when a request may cost more than it reserved: the keys
+    /// with such a request in flight.
+    unsettled: Option<Arc<Unsettled>>,
+}
+
+/// The most keys with a request of unknown cost in flight that a layer
+/// tracks; past it, such requests are refused like a key's second one (a
+/// bound on memory, far above what a server has in flight).
+const MAX_UNSETTLED: usize = 1 << 16;
+
+/// How long a request refused behind another of its key's is told to wait.
+const UNSETTLED_RETRY: Micros = Micros::from_secs(1);
+
+/// The (policy, key) pairs with a request of unknown cost in flight.
+#[derive(Default)]
+struct Unsettled(Mutex<HashSet<(u64, Key)>>);
+
+/// One request's place in [`Unsettled`], given up when dropped: when the
+/// request is settled, refused, failed, or dropped.
+pub(crate) struct Hold {
+    unsettled: Arc<Unsettled>,
+    entry: (u64, Key),
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut held = self
+            .unsettled
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.remove(&self.entry);
+    }
+}
 
 impl Settlement {
+    /// A settlement that may charge more than was reserved.
     pub(crate) fn new(
         rule: impl Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync + 'static,
     ) -> Self {
-        Self(Arc::new(rule))
+        Self {
+            rule: Arc::new(rule),
+            unsettled: Some(Arc::default()),
+        }
+    }
+
+    /// A settlement that only gives back (`count_if`): its requests never
+    /// cost more than they reserved, so any number may be in flight.
+    pub(crate) fn refund_only(
+        rule: impl Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            rule: Arc::new(rule),
+            unsettled: None,
+        }
+    }
+
+    /// Whether a key may have only one request of this settlement in
+    /// flight (it may cost more than it reserved).
+    pub(crate) fn holds(&self) -> bool {
+        self.unsettled.is_some()
     }
 
     /// The actual cost of a request that reserved `reserved`, if different.
     pub(crate) fn actual(&self, response: &ResponseHead<'_>, reserved: u32) -> Option<u32> {
-        (self.0)(response).filter(|actual| *actual != reserved)
+        (self.rule)(response).filter(|actual| *actual != reserved)
+    }
+
+    /// Whether `key` under `policy` may have a request of unknown cost in
+    /// flight now: `Ok` with its hold (none needed: `Ok(None)`), or `Err`
+    /// when another such request of the key is in flight.
+    pub(crate) fn hold(&self, key: &Key, policy: &Policy) -> Result<Option<Box<Hold>>, ()> {
+        let Some(unsettled) = &self.unsettled else {
+            return Ok(None);
+        };
+        let identity = policy
+            .limits()
+            .iter()
+            .fold(0u64, |h, limit| h.rotate_left(7) ^ limit.id());
+        let entry = (identity, key.clone());
+        let mut held = unsettled.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.len() >= MAX_UNSETTLED || !held.insert(entry.clone()) {
+            return Err(());
+        }
+        Ok(Some(Box::new(Hold {
+            unsettled: unsettled.clone(),
+            entry,
+        })))
+    }
+
+    /// `decision`, made at cost 0 for a request held back behind another of
+    /// its key's: refused, each limit retried after [`UNSETTLED_RETRY`] at
+    /// least, its state as the store reported it.
+    pub(crate) fn refuse_behind(decision: Decision, policy: &Policy) -> Decision {
+        if !decision.is_allowed() {
+            return decision;
+        }
+        let outcomes = decision.outcomes().map(|o| {
+            let reset = o.reset_after_micros();
+            Outcome::denied(o.limit(), u64::from(o.remaining()), reset, UNSETTLED_RETRY)
+        });
+        let origin = decision.origin();
+        Decision::from_outcomes(policy, outcomes.collect::<Vec<_>>())
+            .map_or(decision, |refused| refused.with_origin(origin))
     }
 }
 

@@ -300,3 +300,42 @@ fn a_reset_on_one_server_reaches_every_server_within_a_second() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// 40 concurrent `/api/tokens?n=10000` for one user on Redis (1,000 tokens
+/// a minute, 100 reserved each): one is served, the rest refused, 10,000
+/// tokens in all — the budget plus one request's overrun (before: 10
+/// served, 100,000 tokens).
+#[test]
+fn concurrent_costs_known_afterwards_overrun_once() {
+    let redis = RedisServer::start();
+    let server = ExampleServer::start(&[("REDIS_URL", &redis.url())]);
+    let port = server.port;
+    let threads: Vec<_> = (0..40)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(10)))
+                    .unwrap();
+                let request = "GET /api/tokens?n=10000 HTTP/1.1\r\nhost: x\r\nx-user-id: eve\r\nconnection: close\r\n\r\n";
+                stream.write_all(request.as_bytes()).unwrap();
+                let mut response = String::new();
+                let _ = stream.read_to_string(&mut response);
+                response
+            })
+        })
+        .collect();
+    let responses: Vec<String> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let served: u32 = responses
+        .iter()
+        .filter(|r| r.starts_with("HTTP/1.1 200"))
+        .map(|r| header(r, "x-tokens-used").unwrap().parse::<u32>().unwrap())
+        .sum();
+    assert!(
+        (10_000..=1_000 + 10_000).contains(&served),
+        "{served} tokens served"
+    );
+    assert!(responses
+        .iter()
+        .all(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.1 429")));
+}

@@ -143,9 +143,10 @@ async fn on_redis_failed_logins_alone_count_and_costs_are_settled() {
     costs_are_settled_after_the_response(redis).await;
 }
 
-/// Concurrent requests reserve before they run: however many arrive at
-/// once, they never overdraw the budget; and a request whose response
-/// never comes keeps its reservation.
+/// Concurrent requests of one key whose cost is known only afterwards:
+/// one runs at a time, the others are refused until it is settled, so they
+/// never overdraw the budget; a request whose response never comes keeps
+/// its reservation (and gives up its key's place).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservation() {
     let slow = |req: Request| async move {
@@ -170,15 +171,16 @@ async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservat
     }
     assert_eq!(
         statuses.iter().filter(|s| **s == 200).count(),
-        10,
+        1,
         "{statuses:?}"
     );
-    // Those 10 were settled to 10 each: 900 back.
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 429));
+    // That one was settled to 10: 90 back.
     let (_, remaining, _) = send(&app, &[("x-tokens", "0")]).await;
     assert_eq!(
         remaining.as_deref(),
-        Some("900"),
-        "100 used by ten, then 0 by this one"
+        Some("990"),
+        "10 used by one, then 0 by this one"
     );
 
     // A request dropped while its handler runs keeps its 100.
@@ -195,7 +197,63 @@ async fn concurrent_requests_never_overdraw_and_dropped_ones_keep_their_reservat
         .body(Body::empty())
         .unwrap();
     let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), 200, "the dropped request gave up its place");
     assert_eq!(res.headers()["x-ratelimit-remaining"], "900");
+}
+
+/// 40 requests of one user at once, each reserving 100 of 1,000 tokens a
+/// minute and using 10,000: one is served, the others are refused while
+/// it runs (retry after a second), and its debt then refuses the rest of
+/// the window: 10,000 tokens served, the budget plus one request's overrun
+/// (before, the ten that fit in 1,000 were each charged 10,000). On memory
+/// and on Redis alike.
+async fn concurrent_overruns_are_one<B: Backend>(backend: B) {
+    let slow = |req: Request| async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokens(req).await
+    };
+    let layer = RateLimitLayer::new("tokens = 1000/min".parse::<Policy>().unwrap())
+        .key(Header::new("x-user-id"))
+        .backend(backend)
+        .cost(100)
+        .settle(|res| res.number("x-tokens-used"));
+    let app = Router::new().route("/", get(slow).layer(layer));
+    let tasks: Vec<_> = (0..40)
+        .map(|_| {
+            let app = app.clone();
+            tokio::spawn(async move { send(&app, &[("x-tokens", "10000")]).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    let served = answers.iter().filter(|(s, _, _)| *s == 200).count();
+    assert_eq!(served, 1, "{answers:?}");
+    assert!(answers
+        .iter()
+        .filter(|(s, _, _)| *s == 429)
+        .all(|(_, _, retry)| retry.as_deref() == Some("1")));
+    // The debt: 9,000 past the budget, refused for most of the minute.
+    let (status, _, retry) = send(&app, &[("x-tokens", "1")]).await;
+    assert_eq!(status, 429);
+    assert!(retry.unwrap().parse::<u32>().unwrap() > 30);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_memory_concurrent_overruns_are_one() {
+    concurrent_overruns_are_one(MemoryBackend::new()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_redis_concurrent_overruns_are_one() {
+    let server = crate::support::RedisServer::start();
+    let redis = tower_ratelimit::backend::RedisBackend::builder(&server.url())
+        .connect()
+        .await
+        .unwrap();
+    concurrent_overruns_are_one(redis).await;
 }
 
 /// On Redis, a permit whose holder never gives it back (a server that
