@@ -283,10 +283,7 @@ async fn a_client_denied_ten_times_on_api_ip_is_banned_for_five_minutes() {
     let top: serde_json::Value = serde_json::from_str(&top).unwrap();
     assert_eq!(top[0]["denied"], 11, "{top}");
     let key = top[0]["key"].as_str().unwrap();
-    assert!(
-        key.starts_with("ip:127.0.…#") && !key.contains("127.0.0.1"),
-        "{key}"
-    );
+    assert!(key.starts_with("ip:…#") && !key.contains("127.0"), "{key}");
     // And its network, ranked apart.
     let (status, _, networks) = get(addr, "/admin/top/networks", &[]).await;
     assert_eq!(status, 200);

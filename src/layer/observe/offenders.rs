@@ -210,8 +210,11 @@ mod tests {
         }
         let listed = top.top(3);
         assert_eq!(lock(&top.keys).entries.len(), 10);
+        let heavy: Vec<String> = (0..3)
+            .map(|h| Key::new("ip", format!("10.0.0.{h}")).redacted())
+            .collect();
         for offender in &listed {
-            assert!(offender.key.starts_with("ip:10.0…#"), "{offender:?}");
+            assert!(heavy.contains(&offender.key), "{offender:?}");
             // The true count is 1,000: within [count - error, count].
             assert!(offender.count - offender.error <= 1_000 && offender.count >= 1_000);
         }
@@ -243,8 +246,9 @@ mod tests {
         assert!(networks[0].count >= 400);
         assert_eq!(networks[1].key, "192.0.2.0/24");
         assert_eq!(networks[2].key, "2001:db8:42::/48");
-        assert!(
-            top.top(1)[0].key.starts_with("ip:192.0."),
+        assert_eq!(
+            top.top(1)[0].key,
+            Key::new("ip", [192, 0, 2, 7]).redacted(),
             "{:?}",
             top.top(1)
         );
