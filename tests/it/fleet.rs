@@ -23,6 +23,17 @@ fn search_limit(limits: &Limits) -> u32 {
     policy.limits()[0].quota().limit()
 }
 
+/// `n` servers joined one after another, each running `FILE` at first.
+async fn fleet_of(n: usize, redis: &RedisServer) -> Vec<(Limits, Fleet)> {
+    let mut servers = Vec::new();
+    for _ in 0..n {
+        let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
+        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
+        servers.push((limits, fleet));
+    }
+    servers
+}
+
 /// Waits (at most 5 s) until `done`; how long that took.
 async fn until(done: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
@@ -38,12 +49,7 @@ async fn until(done: impl Fn() -> bool) -> Duration {
 #[tokio::test]
 async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
     let redis = RedisServer::start();
-    let mut servers = Vec::new();
-    for _ in 0..3 {
-        let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
-        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
-        servers.push((limits, fleet));
-    }
+    let servers = fleet_of(3, &redis).await;
     assert_eq!(servers[0].1.version(), 1, "the first wrote its own version");
     assert!(servers.iter().all(|(_, f)| f.version() == 1));
 
@@ -246,12 +252,7 @@ async fn the_example_servers_change_a_limit_together() {
 #[tokio::test]
 async fn a_lost_copy_is_put_back_from_the_newest_version_a_server_runs() {
     let redis = RedisServer::start();
-    let mut servers = Vec::new();
-    for _ in 0..3 {
-        let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
-        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
-        servers.push((limits, fleet));
-    }
+    let servers = fleet_of(3, &redis).await;
     for quota in ["search = 11/min", "search = 12/min", "search = 20/min"] {
         servers[0]
             .1

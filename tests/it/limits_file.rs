@@ -610,17 +610,23 @@ fn the_example_server_checks_a_file() {
     );
 }
 
+/// Where a test's limits file goes (`limits.toml` in a folder of its own,
+/// named after `name`), and the example's shipped file's text.
+fn shipped_file_in(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shipped =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"))
+            .unwrap();
+    (dir.join("limits.toml"), shipped)
+}
+
 /// `LIMITS_FILE=…`: the example server's routes limited by the file, an
 /// edit live within 2 s (its version printed), a broken edit refused with
 /// its line and column while the running version stays.
 #[test]
 fn the_example_server_runs_and_watches_its_limits_file() {
-    let dir = std::env::temp_dir().join(format!("limits-served-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("limits.toml");
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"))
-            .unwrap();
+    let (path, shipped) = shipped_file_in("limits-served");
     let with_search =
         |quota: &str| shipped.replace("search = 10/min", &format!("search = {quota}"));
     std::fs::write(&path, with_search("3/min")).unwrap();
@@ -909,12 +915,7 @@ async fn reloads_are_checked_like_start_up_and_never_read_half_written() {
 /// keeps its limits; nothing answers 500.
 #[test]
 fn the_example_server_refuses_an_emptied_or_cut_limits_file() {
-    let dir = std::env::temp_dir().join(format!("limits-cut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("limits.toml");
-    let shipped =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/limits.toml"))
-            .unwrap();
+    let (path, shipped) = shipped_file_in("limits-cut");
     std::fs::write(&path, &shipped).unwrap();
     let mut server =
         crate::support::example::ExampleServer::start(&[("LIMITS_FILE", path.to_str().unwrap())]);
