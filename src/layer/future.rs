@@ -19,7 +19,7 @@ use super::observe::Fate;
 use super::observe::Report;
 use super::permit::{self, Held};
 use super::response::Refused;
-use super::settle::{Hold, ResponseHead, Settlement};
+use super::settle::{Hold, Place, ResponseHead};
 use super::shaping::Waiting;
 use super::soft_shed::Delayed;
 use super::{grpc, headers, observe, response};
@@ -118,9 +118,8 @@ struct Pending<I, ReqB, B> {
     /// layer's demoted policy.
     demoted: bool,
     /// Its key's place as the one request of unknown cost in flight, when
-    /// the layer settles requests that may cost more than they reserve
-    /// (asked at cost 0, and refused, while another holds it).
-    hold: Option<Box<Hold>>,
+    /// the layer settles requests that may cost more than they reserve.
+    place: Place,
 }
 
 /// A request that waits (for a decision still to come, or to be called)
@@ -141,7 +140,7 @@ where
         ask: Ask,
         backend: &B,
         asks_again: bool,
-        (retry, hold): (Option<Box<Retry>>, Option<Box<Hold>>),
+        (retry, place): (Option<Box<Retry>>, Place),
     ) -> Self {
         Pending {
             inner,
@@ -151,7 +150,7 @@ where
             backend: asks_again.then(|| backend.clone()),
             retry,
             demoted: false,
-            hold,
+            place,
         }
     }
 
@@ -165,7 +164,7 @@ where
             backend: self.backend,
             retry: self.retry,
             demoted: self.demoted,
-            hold: self.hold,
+            place: self.place,
         }
     }
 
@@ -198,7 +197,7 @@ where
                 backend,
                 key,
                 reserved: cost,
-                hold: self.hold.take(),
+                hold: self.place.take_hold(),
             })),
             _ => None,
         };
@@ -226,9 +225,7 @@ where
             if decision.is_banned() {
                 self.demoted = true;
                 self.ask.policy = demoted.clone();
-                let held_back = config.settlement.as_ref().is_some_and(Settlement::holds)
-                    && self.hold.is_none();
-                let cost = if held_back { 0 } else { self.ask.cost };
+                let cost = self.place.cost(self.ask.cost);
                 let check = backend.check(&self.ask.key, &self.ask.policy, cost);
                 return State::Check {
                     check,
@@ -238,10 +235,8 @@ where
         }
         // Held back behind another request of unknown cost of its key:
         // asked at cost 0, and refused whatever the store said.
-        let held_back =
-            config.settlement.as_ref().is_some_and(Settlement::holds) && self.hold.is_none();
-        let answer = match held_back {
-            true => answer.map(|d| Settlement::refuse_behind(d, &self.ask.policy)),
+        let answer = match self.place.is_behind() {
+            true => answer.map(|d| Place::refuse_behind(d, &self.ask.policy)),
             false => answer,
         };
         let in_shadow = self.ask.policy.is_shadow();
@@ -393,14 +388,8 @@ where
         S: Clone,
     {
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
-        let (hold, cost) = match &config.settlement {
-            Some(settlement) => match settlement.hold(&ask.key, &ask.policy) {
-                Ok(hold) => (hold, ask.cost),
-                Err(()) => (None, 0),
-            },
-            None => (None, ask.cost),
-        };
-        let mut check = backend.check(&ask.key, &ask.policy, cost);
+        let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
+        let mut check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 deadline: Instant::now() + shaping.max_wait,
@@ -415,11 +404,11 @@ where
         // built before the branch is moved again into the one taken (a
         // copy of a few hundred bytes a request).
         let state = match B::answer_now(&mut check) {
-            Some(answer) => Pending::new(inner, req, ask, backend, asks_again, (retry, hold))
+            Some(answer) => Pending::new(inner, req, ask, backend, asks_again, (retry, place))
                 .answered(&config, answer),
             None => {
                 let inner = Callee::take(inner);
-                let pending = Pending::new(inner, req, ask, backend, asks_again, (retry, hold));
+                let pending = Pending::new(inner, req, ask, backend, asks_again, (retry, place));
                 State::Check {
                     check,
                     pending: Some(Box::new(pending)),
@@ -481,14 +470,10 @@ where
                     } = &p.ask;
                     // A request held back behind another of its key's asks
                     // for the key's place again.
-                    let mut cost = *cost;
-                    if let (Some(settlement), None) = (&this.config.settlement, &p.hold) {
-                        match settlement.hold(key, policy) {
-                            Ok(hold) => p.hold = hold,
-                            Err(()) => cost = 0,
-                        }
+                    if p.place.is_behind() {
+                        p.place = Place::of(this.config.settlement.as_ref(), key, policy);
                     }
-                    let check = backend.check(key, policy, cost);
+                    let check = backend.check(key, policy, p.place.cost(*cost));
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),

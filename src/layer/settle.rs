@@ -137,23 +137,27 @@ impl Settlement {
         }
     }
 
-    /// Whether a key may have only one request of this settlement in
-    /// flight (it may cost more than it reserved).
-    pub(crate) fn holds(&self) -> bool {
-        self.unsettled.is_some()
-    }
-
     /// The actual cost of a request that reserved `reserved`, if different.
     pub(crate) fn actual(&self, response: &ResponseHead<'_>, reserved: u32) -> Option<u32> {
         (self.rule)(response).filter(|actual| *actual != reserved)
     }
+}
 
-    /// Whether `key` under `policy` may have a request of unknown cost in
-    /// flight now: `Ok` with its hold (none needed: `Ok(None)`), or `Err`
-    /// when another such request of the key is in flight.
-    pub(crate) fn hold(&self, key: &Key, policy: &Policy) -> Result<Option<Box<Hold>>, ()> {
-        let Some(unsettled) = &self.unsettled else {
-            return Ok(None);
+/// Where a request stands among its key's requests of unknown cost.
+pub(crate) enum Place {
+    /// It needs no place (its layer does not settle, or only gives back),
+    /// or holds its key's (`Some`: given up when dropped).
+    Free(Option<Box<Hold>>),
+    /// Another request of its key holds the place: it is asked about at
+    /// cost 0, and refused.
+    Behind,
+}
+
+impl Place {
+    /// The place of a request of `key` under `policy`, taken if free.
+    pub(crate) fn of(settlement: Option<&Settlement>, key: &Key, policy: &Policy) -> Self {
+        let Some(unsettled) = settlement.and_then(|s| s.unsettled.as_ref()) else {
+            return Self::Free(None);
         };
         let identity = policy
             .limits()
@@ -162,12 +166,33 @@ impl Settlement {
         let entry = (identity, key.clone());
         let mut held = unsettled.0.lock().unwrap_or_else(PoisonError::into_inner);
         if held.len() >= MAX_UNSETTLED || !held.insert(entry.clone()) {
-            return Err(());
+            return Self::Behind;
         }
-        Ok(Some(Box::new(Hold {
+        Self::Free(Some(Box::new(Hold {
             unsettled: unsettled.clone(),
             entry,
         })))
+    }
+
+    /// What a request of `cost` is asked about at.
+    pub(crate) fn cost(&self, cost: u32) -> u32 {
+        match self {
+            Self::Free(_) => cost,
+            Self::Behind => 0,
+        }
+    }
+
+    /// Whether another request of its key holds the place.
+    pub(crate) fn is_behind(&self) -> bool {
+        matches!(self, Self::Behind)
+    }
+
+    /// The place held, to give up when the request is settled.
+    pub(crate) fn take_hold(&mut self) -> Option<Box<Hold>> {
+        match self {
+            Self::Free(hold) => hold.take(),
+            Self::Behind => None,
+        }
     }
 
     /// `decision`, made at cost 0 for a request held back behind another of
