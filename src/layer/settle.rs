@@ -98,20 +98,16 @@ const UNSETTLED_RETRY: Micros = Micros::from_secs(1);
 struct Unsettled(Mutex<HashSet<(u64, Key)>>);
 
 /// One request's place in [`Unsettled`], given up when dropped: when the
-/// request is settled, refused, failed, or dropped.
-pub(crate) struct Hold {
-    unsettled: Arc<Unsettled>,
-    entry: (u64, Key),
-}
+/// request is settled, refused, failed, or dropped. Without one (`None`),
+/// the request stands behind another of its key's.
+pub(crate) struct Hold(Option<(Arc<Unsettled>, (u64, Key))>);
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut held = self
-            .unsettled
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        held.remove(&self.entry);
+        if let Some((unsettled, entry)) = &self.0 {
+            let mut held = unsettled.0.lock().unwrap_or_else(PoisonError::into_inner);
+            held.remove(entry);
+        }
     }
 }
 
@@ -143,22 +139,24 @@ impl Settlement {
     }
 }
 
-/// Where a request stands among its key's requests of unknown cost.
-pub(crate) enum Place {
-    /// It needs no place (its layer does not settle, or only gives back),
-    /// or holds its key's (`Some`: given up when dropped).
-    Free(Option<Box<Hold>>),
-    /// Another request of its key holds the place: it is asked about at
-    /// cost 0, and refused.
-    Behind,
-}
+/// Where a request stands among its key's requests of unknown cost: no
+/// place needed (its layer does not settle, or only gives back: `None`, a
+/// word on the common path), its key's place held, or behind another
+/// request of its key's.
+pub(crate) struct Place(Option<Box<Hold>>);
 
 impl Place {
     /// The place of a request of `key` under `policy`, taken if free.
+    #[inline]
     pub(crate) fn of(settlement: Option<&Settlement>, key: &Key, policy: &Policy) -> Self {
-        let Some(unsettled) = settlement.and_then(|s| s.unsettled.as_ref()) else {
-            return Self::Free(None);
-        };
+        match settlement.and_then(|s| s.unsettled.as_ref()) {
+            None => Self(None),
+            Some(unsettled) => Self::taken(unsettled, key, policy),
+        }
+    }
+
+    /// The key's place in `unsettled`, or behind whoever holds it.
+    fn taken(unsettled: &Arc<Unsettled>, key: &Key, policy: &Policy) -> Self {
         let identity = policy
             .limits()
             .iter()
@@ -166,33 +164,30 @@ impl Place {
         let entry = (identity, key.clone());
         let mut held = unsettled.0.lock().unwrap_or_else(PoisonError::into_inner);
         if held.len() >= MAX_UNSETTLED || !held.insert(entry.clone()) {
-            return Self::Behind;
+            return Self(Some(Box::new(Hold(None))));
         }
-        Self::Free(Some(Box::new(Hold {
-            unsettled: unsettled.clone(),
-            entry,
-        })))
+        Self(Some(Box::new(Hold(Some((unsettled.clone(), entry))))))
     }
 
     /// What a request of `cost` is asked about at.
+    #[inline]
     pub(crate) fn cost(&self, cost: u32) -> u32 {
-        match self {
-            Self::Free(_) => cost,
-            Self::Behind => 0,
+        if self.is_behind() {
+            0
+        } else {
+            cost
         }
     }
 
     /// Whether another request of its key holds the place.
+    #[inline]
     pub(crate) fn is_behind(&self) -> bool {
-        matches!(self, Self::Behind)
+        matches!(&self.0, Some(hold) if hold.0.is_none())
     }
 
     /// The place held, to give up when the request is settled.
     pub(crate) fn take_hold(&mut self) -> Option<Box<Hold>> {
-        match self {
-            Self::Free(hold) => hold.take(),
-            Self::Behind => None,
-        }
+        self.0.take().filter(|hold| hold.0.is_some())
     }
 
     /// `decision`, made at cost 0 for a request held back behind another of

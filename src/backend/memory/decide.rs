@@ -162,22 +162,22 @@ where
             }
         }
     }
-    if !decision.is_allowed() && cost > 0 {
-        for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
-            if decision.outcome(i).is_some_and(|o| !o.is_allowed()) {
-                shard.keep_denying(limit, fp);
-            }
-        }
-    }
     if !decision.is_allowed() {
         // Report what each limit holds now. A limit that denied already
         // reports that, unless the denial was counted; a limit that would
         // have allowed reported the state after a consumption that did
-        // not happen.
-        for (i, (&(fp, _), limit)) in found.iter().zip(limits).enumerate() {
+        // not happen. A limit that denied is kept at the cap.
+        for (i, (&(fp, slot), limit)) in found.iter().zip(limits).enumerate() {
             let reported = decision.outcome(i).is_some_and(|o| o.is_allowed());
             if reported || committed {
                 decision.report_state(i, shard.check(limit, fp, now, 0).0);
+            }
+            if !reported && cost > 0 {
+                match slot {
+                    // Nothing was inserted: the slot found is still its.
+                    Some(slot) if !committed => keep(shard, limit, slot),
+                    _ => shard.keep_denying(limit, fp),
+                }
             }
         }
         // A strike is the client's own denial: not a peek, not a full table.
