@@ -888,13 +888,13 @@ async fn reloads_are_checked_like_start_up_and_never_read_half_written() {
     let file = limits.current();
     assert!(file.text().contains("/login"), "the running version stays");
 
-    // Written in two parts, 300 ms apart: the first part alone is a valid
-    // file, but never runs.
+    // Written in two parts, 100 ms apart (a look every 500 ms): the first
+    // part alone is a valid file, but never runs.
     let whole = both("a = 40/min");
     let (first, rest) = whole.split_at(route_a("a = 40/min").len());
     let first_part = format!("{first}\n");
     std::fs::write(&path, &first_part).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     std::fs::write(&path, format!("{first_part}{rest}")).unwrap();
     let said = said_after(2).await;
     assert!(
