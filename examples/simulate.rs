@@ -24,6 +24,7 @@ use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A named list of request times, in microseconds.
+#[derive(Debug)]
 pub struct Scenario {
     pub name: &'static str,
     pub times: Vec<Micros>,

@@ -22,7 +22,7 @@ use tower_ratelimit::key::Key;
 use tower_ratelimit::{Limiter, Policy};
 
 /// The two limiters every connection consults, and connection numbers.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Limits {
     per_connection: Limiter,
     per_user: Limiter,

@@ -128,8 +128,9 @@
 //!
 //! The map of the source — which file holds what, the invariants, and where
 //! each kind of change goes — is `ARCHITECTURE.md` in the repository.
-#![deny(missing_docs, unsafe_code)]
-#![warn(rust_2018_idioms, unreachable_pub)]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The core. Nothing here knows HTTP but `key::RequestHead`, the request view

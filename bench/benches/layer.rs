@@ -78,7 +78,7 @@ fn layer_cost(c: &mut Criterion) {
     // reference counts and locks that requests share cost when two cores
     // write them. Wall time per request of each thread, against the bare
     // service on two threads.
-    let two_threads = |b: &mut criterion::Bencher, serve: &(dyn Fn(usize, &str) + Sync)| {
+    let two_threads = |b: &mut criterion::Bencher<'_>, serve: &(dyn Fn(usize, &str) + Sync)| {
         b.iter_custom(|iters| {
             let start = std::time::Instant::now();
             std::thread::scope(|s| {

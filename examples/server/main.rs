@@ -255,7 +255,7 @@ pub fn app_with<B: Backend>(
 
 /// Where a change of the limits (`PUT /admin/limits/…`, an edit of
 /// `LIMITS_FILE`) is made.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Changes {
     /// This server's limits only.
     Local,
@@ -275,6 +275,16 @@ pub struct Joining {
     timeout: Duration,
     /// What this server forgets of a key another server reset.
     forget_local: OnceLock<ForgetLocal>,
+}
+
+#[cfg(feature = "redis")]
+impl std::fmt::Debug for Joining {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Joining")
+            .field("fleet", &self.fleet.get())
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Forget what this server remembers of a key (its denials, leases, local
