@@ -644,14 +644,14 @@ pub async fn redis_app_with(
     limits: Limits,
     changes: Changes,
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    use tower_ratelimit::backend::{Health, KeyFormat, RedisBackend};
+    use tower_ratelimit::backend::{KeyFormat, RedisBackend, StoreHealth};
     let mut redis = RedisBackend::builder(url)
         .timeout(config.store_timeout)
         // Why Redis is not deciding, when that starts, changes or ends: a
         // mistyped password or CA shows here, not as silent local limits.
         .on_health_change(|health| match health {
-            Health::Failing { cause, error } => println!("redis: failing ({cause}): {error}"),
-            Health::Deciding => println!("redis: deciding"),
+            StoreHealth::Failing { cause, error } => println!("redis: failing ({cause}): {error}"),
+            StoreHealth::Deciding => println!("redis: deciding"),
             _ => {}
         });
     redis = with_tls(config, redis)?;

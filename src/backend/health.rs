@@ -10,7 +10,7 @@ use super::error::{BackendError, Cause};
 /// Whether a backend is deciding now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Health {
+pub enum StoreHealth {
     /// Nothing has been asked yet (a lazily connected backend).
     Unknown,
     /// The last call was answered.
@@ -24,9 +24,9 @@ pub enum Health {
     },
 }
 
-/// Told of every change of [`Health`].
+/// Told of every change of [`StoreHealth`].
 #[derive(Clone)]
-pub(crate) struct OnChange(pub(crate) Arc<dyn Fn(&Health) + Send + Sync>);
+pub(crate) struct OnChange(pub(crate) Arc<dyn Fn(&StoreHealth) + Send + Sync>);
 
 impl std::fmt::Debug for OnChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -40,7 +40,7 @@ pub(crate) struct HealthTracker {
     backend: &'static str,
     /// 0: unknown; 1: deciding; 2 + a cause's index: failing.
     state: AtomicU8,
-    health: Mutex<Health>,
+    health: Mutex<StoreHealth>,
     on_change: Option<OnChange>,
 }
 
@@ -52,12 +52,12 @@ impl HealthTracker {
         Self {
             backend,
             state: AtomicU8::new(UNKNOWN),
-            health: Mutex::new(Health::Unknown),
+            health: Mutex::new(StoreHealth::Unknown),
             on_change,
         }
     }
 
-    pub(crate) fn health(&self) -> Health {
+    pub(crate) fn health(&self) -> StoreHealth {
         self.health
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -88,8 +88,8 @@ impl HealthTracker {
             return;
         }
         *held = match result {
-            Ok(_) => Health::Deciding,
-            Err(error) => Health::Failing {
+            Ok(_) => StoreHealth::Deciding,
+            Err(error) => StoreHealth::Failing {
                 cause: error.cause(),
                 error: error.to_string(),
             },
@@ -101,19 +101,19 @@ impl HealthTracker {
     }
 
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-    fn report(&self, health: &Health) {
+    fn report(&self, health: &StoreHealth) {
         #[cfg(feature = "tracing")]
         match health {
-            Health::Failing { cause, error } => tracing::warn!(
+            StoreHealth::Failing { cause, error } => tracing::warn!(
                 backend = self.backend,
                 cause = cause.as_str(),
                 %error,
                 "rate limit store failing"
             ),
-            Health::Deciding => {
+            StoreHealth::Deciding => {
                 tracing::info!(backend = self.backend, "rate limit store deciding")
             }
-            Health::Unknown => {}
+            StoreHealth::Unknown => {}
         }
     }
 }

@@ -78,7 +78,7 @@ pub(crate) use error::FailureLog;
 pub use error::{BackendError, Cause, OnBackendError};
 pub use fallback::{Fallback, FallbackFuture};
 #[cfg(feature = "redis")]
-pub use health::Health;
+pub use health::StoreHealth;
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
 pub use redis::{KeyFormat, RedisBackend, RedisBackendBuilder};

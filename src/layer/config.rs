@@ -6,7 +6,7 @@ use http::StatusCode;
 use super::decide::Rules;
 use super::headers::HeaderStyle;
 use super::lists::AccessLists;
-use super::observe::Observer;
+use super::observe::Reporting;
 use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy};
 use super::settle::Settlement;
@@ -70,7 +70,7 @@ pub(crate) struct Config {
     pub(crate) key_policies: Option<Live<KeyPolicies>>,
     pub(crate) on_no_policy: NoPolicy,
     /// Metrics, logs and offenders: what every request reports to.
-    pub(crate) observer: Observer,
+    pub(crate) observer: Reporting,
 }
 
 impl Config {

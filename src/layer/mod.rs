@@ -69,8 +69,8 @@ mod shaping;
 mod soft_shed;
 
 pub use adaptive::{
-    Adaptive, AdaptivePolicies, Aimd, Classifier, Controller, FactorChange, Health, Observed,
-    ObservedFuture, Observer, Steps,
+    Adaptive, AdaptivePolicies, AimdLimits, Classifier, Controller, FactorChange, Observed,
+    ObservedFuture, Observer, ServiceHealth, Steps,
 };
 pub use body::ResponseBody;
 pub use config::{OnKeyError, Shadow};

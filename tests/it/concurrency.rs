@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_ratelimit::layer::concurrency::{
-    AdaptiveConcurrency, Aimd, ConcurrencyController, Gradient,
+    AdaptiveConcurrency, AimdConcurrency, ConcurrencyController, Gradient,
 };
 
 /// The service's concurrency: past it, every request is slower in proportion.
@@ -125,7 +125,7 @@ async fn the_gradient_finds_the_services_concurrency() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aimd_finds_the_services_concurrency() {
-    let run = run(Aimd::default()).await;
+    let run = run(AimdConcurrency::default()).await;
     assert_converges("aimd", &run);
 }
 
@@ -133,7 +133,7 @@ async fn aimd_finds_the_services_concurrency() {
 /// bound) instead of a 503, and the queue's length is bounded.
 #[tokio::test]
 async fn a_queue_holds_requests_over_the_limit_briefly() {
-    let limiter = AdaptiveConcurrency::new(Aimd::default())
+    let limiter = AdaptiveConcurrency::new(AimdConcurrency::default())
         .bounds(1, 1)
         .queue(1, Duration::from_millis(500));
     let svc = limiter.layer(service_fn(|_: Request<()>| async {

@@ -534,7 +534,7 @@ fn a_client_of_your_own_and_the_url_forms() {
 #[test]
 fn causes_are_told_when_they_start_change_and_clear() {
     use std::sync::{Arc, Mutex};
-    use tower_ratelimit::backend::{Backend, Cause, Health};
+    use tower_ratelimit::backend::{Backend, Cause, StoreHealth};
     let rt = runtime();
     let _runtime = rt.enter();
     let (key, policy) = (
@@ -548,7 +548,7 @@ fn causes_are_told_when_they_start_change_and_clear() {
         assert!(started.elapsed() < Duration::from_millis(1_500), "{err}");
         err.cause()
     };
-    let lazy = |url: &str, told: &Arc<Mutex<Vec<Health>>>| {
+    let lazy = |url: &str, told: &Arc<Mutex<Vec<StoreHealth>>>| {
         let told = Arc::clone(told);
         RedisBackend::builder(url)
             .timeout(Duration::from_secs(2))
@@ -561,7 +561,7 @@ fn causes_are_told_when_they_start_change_and_clear() {
     let port = RedisServer::unused_port();
     let told = Arc::default();
     let backend = lazy(&format!("redis://127.0.0.1:{port}"), &told);
-    assert_eq!(backend.health(), Health::Unknown);
+    assert_eq!(backend.health(), StoreHealth::Unknown);
     for _ in 0..5 {
         assert_eq!(cause_of(&backend), Cause::Refused);
     }
@@ -572,12 +572,12 @@ fn causes_are_told_when_they_start_change_and_clear() {
         .unwrap()
         .iter()
         .map(|h| match h {
-            Health::Failing { cause, .. } => Some(*cause),
+            StoreHealth::Failing { cause, .. } => Some(*cause),
             _ => None,
         })
         .collect();
     assert_eq!(causes, [Some(Cause::Refused), None], "told once each");
-    assert_eq!(backend.health(), Health::Deciding);
+    assert_eq!(backend.health(), StoreHealth::Deciding);
 
     // A wrong password; a user that may not run the scripts.
     let url = server.limiter_url();
@@ -585,7 +585,7 @@ fn causes_are_told_when_they_start_change_and_clear() {
     assert_eq!(cause_of(&wrong), Cause::Authentication);
     assert!(matches!(
         wrong.health(),
-        Health::Failing {
+        StoreHealth::Failing {
             cause: Cause::Authentication,
             ..
         }

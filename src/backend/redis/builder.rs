@@ -11,7 +11,7 @@ use super::script::{KeyFormat, KeyNames};
 use super::{Connection, RedisBackend};
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
-use crate::backend::{BackendError, Health};
+use crate::backend::{BackendError, StoreHealth};
 
 /// Configures a [`RedisBackend`].
 #[derive(Debug, Clone)]
@@ -240,18 +240,21 @@ impl RedisBackendBuilder {
     /// [`RedisBackend::health`] reads the same state.
     ///
     /// ```no_run
-    /// use tower_ratelimit::backend::{Health, RedisBackend};
+    /// use tower_ratelimit::backend::{StoreHealth, RedisBackend};
     ///
     /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let redis = RedisBackend::builder("redis://limiter:secret@127.0.0.1:6379")
     ///     .on_health_change(|health| match health {
-    ///         Health::Failing { cause, error } => eprintln!("Redis failing ({cause}): {error}"),
+    ///         StoreHealth::Failing { cause, error } => eprintln!("Redis failing ({cause}): {error}"),
     ///         other => eprintln!("Redis: {other:?}"),
     ///     })
     ///     .connect_lazy()?;
     /// # Ok(()) }
     /// ```
-    pub fn on_health_change(mut self, report: impl Fn(&Health) + Send + Sync + 'static) -> Self {
+    pub fn on_health_change(
+        mut self,
+        report: impl Fn(&StoreHealth) + Send + Sync + 'static,
+    ) -> Self {
         self.on_health_change = Some(OnChange(Arc::new(report)));
         self
     }

@@ -25,7 +25,7 @@ pub use self::script::KeyFormat;
 use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};
 use super::denials::Denials;
 use super::health::HealthTracker;
-use super::{Backend, BackendError, Cause, Health, Peeks, Reset};
+use super::{Backend, BackendError, Cause, Peeks, Reset, StoreHealth};
 use crate::key::Key;
 use crate::{Decision, Limit, Micros, Policy};
 
@@ -246,7 +246,7 @@ impl RedisBackend {
 
     /// Whether Redis is deciding now, and if not, why
     /// ([`RedisBackendBuilder::on_health_change`] is told of each change).
-    pub fn health(&self) -> Health {
+    pub fn health(&self) -> StoreHealth {
         self.health.health()
     }
 

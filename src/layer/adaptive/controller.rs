@@ -1,13 +1,13 @@
 //! How the factor follows the service's health: a table of steps, or AIMD.
 
-use super::window::Health;
+use super::window::ServiceHealth;
 
 /// Chooses the next factor of an adaptive limit from the current one and
 /// what the last window saw. The [`Adaptive`](super::Adaptive) around it
 /// applies the bounds, the minimum of responses, and the pace of recovery.
 pub trait Controller: Send + Sync + 'static {
     /// The factor to apply next, in `(0, 1]`.
-    fn next(&self, factor: f64, health: &Health) -> f64;
+    fn next(&self, factor: f64, health: &ServiceHealth) -> f64;
 
     /// The factor one step up from `factor` toward `target`, when the
     /// limit recovers: by default the target itself.
@@ -25,12 +25,12 @@ pub trait Controller: Send + Sync + 'static {
 /// quarters, otherwise the whole limit.
 ///
 /// ```
-/// use tower_ratelimit::layer::{Controller, Health, Steps};
+/// use tower_ratelimit::layer::{Controller, ServiceHealth, Steps};
 ///
 /// let steps = Steps::default();
-/// let sick = Health { responses: 100, failures: 20 };
+/// let sick = ServiceHealth { responses: 100, failures: 20 };
 /// assert_eq!(steps.next(1.0, &sick), 0.5);
-/// let well = Health { responses: 100, failures: 1 };
+/// let well = ServiceHealth { responses: 100, failures: 1 };
 /// assert_eq!(steps.next(0.5, &well), 1.0); // the target; Adaptive climbs to it by steps
 /// assert_eq!(steps.step_up(0.5, 1.0), 0.75);
 /// ```
@@ -67,7 +67,7 @@ impl Steps {
 }
 
 impl Controller for Steps {
-    fn next(&self, _factor: f64, health: &Health) -> f64 {
+    fn next(&self, _factor: f64, health: &ServiceHealth) -> f64 {
         let rate = health.failure_rate();
         self.table
             .iter()
@@ -95,20 +95,20 @@ impl Controller for Steps {
 /// `increase`.
 ///
 /// ```
-/// use tower_ratelimit::layer::{Aimd, Controller, Health};
+/// use tower_ratelimit::layer::{AimdLimits, Controller, ServiceHealth};
 ///
-/// let aimd = Aimd::default(); // over 5%: × 0.5; else + 0.1
-/// assert_eq!(aimd.next(1.0, &Health { responses: 50, failures: 10 }), 0.5);
-/// assert!((aimd.next(0.5, &Health { responses: 50, failures: 0 }) - 0.6).abs() < 1e-9);
+/// let aimd = AimdLimits::default(); // over 5%: × 0.5; else + 0.1
+/// assert_eq!(aimd.next(1.0, &ServiceHealth { responses: 50, failures: 10 }), 0.5);
+/// assert!((aimd.next(0.5, &ServiceHealth { responses: 50, failures: 0 }) - 0.6).abs() < 1e-9);
 /// ```
 #[derive(Clone, Debug)]
-pub struct Aimd {
+pub struct AimdLimits {
     threshold: f64,
     decrease: f64,
     increase: f64,
 }
 
-impl Default for Aimd {
+impl Default for AimdLimits {
     fn default() -> Self {
         Self {
             threshold: 0.05,
@@ -118,7 +118,7 @@ impl Default for Aimd {
     }
 }
 
-impl Aimd {
+impl AimdLimits {
     /// A window is bad past this failure rate (default 5%).
     pub fn threshold(mut self, rate: f64) -> Self {
         self.threshold = rate.clamp(0.0, 1.0);
@@ -138,8 +138,8 @@ impl Aimd {
     }
 }
 
-impl Controller for Aimd {
-    fn next(&self, factor: f64, health: &Health) -> f64 {
+impl Controller for AimdLimits {
+    fn next(&self, factor: f64, health: &ServiceHealth) -> f64 {
         if health.failure_rate() > self.threshold {
             factor * self.decrease
         } else {
@@ -152,8 +152,8 @@ impl Controller for Aimd {
 mod tests {
     use super::*;
 
-    fn window(responses: u64, failures: u64) -> Health {
-        Health {
+    fn window(responses: u64, failures: u64) -> ServiceHealth {
+        ServiceHealth {
             responses,
             failures,
         }
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn aimd_halves_on_bad_windows_and_climbs_on_good_ones() {
-        let aimd = Aimd::default();
+        let aimd = AimdLimits::default();
         // A recorded run: two bad windows, then good ones.
         let mut factor = 1.0;
         let mut seen = Vec::new();

@@ -21,8 +21,8 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 pub use classify::Classifier;
-pub use controller::{Aimd, Controller, Steps};
-pub use window::Health;
+pub use controller::{AimdLimits, Controller, Steps};
+pub use window::ServiceHealth;
 
 use super::select::PolicyResolver;
 use crate::{Live, Policy, RequestHead};
@@ -43,7 +43,7 @@ use window::Window;
 ///   the effective limit.
 /// * Every tenth of a window, once the window holds
 ///   [`min_responses`](Self::min_responses), the [`Controller`] ([`Steps`]
-///   by default; [`Aimd`]) chooses the next factor. A decrease applies at
+///   by default; [`AimdLimits`]) chooses the next factor. A decrease applies at
 ///   once; an increase at most once a window, a step at a time, so a limit
 ///   never jumps from the floor to the full in one window (unless the
 ///   controller is told to).
@@ -123,7 +123,7 @@ pub struct FactorChange {
     /// The factor now.
     pub to: f64,
     /// What the window saw.
-    pub health: Health,
+    pub health: ServiceHealth,
 }
 
 impl fmt::Display for FactorChange {
@@ -244,7 +244,7 @@ impl Adaptive {
     }
 
     /// What the current window saw.
-    pub fn health(&self) -> Health {
+    pub fn health(&self) -> ServiceHealth {
         let now = self.now_ms();
         self.lock().window.health(now)
     }

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 /// What a window of responses saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Health {
+pub struct ServiceHealth {
     /// Responses in the window.
     pub responses: u64,
     /// Of them, failures.
     pub failures: u64,
 }
 
-impl Health {
+impl ServiceHealth {
     /// Failures per response (0 without responses).
     pub fn failure_rate(&self) -> f64 {
         if self.responses == 0 {
@@ -55,15 +55,17 @@ impl Window {
     }
 
     /// What the last window up to `now_ms` saw.
-    pub(super) fn health(&self, now_ms: u64) -> Health {
+    pub(super) fn health(&self, now_ms: u64) -> ServiceHealth {
         let tenth = now_ms / self.bucket_ms;
         let oldest = tenth.saturating_sub(BUCKETS as u64 - 1);
         self.buckets
             .iter()
             .filter(|(t, _, _)| *t != u64::MAX && *t >= oldest && *t <= tenth)
-            .fold(Health::default(), |h, (_, responses, failures)| Health {
-                responses: h.responses + responses,
-                failures: h.failures + failures,
+            .fold(ServiceHealth::default(), |h, (_, responses, failures)| {
+                ServiceHealth {
+                    responses: h.responses + responses,
+                    failures: h.failures + failures,
+                }
             })
     }
 }
@@ -80,7 +82,7 @@ mod tests {
         }
         assert_eq!(
             window.health(5_000),
-            Health {
+            ServiceHealth {
                 responses: 50,
                 failures: 5
             }
@@ -90,6 +92,6 @@ mod tests {
             20,
             "the first three seconds left"
         );
-        assert_eq!(window.health(30_000), Health::default());
+        assert_eq!(window.health(30_000), ServiceHealth::default());
     }
 }

@@ -45,15 +45,15 @@ impl Baseline {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::concurrency::{Aimd, ConcurrencyController};
+/// use tower_ratelimit::layer::concurrency::{AimdConcurrency, ConcurrencyController};
 ///
-/// let mut aimd = Aimd::default();
+/// let mut aimd = AimdConcurrency::default();
 /// let ms = Duration::from_millis;
 /// assert_eq!(aimd.next(10.0, ms(50), 10, false), 10.1);  // the baseline: room to grow
 /// assert_eq!(aimd.next(10.1, ms(80), 10, false), 9.09); // 1.6 × the baseline: back off
 /// ```
 #[derive(Clone, Debug)]
-pub struct Aimd {
+pub struct AimdConcurrency {
     tolerance: f64,
     backoff: f64,
     baseline: Baseline,
@@ -61,7 +61,7 @@ pub struct Aimd {
     backed_off: Option<std::time::Instant>,
 }
 
-impl Default for Aimd {
+impl Default for AimdConcurrency {
     fn default() -> Self {
         Self {
             tolerance: 1.1,
@@ -72,7 +72,7 @@ impl Default for Aimd {
     }
 }
 
-impl Aimd {
+impl AimdConcurrency {
     /// A response this many times slower than the unloaded latency means
     /// overload (default 1.1).
     pub fn tolerance(mut self, tolerance: f64) -> Self {
@@ -87,7 +87,7 @@ impl Aimd {
     }
 }
 
-impl ConcurrencyController for Aimd {
+impl ConcurrencyController for AimdConcurrency {
     fn next(&mut self, limit: f64, latency: Duration, in_flight: usize, failed: bool) -> f64 {
         let sample = latency.as_secs_f64();
         let base = self.baseline.update(sample);
@@ -202,7 +202,7 @@ mod tests {
 
     #[test]
     fn aimd_on_a_recorded_run() {
-        let mut aimd = Aimd::default();
+        let mut aimd = AimdConcurrency::default();
         let mut limit = 10.0;
         // Fast while in use: grows by 1/limit; idle: stays; slow: backs off.
         let run = [(50, 10), (50, 10), (50, 2), (70, 10), (50, 10)];
@@ -216,7 +216,7 @@ mod tests {
         // says nothing new.
         assert_eq!(aimd.next(9.29, MS(70), 10, false), 9.29);
         assert_eq!(
-            Aimd::default().next(10.0, MS(50), 10, true),
+            AimdConcurrency::default().next(10.0, MS(50), 10, true),
             9.0,
             "an error backs off"
         );

@@ -32,13 +32,13 @@ use tokio::sync::Notify;
 use tower_layer::Layer;
 use tower_service::Service;
 
-pub use controller::{Aimd, ConcurrencyController, Gradient};
+pub use controller::{AimdConcurrency, ConcurrencyController, Gradient};
 
 use super::body::ResponseBody;
 
 /// A limit of requests in flight to the service it wraps, for every client
 /// together, between `min` and `max`, moved by a [`ConcurrencyController`]
-/// ([`Gradient`] or [`Aimd`]) after each response from its latency: it
+/// ([`Gradient`] or [`AimdConcurrency`]) after each response from its latency: it
 /// rises while the service answers as fast as unloaded, and falls once
 /// requests start to queue in it — so the service stays below the knee of
 /// its latency curve.

@@ -61,7 +61,7 @@ use crate::{Decision, Origin, Policy, RequestHead};
 /// offenders, and the log's throttles. The layer holds one and calls into
 /// it; it knows nothing of the layer's settings.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Observer {
+pub(crate) struct Reporting {
     route_labels: RouteLabels,
     #[cfg(feature = "metrics")]
     meters: meters::Meters,
@@ -104,7 +104,7 @@ pub(crate) struct Report {
 
 impl Report {
     /// Start reporting on `req` (nothing is read without the features).
-    pub(crate) fn start(observer: &Observer, req: &RequestHead<'_>) -> Self {
+    pub(crate) fn start(observer: &Reporting, req: &RequestHead<'_>) -> Self {
         let observed = cfg!(any(feature = "metrics", feature = "tracing"));
         Self {
             route: if observed {
@@ -214,7 +214,7 @@ fn limit_text<'a>(label: LimitLabel<'a>) -> &'a str {
 
 /// Count one request's outcome (feature `metrics`).
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
-fn count(observer: &Observer, outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
+fn count(observer: &Reporting, outcome: &'static str, report: &Report, limit: LimitLabel<'_>) {
     #[cfg(feature = "metrics")]
     observer
         .meters
@@ -237,7 +237,7 @@ pub(super) enum Fate {
 /// offenders.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(super) fn decided(
-    observer: &Observer,
+    observer: &Reporting,
     (key, policy, report): (&Key, &Policy, &Report),
     backend: &'static str,
     decision: &Decision,
@@ -305,7 +305,7 @@ pub(super) fn decided(
 }
 
 /// A request on an access list: `allow_listed` or `deny_listed`.
-pub(super) fn listed(observer: &Observer, report: &Report, denied: bool) {
+pub(super) fn listed(observer: &Reporting, report: &Report, denied: bool) {
     let outcome = if denied {
         "deny_listed"
     } else {
@@ -318,7 +318,7 @@ pub(super) fn listed(observer: &Observer, report: &Report, denied: bool) {
 
 /// The backend failed and the layer did `action` (`allow` or `deny`).
 pub(super) fn backend_failed(
-    observer: &Observer,
+    observer: &Reporting,
     report: &Report,
     action: &'static str,
     error: &BackendError,
@@ -334,7 +334,7 @@ pub(super) fn backend_failed(
 
 /// A request had no key.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-pub(super) fn key_missing(observer: &Observer, report: &Report, error: &KeyError, rejected: bool) {
+pub(super) fn key_missing(observer: &Reporting, report: &Report, error: &KeyError, rejected: bool) {
     let outcome = if rejected {
         "key_rejected"
     } else {
@@ -351,7 +351,7 @@ pub(super) fn key_missing(observer: &Observer, report: &Report, error: &KeyError
 
 /// A request had no policy; `refused` says whether it was refused. The
 /// first one of a layer is logged as a warning: it is most often a mistake.
-pub(super) fn no_policy(observer: &Observer, report: &Report, refused: bool) {
+pub(super) fn no_policy(observer: &Reporting, report: &Report, refused: bool) {
     let outcome = if refused {
         "no_policy_refused"
     } else {
@@ -370,6 +370,6 @@ pub(super) fn no_policy(observer: &Observer, report: &Report, refused: bool) {
 
 /// Settling a request failed: its reservation stands (logged like any
 /// backend failure, throttled).
-pub(super) fn settle_failed(observer: &Observer, error: &BackendError) {
+pub(super) fn settle_failed(observer: &Reporting, error: &BackendError) {
     observer.failures.warn("keep", error);
 }
