@@ -162,12 +162,6 @@ pub use policy::live::Live;
 pub use policy::quota::Quota;
 pub use policy::set::Policy;
 
-// Short paths for the crate's own code; not public.
-use clock::Micros;
-use decision::{Origin, Outcome, Verdict};
-use key::RequestHead;
-use policy::{penalty, quota};
-
 /// README.md's code blocks, compiled as doctests: a snippet that stops
 /// compiling fails the tests.
 #[cfg(doctest)]

@@ -2,7 +2,7 @@
 
 use super::State;
 use crate::policy::Calendar;
-use crate::{Micros, Outcome, Quota};
+use crate::{clock::Micros, decision::Outcome, Quota};
 
 /// Counts cost per window aligned to multiples of the window length since
 /// the clock's epoch (with the default clock, the Unix epoch: a `/min` window

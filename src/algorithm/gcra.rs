@@ -1,7 +1,7 @@
 //! Generic cell rate algorithm (GCRA).
 
 use super::State;
-use crate::{Micros, Outcome, Quota};
+use crate::{clock::Micros, decision::Outcome, Quota};
 
 /// GCRA: each key holds one time, the *theoretical arrival time* (TAT) —
 /// when the key would be idle again if requests kept coming at the rate.

@@ -58,7 +58,7 @@ pub(crate) use kind::Algorithm;
 pub(crate) use rule::FixedRule;
 pub(crate) use rule::{Form, Rule};
 
-use crate::Micros;
+use crate::clock::Micros;
 
 /// One key's state under one fixed-size algorithm: two words.
 ///

@@ -4,7 +4,7 @@
 use super::{
     Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, State, TokenBucket,
 };
-use crate::{Micros, Outcome, Quota};
+use crate::{clock::Micros, decision::Outcome, Quota};
 
 /// An algorithm bound to its quota, ready to apply: what a [`Limit`](crate::Limit) runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Micros, Outcome, Quota};
+use crate::{clock::Micros, decision::Outcome, Quota};
 
 /// Remembers the time and cost of every admitted request for one window. A
 /// request of cost `c` at `now` fits when the cost admitted in

@@ -1,7 +1,7 @@
 //! Sliding window counter.
 
 use super::State;
-use crate::{Micros, Outcome, Quota};
+use crate::{clock::Micros, decision::Outcome, Quota};
 
 /// Counts per aligned window, like [`FixedWindow`](super::FixedWindow), but
 /// judges a request by the current window's count plus the previous window's

@@ -11,7 +11,7 @@ use pin_project_lite::pin_project;
 use super::circuit::{Circuit, Pass, Probe, Settings};
 use super::{Backend, BackendError, Peeks, Reset};
 use crate::key::Key;
-use crate::{Decision, Micros, Policy};
+use crate::{clock::Micros, Decision, Policy};
 
 /// A circuit breaker in front of a backend; see [`Backend::with_breaker`].
 ///

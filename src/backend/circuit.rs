@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::Micros;
+use crate::clock::Micros;
 
 #[derive(Debug)]
 pub(crate) struct Circuit {

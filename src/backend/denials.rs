@@ -16,7 +16,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::key::Key;
-use crate::{Decision, Micros, Origin, Policy};
+use crate::{clock::Micros, decision::Origin, Decision, Policy};
 
 const SHARDS: usize = 16;
 

@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 
 use super::{Backend, BackendError, Peeks, Reset};
 use crate::key::Key;
-use crate::{Decision, Micros, Policy};
+use crate::{clock::Micros, Decision, Policy};
 
 /// One of two backends, chosen when the service starts: memory in
 /// development, Redis in production, say. It decides exactly as the backend

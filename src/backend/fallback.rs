@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 
 use super::{Backend, BackendError, FailureLog, Peeks, Reset};
 use crate::key::Key;
-use crate::{Decision, Micros, Origin, Policy};
+use crate::{clock::Micros, decision::Origin, Decision, Policy};
 
 /// A backend that decides with a second one whenever the first fails; see
 /// [`Backend::or_fallback`].

@@ -70,7 +70,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
 use crate::key::Key;
-use crate::{Decision, Micros, Policy};
+use crate::{clock::Micros, Decision, Policy};
 
 pub use breaker::{Breaker, BreakerFuture};
 pub use either::{Either, EitherFuture};

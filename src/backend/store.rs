@@ -13,7 +13,7 @@ use super::{AtCapacity, Backend, BackendError, Reset};
 use crate::algorithm::State;
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
-use crate::{Decision, Micros, Policy};
+use crate::{clock::Micros, Decision, Policy};
 
 /// A store of your own: [`StateStore`] keeps each key's state, and
 /// [`StoreBackend`] makes it a whole [`Backend`] with exactly the memory

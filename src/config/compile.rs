@@ -20,7 +20,7 @@ use crate::key::{ApiKey, ClientIp, ForwardedHeader, Header, Key, KeyError, KeyEx
 use crate::layer::select::RouteTable;
 use crate::layer::{AccessLists, KeyPolicies, NoPolicy};
 use crate::policy::PenaltyBox;
-use crate::{Algorithm, Limit, Policy, RequestHead};
+use crate::{key::RequestHead, Algorithm, Limit, Policy};
 
 /// The key names every file has without defining them.
 const BUILT_IN_KEYS: [&str; 3] = ["ip", "endpoint", "global"];

@@ -109,7 +109,7 @@ pub use running::{FileKeys, FilePolicies, Limits};
 pub use watch::Reload;
 
 use crate::key::{Key, KeyError};
-use crate::{Algorithm, Policy, RequestHead};
+use crate::{key::RequestHead, Algorithm, Policy};
 use compile::{Compiled, FileRoute};
 use schema::{FileSpec, InFlightSpec, KeyValueSpec, OverrideSpec};
 

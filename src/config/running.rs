@@ -6,7 +6,7 @@ use super::compile::{FileRoute, RoutePolicy};
 use super::LimitsFile;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::layer::{AccessLists, KeyPolicies, PolicyResolver};
-use crate::{Live, Policy, RateLimitLayer, RequestHead};
+use crate::{key::RequestHead, Live, Policy, RateLimitLayer};
 
 /// The limits file a layer runs now: its keys ([`FileKeys`]), policies
 /// ([`FilePolicies`]), lists and per-key policies, each read lock-free on

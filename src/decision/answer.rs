@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Origin, Outcome, Verdict};
 use crate::policy::MAX_LIMITS;
-use crate::{Micros, Policy};
+use crate::{clock::Micros, Policy};
 
 /// What a [`Policy`] says about one request: the overall verdict, the limit
 /// that decided it, and every limit's own outcome (in the policy's order,

@@ -3,7 +3,7 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use crate::Micros;
+use crate::clock::Micros;
 
 /// What one limit says about one request.
 ///

@@ -6,7 +6,7 @@ use http::HeaderName;
 use sha2::Sha256;
 
 use super::{Key, KeyError, KeyExtractor};
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// The longest API key accepted (bytes).
 const MAX_API_KEY: usize = 1024;

@@ -8,7 +8,7 @@ use http::header::{HeaderName, FORWARDED};
 use ipnet::IpNet;
 
 use super::{Key, KeyError, KeyExtractor};
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// Entries of a forwarding header examined at most, from the right: bounded
 /// work whatever a client sends.

@@ -3,7 +3,7 @@
 use axum::extract::MatchedPath;
 
 use super::{Key, KeyError, KeyExtractor};
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// Keys each request by its method and the route template it matched
 /// (axum's [`MatchedPath`], e.g. `GET /users/{id}`) — never the raw path,

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use super::Key;
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// Derives the [`Key`] a request is counted against.
 ///

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use super::{Key, KeyError, KeyExtractor, MAX_KEY_VALUE};
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// Keys each request by the value of one header (e.g. `x-user-id`), as raw
 /// bytes: any bytes are fine, but an empty value, a value over

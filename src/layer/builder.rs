@@ -16,7 +16,7 @@ use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
-use crate::{Live, Micros, Policy};
+use crate::{clock::Micros, Live, Policy};
 
 /// Rate-limits requests to the services it wraps.
 ///

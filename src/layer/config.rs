@@ -13,7 +13,7 @@ use super::settle::Settlement;
 use super::shaping::Shaping;
 use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
-use crate::{Live, Micros, Policy};
+use crate::{clock::Micros, Live, Policy};
 
 /// What to do with a request no key can be derived for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

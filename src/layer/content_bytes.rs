@@ -21,7 +21,7 @@ use super::response::{self, LimitedResponse, Refused};
 use crate::backend::{Backend, BackendError, MemoryBackend, OnBackendError};
 use crate::clock::Micros;
 use crate::key::{ClientIp, Key, KeyExtractor};
-use crate::{Decision, Policy, RequestHead};
+use crate::{key::RequestHead, Decision, Policy};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

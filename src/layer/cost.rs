@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::RequestHead;
+use crate::key::RequestHead;
 
 /// How much of a limit one request takes.
 pub trait Cost: Clone + Send + Sync + 'static {

@@ -110,7 +110,7 @@ pub(super) fn decide<W>(
 mod tests {
     use super::*;
     use crate::decision::Outcome;
-    use crate::{Micros, Policy};
+    use crate::{clock::Micros, Policy};
 
     const RULES: Rules = Rules {
         on_backend_error: OnBackendError::Allow,

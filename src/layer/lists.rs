@@ -6,8 +6,8 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
+use crate::key::RequestHead;
 use crate::key::{ClientIp, Key};
-use crate::RequestHead;
 
 /// Allow and deny lists, by client IP network and by key.
 ///

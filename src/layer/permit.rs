@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::key::Key;
-use crate::{Micros, Policy};
+use crate::{clock::Micros, Policy};
 
 /// A held permit, type-erased so that the response body need not name the
 /// backend: dropping it gives the permit back.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::key::Key;
-use crate::{Live, Policy, RequestHead};
+use crate::{key::RequestHead, Live, Policy};
 
 /// Chooses the policy for a request; `None` means it has none, and the
 /// layer does what [`NoPolicy`] says (by default, refuses it).

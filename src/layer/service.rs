@@ -19,7 +19,7 @@ use super::{grpc, observe, response};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::key::KeyExtractor;
-use crate::{Live, RequestHead};
+use crate::{key::RequestHead, Live};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
 ///

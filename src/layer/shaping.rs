@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use crate::{Decision, Verdict};
+use crate::{decision::Verdict, Decision};
 
 /// Delaying requests that do not fit yet, instead of refusing them, for
 /// [`RateLimitLayer::shape`](crate::RateLimitLayer::shape): each waits up to

@@ -6,8 +6,8 @@ use super::error::PolicyError;
 use super::limit::Limit;
 use super::set::{Policy, Settings};
 use crate::algorithm::Algorithm;
-use crate::penalty::PenaltyBox;
-use crate::quota::Quota;
+use crate::policy::penalty::PenaltyBox;
+use crate::policy::quota::Quota;
 
 /// Builds a [`Policy`]; every problem is reported by [`PolicyBuilder::build`].
 #[derive(Clone, Debug, Default)]

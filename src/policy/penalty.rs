@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::Micros;
+use crate::clock::Micros;
 
 /// Ban a key denied `strikes` times within a window.
 ///

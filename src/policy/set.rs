@@ -9,8 +9,8 @@ use super::builder::PolicyBuilder;
 use super::error::PolicyError;
 use super::limit::{hash, Limit};
 use crate::algorithm::Algorithm;
-use crate::penalty::PenaltyBox;
-use crate::quota::Quota;
+use crate::policy::penalty::PenaltyBox;
+use crate::policy::quota::Quota;
 
 /// The most limits one policy may hold. Decisions keep one outcome per
 /// limit inline, without allocating.

@@ -93,7 +93,7 @@ use super::{Backend, BackendError, Reset};
 use crate::algorithm::{Form, Gcra};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
-use crate::{Decision, Micros, Policy};
+use crate::{clock::Micros, Decision, Policy};
 
 pub use builder::{AtCapacity, MemoryBackendBuilder};
 

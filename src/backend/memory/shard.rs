@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::bucket::Tat;
 use super::table::{Expires, Table, KEPT};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
-use crate::penalty::PenaltyState;
-use crate::{Limit, Micros, Outcome};
+use crate::policy::penalty::PenaltyState;
+use crate::{clock::Micros, decision::Outcome, Limit};
 
 /// Entries by a 64-bit fingerprint (never 0): what a shard needs of the
 /// place its states live.

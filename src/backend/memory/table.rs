@@ -18,7 +18,7 @@
 //! slot of S bytes costs S to 4S/3 bytes a key.
 
 use crate::algorithm::State;
-use crate::Micros;
+use crate::clock::Micros;
 
 /// State that knows from when it is no longer needed.
 pub(crate) trait Expires: Default {

@@ -47,7 +47,7 @@ use super::RedisBackend;
 use crate::algorithm::{FixedRule, Form};
 use crate::backend::BackendError;
 use crate::key::Key;
-use crate::{Decision, Micros, Origin, Policy};
+use crate::{clock::Micros, decision::Origin, Decision, Policy};
 
 /// A decision on its way, as the backend's future.
 type Deciding = Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>>;

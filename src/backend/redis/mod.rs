@@ -27,7 +27,7 @@ use super::denials::Denials;
 use super::health::HealthTracker;
 use super::{Backend, BackendError, Cause, Peeks, Reset, StoreHealth};
 use crate::key::Key;
-use crate::{Decision, Limit, Micros, Policy};
+use crate::{clock::Micros, Decision, Limit, Policy};
 
 pub use self::builder::RedisBackendBuilder;
 

@@ -12,7 +12,7 @@ use crate::algorithm::{FixedRule, Form};
 use crate::backend::BackendError;
 use crate::key::Key;
 use crate::policy::MAX_LIMITS;
-use crate::{Decision, Limit, Micros, Outcome, Policy};
+use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
 
 /// Which parts a call's script is made of. Each policy gets a script of
 /// only the algorithms it uses (and the penalty box if it has one): Lua

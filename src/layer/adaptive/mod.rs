@@ -25,7 +25,7 @@ pub use controller::{AimdLimits, Controller, Steps};
 pub use window::ServiceHealth;
 
 use super::select::PolicyResolver;
-use crate::{Live, Policy, RequestHead};
+use crate::{key::RequestHead, Live, Policy};
 use window::Window;
 
 /// An adaptive limit: policies checked at `limit × factor`, where the

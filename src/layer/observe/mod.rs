@@ -55,7 +55,7 @@ use arc_swap::ArcSwap;
 use self::offenders::TopOffenders;
 use crate::backend::{BackendError, FailureLog};
 use crate::key::{Key, KeyError};
-use crate::{Decision, Origin, Policy, RequestHead};
+use crate::{decision::Origin, key::RequestHead, Decision, Policy};
 
 /// Where a layer's requests report: metric handles, route labels, the top
 /// offenders, and the log's throttles. The layer holds one and calls into
