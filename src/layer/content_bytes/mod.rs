@@ -1,0 +1,65 @@
+//! [`ContentBytesLayer`]: limits counted in bytes of content — request
+//! bodies as they stream in, response bodies once they are sent.
+//!
+//! One file a part, as tower's middlewares: `layer.rs` (the builder and
+//! its settings), `service.rs` (the check before the handler), `future.rs`
+//! (acting on the decision and answering), `body.rs` (the counted bodies).
+
+mod body;
+mod future;
+mod layer;
+mod service;
+
+pub use body::{ContentBytesExceeded, RequestBytes, ResponseBytes};
+pub use future::ContentBytesFuture;
+pub use layer::ContentBytesLayer;
+pub use service::ContentBytes;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::{Decision, Policy};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The most bytes one request may ever pass: the smallest capacity of the
+/// policy's limits.
+fn capacity(policy: &Policy) -> u64 {
+    policy
+        .limits()
+        .iter()
+        .map(|l| u64::from(l.capacity()))
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// What the request body and the future share: the latest decision, and
+/// whether (and why) the body was cut off.
+struct Shared {
+    last: Option<Decision>,
+    cut: Option<Cut>,
+}
+
+type SharedRef = Arc<Mutex<Shared>>;
+
+fn lock(shared: &SharedRef) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Clone, Copy)]
+enum Cut {
+    /// Nothing more fits now: 429 (the denial is the shared `last`).
+    Limited,
+    /// The body is larger than the limit can ever hold: 413.
+    TooLarge,
+    /// The backend failed and the layer fails closed: 503.
+    Failed,
+}
+
+/// Runs `task` on the current tokio runtime, if there is one (without one,
+/// the refund or charge is lost: the reservation stands).
+fn spawn(task: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(task);
+    }
+}
