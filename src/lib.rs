@@ -155,7 +155,7 @@ mod limiter;
 
 pub use algorithm::kind::Algorithm;
 pub use decision::answer::Decision;
-pub use layer::builder::RateLimitLayer;
+pub use layer::rate_limit::RateLimitLayer;
 pub use limiter::Limiter;
 pub use policy::limit::Limit;
 pub use policy::live::Live;

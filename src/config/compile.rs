@@ -17,7 +17,7 @@ use super::{FileDefaults, Tier};
 use crate::backend::OnBackendError;
 use crate::clock::micros::parse_span;
 use crate::key::{ApiKey, ClientIp, ForwardedHeader, Header, Key, KeyError, KeyExtractor};
-use crate::layer::select::RouteTable;
+use crate::layer::rate_limit::select::RouteTable;
 use crate::layer::{AccessLists, KeyPolicies, NoPolicy};
 use crate::policy::PenaltyBox;
 use crate::{key::RequestHead, Algorithm, Limit, Policy};
@@ -91,7 +91,11 @@ impl FileKey {
                 #[cfg(not(feature = "axum"))]
                 None => Ok(Key::new(
                     "endpoint",
-                    format!("{} {}", req.method, crate::layer::select::route_of(req)),
+                    format!(
+                        "{} {}",
+                        req.method,
+                        crate::layer::rate_limit::select::route_of(req)
+                    ),
                 )),
             },
             Self::Global => crate::key::Global.extract(req),

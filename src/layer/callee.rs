@@ -9,7 +9,7 @@
 use std::mem;
 
 /// The service a request is to be called with.
-pub(super) trait Callee {
+pub(crate) trait Callee {
     type Service;
     fn service(&mut self) -> &mut Self::Service;
     /// A service the request can keep while it waits.
@@ -17,7 +17,7 @@ pub(super) trait Callee {
 }
 
 /// The ready inner service, taken from the layer, a clone left in its place.
-pub(super) struct Taken<S>(S);
+pub(crate) struct Taken<S>(S);
 
 impl<S> Callee for Taken<S> {
     type Service = S;

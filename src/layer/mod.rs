@@ -45,48 +45,32 @@
 //! ```
 
 mod adaptive;
-mod body;
-pub(crate) mod builder;
+mod answer;
 mod callee;
 pub mod concurrency;
-mod config;
 mod content_bytes;
-mod cost;
-mod decide;
-mod future;
-mod grpc;
-mod headers;
-mod lists;
 mod lookup;
-mod observe;
-mod permit;
-mod rendered;
-mod response;
-pub(crate) mod select;
-mod service;
-mod settle;
-mod shaping;
-mod soft_shed;
+pub(crate) mod rate_limit;
 
-pub use adaptive::{
-    Adaptive, AdaptivePolicies, AimdLimits, Classifier, Controller, FactorChange, Observed,
-    ObservedFuture, Observer, ServiceHealth, Steps,
+// RateLimitLayer's parts (the layer itself is at the crate's root).
+pub use rate_limit::{
+    cost_fn, policy_fn, AccessLists, Cost, CostFn, Delayed, HeaderStyle, KeyPolicies, LimitedFn,
+    LimitedResponse, NoPolicy, Offender, OnKeyError, PolicyFn, PolicyResolver, RateLimit, Refused,
+    ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, Shadow, Shaping, SoftShed,
+    TopOffenders,
 };
-pub use body::ResponseBody;
-pub use config::{OnKeyError, Shadow};
+
+// ContentBytesLayer: limits on the bytes of bodies.
 pub use content_bytes::{
     ContentBytes, ContentBytesExceeded, ContentBytesFuture, ContentBytesLayer, RequestBytes,
     ResponseBytes,
 };
-pub use cost::{cost_fn, Cost, CostFn};
-pub use future::ResponseFuture;
-pub use headers::HeaderStyle;
-pub use lists::AccessLists;
+
+// Adaptive: limits that follow the service's health.
+pub use adaptive::{
+    Adaptive, AdaptivePolicies, AimdLimits, Classifier, Controller, FactorChange, Observed,
+    ObservedFuture, Observer, ServiceHealth, Steps,
+};
+
+// PolicyLookup: a key's policy looked up (cached) before the rate limit.
 pub use lookup::{LookedUp, LookupService, PolicyLookup};
-pub use observe::offenders::{Offender, TopOffenders};
-pub use response::{LimitedFn, LimitedResponse, Refused};
-pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};
-pub use service::RateLimit;
-pub use settle::ResponseHead;
-pub use shaping::Shaping;
-pub use soft_shed::{Delayed, SoftShed};

@@ -15,9 +15,9 @@ fn the_alerting_rules_are_valid_and_name_real_metrics() {
     // Every metric a rule reads is one the crate emits (its name appears
     // in the source, where it is registered).
     let sources = [
-        "src/layer/observe/meters.rs",
+        "src/layer/rate_limit/observe/meters.rs",
         "src/backend/health.rs",
-        "src/layer/adaptive/mod.rs",
+        "src/layer/adaptive/limits.rs",
     ]
     .map(|p| std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(p)).unwrap())
     .concat();
@@ -34,7 +34,7 @@ fn the_alerting_rules_are_valid_and_name_real_metrics() {
     }
     for outcome in ["limited", "banned", "fallback_limited", "fallback_allowed"] {
         let observe = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layer/observe/mod.rs"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/layer/rate_limit/observe/mod.rs"),
         )
         .unwrap();
         assert!(

@@ -14,7 +14,7 @@ use super::layer::Settings;
 use super::*;
 use crate::backend::{Backend, OnBackendError};
 use crate::key::Key;
-use crate::layer::body::ResponseBody;
+use crate::layer::answer::body::ResponseBody;
 
 /// The request body's account: what was granted, what was read, the grant
 /// under way (with the frame it holds back).

@@ -16,10 +16,10 @@ use super::*;
 use crate::backend::{Backend, BackendError, OnBackendError};
 use crate::clock::Micros;
 use crate::key::Key;
-use crate::layer::body::ResponseBody;
+use crate::layer::answer::body::ResponseBody;
+use crate::layer::answer::headers;
+use crate::layer::answer::response::{self, Refused};
 use crate::layer::callee::{Callee, Taken};
-use crate::layer::headers;
-use crate::layer::response::{self, Refused};
 use crate::{key::RequestHead, Decision};
 
 /// A request until its decision is acted on, with the service `I` it is

@@ -7,8 +7,8 @@ use tower_layer::Layer;
 use super::*;
 use crate::backend::{Backend, MemoryBackend, OnBackendError};
 use crate::key::{ClientIp, KeyExtractor};
-use crate::layer::headers::HeaderStyle;
-use crate::layer::response::LimitedResponse;
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::answer::response::LimitedResponse;
 use crate::Policy;
 
 /// Limits in bytes of content, in and out.

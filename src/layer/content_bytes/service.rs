@@ -12,7 +12,7 @@ use super::*;
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
 use crate::key::RequestHead;
-use crate::layer::response::{self};
+use crate::layer::answer::response::{self};
 
 /// The service a [`ContentBytesLayer`] makes.
 #[derive(Clone, Debug)]

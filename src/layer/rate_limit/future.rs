@@ -11,21 +11,22 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::body::ResponseBody;
-use super::callee::{Callee, Taken};
 use super::config::Config;
 use super::decide::{decide, Action};
+use super::observe;
 use super::observe::Fate;
 use super::observe::Report;
-use super::permit::{self, Held};
-use super::response::Refused;
 use super::settle::{Hold, Place, ResponseHead};
 use super::shaping::Waiting;
 use super::soft_shed::Delayed;
-use super::{grpc, headers, observe, response};
 use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::{Key, RequestHead};
+use crate::layer::answer::body::ResponseBody;
+use crate::layer::answer::permit::{self, Held};
+use crate::layer::answer::response::Refused;
+use crate::layer::answer::{grpc, headers, response};
+use crate::layer::callee::{Callee, Taken};
 use crate::{Decision, Policy};
 
 pin_project! {
@@ -95,11 +96,11 @@ pin_project! {
 }
 
 /// What the backend is asked about a request.
-pub(crate) struct Ask {
-    pub(crate) key: Key,
-    pub(crate) policy: Policy,
-    pub(crate) cost: u32,
-    pub(crate) report: Report,
+pub(super) struct Ask {
+    pub(super) key: Key,
+    pub(super) policy: Policy,
+    pub(super) cost: u32,
+    pub(super) report: Report,
 }
 
 /// What a request holds until it is called or refused, with the service
@@ -377,7 +378,7 @@ where
     /// Decide with `backend`, then call `inner` (ready) if allowed: at
     /// once when the decision is, otherwise with a ready copy taken from
     /// it.
-    pub(crate) fn check(
+    pub(super) fn check(
         backend: &B,
         ask: Ask,
         inner: &mut S,
@@ -418,7 +419,7 @@ where
         Self { state, config }
     }
 
-    pub(crate) fn unlimited(call: S::Future, config: Arc<Config>) -> Self {
+    pub(super) fn unlimited(call: S::Future, config: Arc<Config>) -> Self {
         Self {
             state: State::Call {
                 call,
@@ -432,7 +433,7 @@ where
 
     /// Answer with the limiter's own `response` (as a gRPC status for a
     /// gRPC request).
-    pub(crate) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
+    pub(super) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
         Self {
             state: State::respond(response, grpc),
             config,

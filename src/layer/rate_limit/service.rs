@@ -7,18 +7,19 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::body::ResponseBody;
-use super::builder::RateLimitLayer;
 use super::config::OnKeyError;
 use super::cost::Cost;
 use super::future::{Ask, ResponseFuture};
+use super::layer::RateLimitLayer;
 use super::lists::Listed;
+use super::observe;
 use super::observe::Report;
 use super::select::{NoPolicy, PolicyResolver};
-use super::{grpc, observe, response};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::key::KeyExtractor;
+use crate::layer::answer::body::ResponseBody;
+use crate::layer::answer::{grpc, response};
 use crate::{key::RequestHead, Live};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].

@@ -53,7 +53,7 @@ const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy")
 /// `RateLimit-Policy`); what varies is written into one buffer that the
 /// values share, so a response costs two allocations however many headers
 /// it carries, and the map is reserved once for exactly what is added.
-pub(super) fn write(
+pub(crate) fn write(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &Policy,
@@ -66,7 +66,7 @@ pub(super) fn write(
 /// succeed, its `Retry-After` ([`retry_after_secs`]), written into the same
 /// buffer. `theirs` says whether the response may already hold legacy
 /// headers (a custom refusal's); the limiter's own holds none.
-pub(super) fn write_refusal(
+pub(crate) fn write_refusal(
     headers: &mut HeaderMap,
     style: HeaderStyle,
     policy: &Policy,
@@ -84,7 +84,7 @@ pub(super) fn write_refusal(
 /// (an inner layer's, a custom refusal's), which the fewer remaining of
 /// both then decides. Only a response that may is searched for them.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Theirs {
+pub(crate) enum Theirs {
     /// It may: the inner service's response, a custom refusal.
     Maybe,
     /// It cannot: the limiter's own refusal, rendered just now.

@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use super::config::{Config, OnKeyError, Shadow};
 use super::cost::Cost;
-use super::headers::HeaderStyle;
 use super::lists::AccessLists;
 use super::observe::offenders::TopOffenders;
-use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy, PolicyResolver};
 use super::settle::{ResponseHead, Settlement};
 use super::shaping::Shaping;
@@ -16,6 +14,8 @@ use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::answer::response::LimitedResponse;
 use crate::{clock::Micros, Live, Policy};
 
 /// Rate-limits requests to the services it wraps.

@@ -78,7 +78,7 @@ type Rule = dyn Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync;
 /// A layer's settlement: a request's actual cost from its response, or
 /// `None` to keep what it reserved.
 #[derive(Clone)]
-pub(crate) struct Settlement {
+pub(super) struct Settlement {
     rule: Arc<Rule>,
     /// Present when a request may cost more than it reserved: the keys
     /// with such a request in flight.
@@ -100,7 +100,7 @@ struct Unsettled(Mutex<HashSet<(u64, Key)>>);
 /// One request's place in [`Unsettled`], given up when dropped: when the
 /// request is settled, refused, failed, or dropped. Without one (`None`),
 /// the request stands behind another of its key's.
-pub(crate) struct Hold(Option<(Arc<Unsettled>, (u64, Key))>);
+pub(super) struct Hold(Option<(Arc<Unsettled>, (u64, Key))>);
 
 impl Drop for Hold {
     fn drop(&mut self) {
@@ -113,7 +113,7 @@ impl Drop for Hold {
 
 impl Settlement {
     /// A settlement that may charge more than was reserved.
-    pub(crate) fn new(
+    pub(super) fn new(
         rule: impl Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -124,7 +124,7 @@ impl Settlement {
 
     /// A settlement that only gives back (`count_if`): its requests never
     /// cost more than they reserved, so any number may be in flight.
-    pub(crate) fn refund_only(
+    pub(super) fn refund_only(
         rule: impl Fn(&ResponseHead<'_>) -> Option<u32> + Send + Sync + 'static,
     ) -> Self {
         Self {
@@ -134,7 +134,7 @@ impl Settlement {
     }
 
     /// The actual cost of a request that reserved `reserved`, if different.
-    pub(crate) fn actual(&self, response: &ResponseHead<'_>, reserved: u32) -> Option<u32> {
+    pub(super) fn actual(&self, response: &ResponseHead<'_>, reserved: u32) -> Option<u32> {
         (self.rule)(response).filter(|actual| *actual != reserved)
     }
 }
@@ -143,12 +143,12 @@ impl Settlement {
 /// place needed (its layer does not settle, or only gives back: `None`, a
 /// word on the common path), its key's place held, or behind another
 /// request of its key's.
-pub(crate) struct Place(Option<Box<Hold>>);
+pub(super) struct Place(Option<Box<Hold>>);
 
 impl Place {
     /// The place of a request of `key` under `policy`, taken if free.
     #[inline]
-    pub(crate) fn of(settlement: Option<&Settlement>, key: &Key, policy: &Policy) -> Self {
+    pub(super) fn of(settlement: Option<&Settlement>, key: &Key, policy: &Policy) -> Self {
         match settlement.and_then(|s| s.unsettled.as_ref()) {
             None => Self(None),
             Some(unsettled) => Self::taken(unsettled, key, policy),
@@ -171,7 +171,7 @@ impl Place {
 
     /// What a request of `cost` is asked about at.
     #[inline]
-    pub(crate) fn cost(&self, cost: u32) -> u32 {
+    pub(super) fn cost(&self, cost: u32) -> u32 {
         if self.is_behind() {
             0
         } else {
@@ -181,19 +181,19 @@ impl Place {
 
     /// Whether another request of its key holds the place.
     #[inline]
-    pub(crate) fn is_behind(&self) -> bool {
+    pub(super) fn is_behind(&self) -> bool {
         matches!(&self.0, Some(hold) if hold.0.is_none())
     }
 
     /// The place held, to give up when the request is settled.
-    pub(crate) fn take_hold(&mut self) -> Option<Box<Hold>> {
+    pub(super) fn take_hold(&mut self) -> Option<Box<Hold>> {
         self.0.take().filter(|hold| hold.0.is_some())
     }
 
     /// `decision`, made at cost 0 for a request held back behind another of
     /// its key's: refused, each limit retried after [`UNSETTLED_RETRY`] at
     /// least, its state as the store reported it.
-    pub(crate) fn refuse_behind(decision: Decision, policy: &Policy) -> Decision {
+    pub(super) fn refuse_behind(decision: Decision, policy: &Policy) -> Decision {
         if !decision.is_allowed() {
             return decision;
         }

@@ -154,7 +154,7 @@ impl fmt::Debug for LimitedResponse {
 impl LimitedResponse {
     /// The answer to a denied request: the 429 (or custom answer), its quota
     /// headers in `style`, and `Retry-After` with up to `jitter` added.
-    pub(super) fn respond(
+    pub(crate) fn respond(
         &self,
         refused: &Refused<'_>,
         style: HeaderStyle,
@@ -180,7 +180,7 @@ impl LimitedResponse {
 
 /// The answer to a request body larger than `policy`'s limits in bytes can
 /// ever hold.
-pub(super) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
+pub(crate) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
     let capacity = policy
         .limits()
         .iter()
@@ -196,7 +196,7 @@ pub(super) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
 }
 
 /// The answer when no key could be derived and the layer rejects such requests.
-pub(super) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
+pub(crate) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
     // KeyError's text is made of fixed phrases, free of '"' and '\\':
     // nothing from the client.
     let body = format!(r#"{{"error":"rate_limit_key_missing","detail":"{error}"}}"#);
@@ -205,7 +205,7 @@ pub(super) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes>
 
 /// The answer to a request no policy was found for, when the layer refuses
 /// such requests ([`NoPolicy::Refuse`](super::NoPolicy::Refuse)).
-pub(super) fn no_policy() -> Response<Bytes> {
+pub(crate) fn no_policy() -> Response<Bytes> {
     let body = concat!(
         r#"{"title":"Internal Server Error","status":500,"#,
         r#""detail":"The rate limiter found no policy for this request; the server's configuration must give it one or let it through unlimited.","#,
@@ -221,7 +221,7 @@ pub(super) fn no_policy() -> Response<Bytes> {
 /// The answer when the backend failed and the layer fails closed: a 503,
 /// not a 429 — the client exceeded nothing; the service is short of a part.
 /// The problem type is the one the IETF RateLimit draft defines for it.
-pub(super) fn unavailable() -> Response<Bytes> {
+pub(crate) fn unavailable() -> Response<Bytes> {
     let body = concat!(
         r#"{"type":"https://iana.org/assignments/http-problem-types#temporary-reduced-capacity","#,
         r#""title":"Service Unavailable","status":503,"#,
@@ -241,7 +241,7 @@ pub(super) fn unavailable() -> Response<Bytes> {
 }
 
 /// The answer to a client on a deny list ([`AccessLists`](crate::layer::AccessLists)).
-pub(super) fn forbidden() -> Response<Bytes> {
+pub(crate) fn forbidden() -> Response<Bytes> {
     let body = concat!(
         r#"{"title":"Forbidden","status":403,"#,
         r#""detail":"This client may not use the service.","error":"client_denied"}"#

@@ -60,7 +60,7 @@ impl SoftShed {
 
     /// How long an admission `decision` waits: none below the share; past
     /// it, in proportion to how far the most used limit is toward full.
-    pub(crate) fn delay_for(&self, decision: &Decision) -> Option<Duration> {
+    pub(super) fn delay_for(&self, decision: &Decision) -> Option<Duration> {
         let used = decision
             .outcomes()
             .filter(|o| o.limit() > 0)

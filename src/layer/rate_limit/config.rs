@@ -4,15 +4,15 @@
 use http::StatusCode;
 
 use super::decide::Rules;
-use super::headers::HeaderStyle;
 use super::lists::AccessLists;
 use super::observe::Reporting;
-use super::response::LimitedResponse;
 use super::select::{KeyPolicies, NoPolicy};
 use super::settle::Settlement;
 use super::shaping::Shaping;
 use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::answer::response::LimitedResponse;
 use crate::{clock::Micros, Live, Policy};
 
 /// What to do with a request no key can be derived for.
@@ -51,26 +51,26 @@ pub enum Shadow {
 
 /// Settings every request of a layer shares.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Config {
-    pub(crate) headers: HeaderStyle,
-    pub(crate) limited: LimitedResponse,
-    pub(crate) on_key_error: OnKeyError,
-    pub(crate) on_backend_error: OnBackendError,
-    pub(crate) retry_jitter: Micros,
-    pub(crate) shaping: Option<Shaping>,
+pub(super) struct Config {
+    pub(super) headers: HeaderStyle,
+    pub(super) limited: LimitedResponse,
+    pub(super) on_key_error: OnKeyError,
+    pub(super) on_backend_error: OnBackendError,
+    pub(super) retry_jitter: Micros,
+    pub(super) shaping: Option<Shaping>,
     /// The policy a key its penalty box banned lives by until the ban ends.
-    pub(crate) demotion: Option<Policy>,
+    pub(super) demotion: Option<Policy>,
     /// Delays admissions as a key nears its limit.
-    pub(crate) soft_shed: Option<SoftShed>,
+    pub(super) soft_shed: Option<SoftShed>,
     /// Settles each counted request by its response.
-    pub(crate) settlement: Option<Settlement>,
+    pub(super) settlement: Option<Settlement>,
     /// Every policy in shadow mode, whatever it says.
-    pub(crate) shadow: Shadow,
-    pub(crate) lists: Option<Live<AccessLists>>,
-    pub(crate) key_policies: Option<Live<KeyPolicies>>,
-    pub(crate) on_no_policy: NoPolicy,
+    pub(super) shadow: Shadow,
+    pub(super) lists: Option<Live<AccessLists>>,
+    pub(super) key_policies: Option<Live<KeyPolicies>>,
+    pub(super) on_no_policy: NoPolicy,
     /// Metrics, logs and offenders: what every request reports to.
-    pub(crate) observer: Reporting,
+    pub(super) observer: Reporting,
 }
 
 impl Config {

@@ -1,27 +1,19 @@
-//! A policy per tenant from a store of your own (a database, a claims
-//! service): looked up asynchronously, kept in a bounded cache, and never
-//! allowed to hold a request longer than a bound you set.
-//!
-//! [`PolicyLookup`]: the layer, its cache, and its service.
+//! The layer: its settings, and how a request finds its tenant's policy.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::hash::BuildHasher;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use http::Request;
 use tokio::sync::watch;
 use tower_layer::Layer;
-use tower_service::Service;
 
-use super::select::{policy_fn, PolicyFn};
 use crate::key::{Key, KeyExtractor, RequestHead};
+use crate::layer::rate_limit::select::{policy_fn, PolicyFn};
 use crate::Policy;
+
+use super::cache::{Cache, Entry};
+use super::service::LookupService;
 
 /// Looks a tenant's policy up, caches it, and puts it in the request's
 /// extensions for the limiter.
@@ -68,7 +60,7 @@ use crate::Policy;
 /// # let _ = stack;
 /// ```
 pub struct PolicyLookup<K, F> {
-    key: K,
+    pub(super) key: K,
     lookup: Arc<F>,
     default: Policy,
     cache: Arc<Cache>,
@@ -85,27 +77,6 @@ struct Settings {
 /// The policy a [`PolicyLookup`] found for a request, in its extensions.
 #[derive(Clone, Debug)]
 pub struct LookedUp(pub Policy);
-
-/// Tenants' entries, in shards so that requests of different tenants do
-/// not wait on one lock; at most `per_shard` in each.
-struct Cache {
-    shards: Box<[Mutex<HashMap<Key, Entry>>]>,
-    per_shard: usize,
-    hasher: RandomState,
-}
-
-/// Shards of the cache.
-const SHARDS: usize = 16;
-
-struct Entry {
-    /// The last policy the lookup gave (none: it has not answered yet, or
-    /// said the tenant has none).
-    policy: Option<Policy>,
-    /// Until when `policy` is fresh (a failure: when to ask again).
-    fresh_until: Instant,
-    /// The lookup under way: its answer arrives here.
-    running: Option<watch::Receiver<bool>>,
-}
 
 impl<K, F, Fut, E> PolicyLookup<K, F>
 where
@@ -159,7 +130,7 @@ where
 
     /// The policy for `tenant`: from the cache, or after (at most the
     /// bound of) its lookup.
-    async fn policy(&self, tenant: Key) -> Policy {
+    pub(super) async fn policy(&self, tenant: Key) -> Policy {
         let plan = self.plan(&tenant);
         let found = match plan {
             Plan::Ready(policy) => policy,
@@ -278,25 +249,6 @@ impl<K, F> PolicyLookup<K, F> {
     }
 }
 
-impl Cache {
-    /// At most `max` tenants (at least one per shard, so 16 for a smaller `max`).
-    fn new(max: usize) -> Self {
-        Self {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            per_shard: (max / SHARDS).max(1),
-            hasher: RandomState::new(),
-        }
-    }
-
-    /// The shard that holds `tenant`, locked.
-    fn lock(&self, tenant: &Key) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
-        let shard = self.hasher.hash_one(tenant.as_bytes()) as usize % SHARDS;
-        self.shards[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
 /// What a request does about its tenant's policy.
 enum Plan {
     /// Use this one now.
@@ -334,64 +286,5 @@ impl<S, K: Clone, F> Layer<S> for PolicyLookup<K, F> {
             inner,
             lookup: self.clone(),
         }
-    }
-}
-
-/// The service of a [`PolicyLookup`].
-pub struct LookupService<S, K, F> {
-    inner: S,
-    lookup: PolicyLookup<K, F>,
-}
-
-impl<S: Clone, K: Clone, F> Clone for LookupService<S, K, F> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            lookup: self.lookup.clone(),
-        }
-    }
-}
-
-impl<S, K, F> fmt::Debug for LookupService<S, K, F> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LookupService")
-            .field("lookup", &self.lookup)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<S, B, K, F, Fut, E> Service<Request<B>> for LookupService<S, K, F>
-where
-    S: Service<Request<B>> + Clone + Send + 'static,
-    S::Future: Send,
-    B: Send + 'static,
-    K: KeyExtractor,
-    F: Fn(Key) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Policy>, E>> + Send + 'static,
-    E: fmt::Display + Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        // The ready inner service goes with this request; a clone stays.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let tenant = self.lookup.key.extract(&RequestHead::from(&req));
-        let lookup = self.lookup.clone();
-        Box::pin(async move {
-            // A request without a tenant gets no policy from here: the
-            // limiter's own rule for that applies (`on_no_policy`).
-            if let Ok(tenant) = tenant {
-                let policy = lookup.policy(tenant).await;
-                req.extensions_mut().insert(LookedUp(policy));
-            }
-            inner.call(req).await
-        })
     }
 }

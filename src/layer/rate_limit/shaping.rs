@@ -35,7 +35,7 @@ use crate::{decision::Verdict, Decision};
 /// ```
 #[derive(Debug)]
 pub struct Shaping {
-    pub(crate) max_wait: Duration,
+    pub(super) max_wait: Duration,
     max_waiting: usize,
     waiting: Arc<AtomicUsize>,
 }
@@ -83,7 +83,7 @@ impl Shaping {
 
     /// For a request the limit denied: the sleep until it fits, if it will
     /// before `deadline` and it may wait (it keeps its place in `waiting`).
-    pub(crate) fn wait_for(
+    pub(super) fn wait_for(
         &self,
         decision: &Decision,
         deadline: Instant,
@@ -111,7 +111,7 @@ impl Shaping {
 /// A place in the waiting room; leaving it (done, or the future dropped)
 /// frees it.
 #[derive(Debug)]
-pub(crate) struct Waiting(Arc<AtomicUsize>);
+pub(super) struct Waiting(Arc<AtomicUsize>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {

@@ -43,8 +43,8 @@
 //! response the limiter makes.
 
 #[cfg(feature = "metrics")]
-pub(crate) mod meters;
-pub(crate) mod offenders;
+pub(super) mod meters;
+pub(super) mod offenders;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -61,11 +61,11 @@ use crate::{decision::Origin, key::RequestHead, Decision, Policy};
 /// offenders, and the log's throttles. The layer holds one and calls into
 /// it; it knows nothing of the layer's settings.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Reporting {
+pub(super) struct Reporting {
     route_labels: RouteLabels,
     #[cfg(feature = "metrics")]
     meters: meters::Meters,
-    pub(crate) offenders: Option<TopOffenders>,
+    pub(super) offenders: Option<TopOffenders>,
     failures: FailureLog,
     /// The first request without a policy is logged, once per layer.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
@@ -96,7 +96,7 @@ impl OnceFlag {
 
 /// What one request reports besides its outcome: where it went, and when
 /// its decision began.
-pub(crate) struct Report {
+pub(super) struct Report {
     #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
     route: Option<Arc<str>>,
     started: Option<quanta::Instant>,
@@ -104,7 +104,7 @@ pub(crate) struct Report {
 
 impl Report {
     /// Start reporting on `req` (nothing is read without the features).
-    pub(crate) fn start(observer: &Reporting, req: &RequestHead<'_>) -> Self {
+    pub(super) fn start(observer: &Reporting, req: &RequestHead<'_>) -> Self {
         let observed = cfg!(any(feature = "metrics", feature = "tracing"));
         Self {
             route: if observed {
@@ -126,7 +126,7 @@ impl Report {
 /// allocation. At most [`MAX_ROUTES`](Self::MAX_ROUTES); later ones are
 /// `other`.
 #[derive(Debug, Default)]
-pub(crate) struct RouteLabels(ArcSwap<HashMap<Box<str>, Arc<str>>>);
+pub(super) struct RouteLabels(ArcSwap<HashMap<Box<str>, Arc<str>>>);
 
 impl Clone for RouteLabels {
     fn clone(&self) -> Self {

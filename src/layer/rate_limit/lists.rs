@@ -41,7 +41,7 @@ pub struct AccessLists {
 
 /// Which list a request is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Listed {
+pub(super) enum Listed {
     Allowed,
     Denied,
 }
@@ -84,12 +84,12 @@ impl AccessLists {
     }
 
     /// Whether the lists hold any key.
-    pub(crate) fn has_keys(&self) -> bool {
+    pub(super) fn has_keys(&self) -> bool {
         !self.allow_keys.is_empty() || !self.deny_keys.is_empty()
     }
 
     /// The client's IP, if the network lists need it and it can be found.
-    pub(crate) fn ip_of(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
+    pub(super) fn ip_of(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
         if self.allow_networks.is_empty() && self.deny_networks.is_empty() {
             return None;
         }
@@ -97,7 +97,7 @@ impl AccessLists {
     }
 
     /// The list the request is on, by its IP and its key; deny wins.
-    pub(crate) fn find(&self, ip: Option<IpAddr>, key: Option<&Key>) -> Option<Listed> {
+    pub(super) fn find(&self, ip: Option<IpAddr>, key: Option<&Key>) -> Option<Listed> {
         let in_networks =
             |networks: &[IpNet]| ip.is_some_and(|ip| networks.iter().any(|n| n.contains(&ip)));
         let in_keys = |keys: &HashSet<Key>| key.is_some_and(|k| keys.contains(k));

@@ -75,7 +75,7 @@ type Map = HashMap<Address, (Handle, Owners), BuildHasherDefault<WordHasher>>;
 
 /// A layer's handles. A copy starts empty.
 #[derive(Default)]
-pub(crate) struct Meters(ArcSwap<Map>);
+pub(super) struct Meters(ArcSwap<Map>);
 
 impl Clone for Meters {
     fn clone(&self) -> Self {

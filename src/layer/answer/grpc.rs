@@ -14,7 +14,7 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 /// Whether the request is a gRPC call.
-pub(super) fn is_grpc(headers: &HeaderMap) -> bool {
+pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
     headers
         .get(CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
@@ -34,7 +34,7 @@ fn status_of(status: StatusCode) -> (u16, &'static str) {
 }
 
 /// `response`, the limiter's own answer, as a trailers-only gRPC response.
-pub(super) fn refusal(response: Response<Bytes>) -> Response<Bytes> {
+pub(crate) fn refusal(response: Response<Bytes>) -> Response<Bytes> {
     let (mut parts, _) = response.into_parts();
     let (code, message) = status_of(parts.status);
     let retry_ms = parts

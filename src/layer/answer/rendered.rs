@@ -11,23 +11,23 @@ use crate::{Limit, Policy};
 
 /// What the layer keeps rendered for a [`Policy`].
 #[derive(Debug)]
-pub(super) struct Rendered {
+pub(crate) struct Rendered {
     /// `"burst";q=10;w=1, "sustained";q=100;w=60`.
-    pub(super) policy_field: Option<HeaderValue>,
+    pub(crate) policy_field: Option<HeaderValue>,
     /// Per limit, its `X-RateLimit-Limit` value.
-    pub(super) limit_values: Box<[HeaderValue]>,
+    pub(crate) limit_values: Box<[HeaderValue]>,
     /// Per limit, the 429 body's members after `"error"`:
     /// `"limit":10,"window":"1s","retry_after_seconds":`.
-    pub(super) body_members: Box<[Bytes]>,
+    pub(crate) body_members: Box<[Bytes]>,
     /// Per limit, the RFC 9457 members that open a problem document:
     /// `"type":"about:blank",…,"detail":"Rate limit \"burst\" exceeded",`.
-    pub(super) problem_members: Box<[Bytes]>,
+    pub(crate) problem_members: Box<[Bytes]>,
 }
 
 impl Rendered {
     /// `policy`'s text, rendered the first time it is asked for. (`None`
     /// cannot happen: the policy's slot holds only what this puts there.)
-    pub(super) fn of(policy: &Policy) -> Option<&Rendered> {
+    pub(crate) fn of(policy: &Policy) -> Option<&Rendered> {
         policy.derived(|policy| Rendered::new(policy.limits()))
     }
 
@@ -98,7 +98,7 @@ fn push_str(out: &mut Vec<u8>, parts: &[&str]) {
 /// Append `n` in decimal, without the formatting machinery: `itoa` writes
 /// two digits a step from a table (already in the tree through `http`).
 #[inline]
-pub(super) fn push_u64(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn push_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 

@@ -1,0 +1,419 @@
+//! `Adaptive`: the factor each policy is checked at, and the resolver that applies it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::classify::Classifier;
+use super::controller::Controller;
+use super::layer::Observer;
+use super::window::ServiceHealth;
+
+use super::window::Window;
+use crate::layer::rate_limit::select::PolicyResolver;
+use crate::{key::RequestHead, Live, Policy};
+
+/// An adaptive limit: policies checked at `limit × factor`, where the
+/// factor, in `[min_factor, 1]`, follows the health of the service the
+/// layer guards, seen in its own responses over a sliding window.
+///
+/// * [`observer`](Self::observer) is a layer to put *inside* the rate
+///   limiter, around the guarded service: it classifies each response
+///   ([`Classifier`]: 5xx by default, optionally gRPC codes and a latency
+///   target) into the window.
+/// * [`policies`](Self::policies) wraps the limiter's policy resolver: each
+///   policy comes out scaled by the factor ([`Policy::scaled`]): the same
+///   limits, the same identities, so clients keep their state and only the
+///   effective capacity changes — on every backend. The quota headers show
+///   the effective limit.
+/// * Every tenth of a window, once the window holds
+///   [`min_responses`](Self::min_responses), the [`Controller`] ([`Steps`](super::Steps)
+///   by default; [`AimdLimits`](super::AimdLimits)) chooses the next factor. A decrease applies at
+///   once; an increase at most once a window, a step at a time, so a limit
+///   never jumps from the floor to the full in one window (unless the
+///   controller is told to).
+/// * Each change is logged (feature `tracing`), told to
+///   [`on_change`](Self::on_change), and set in the gauge
+///   `ratelimit_limit_factor{route, limit}` (feature `metrics`).
+/// * [`pin`](Self::pin) is a brownout switch: a factor set by an operator,
+///   through a [`Live`] handle, wins until it is cleared.
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{routing::get, Router};
+/// use tower_ratelimit::layer::{Adaptive, Steps};
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+///
+/// let adaptive = Adaptive::new(Steps::default())
+///     .named("/api/report")
+///     .window(Duration::from_secs(10))
+///     .min_responses(20);
+/// let policy: Policy = "report = 60/min".parse()?;
+/// let app: Router = Router::new()
+///     .route("/api/report", get(|| async { "report" }))
+///     // Inside the limiter: only admitted requests reach the service.
+///     .route_layer(adaptive.observer())
+///     .route_layer(RateLimitLayer::new(adaptive.policies(policy)));
+/// // Under 20% errors: RateLimit-Policy says q=30; once they stop, q=60 again.
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Adaptive {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    name: Arc<str>,
+    controller: Box<dyn Controller>,
+    pub(super) classifier: Classifier,
+    length: Duration,
+    min_responses: u64,
+    min_factor: f64,
+    start: Instant,
+    /// The factor the controller set, as f64 bits.
+    factor: AtomicU64,
+    pinned: Live<Option<f64>>,
+    /// The last policy scaled: (base, factor bits, scaled). A request of
+    /// the same policy at the same factor reads it without a lock (the
+    /// base is kept, so its address is never another policy's meanwhile).
+    last: ArcSwapOption<(Policy, u64, Policy)>,
+    state: Mutex<State>,
+    on_change: Option<Box<Tell>>,
+}
+
+type Tell = dyn Fn(&FactorChange) + Send + Sync;
+
+/// The window and when the factor last moved.
+struct State {
+    window: Window,
+    /// Milliseconds since start of the last evaluation, and of the last
+    /// change.
+    evaluated_ms: u64,
+    changed_ms: u64,
+    /// Scaled policies by their base (kept, so an address is never reused
+    /// while it is here) and factor.
+    scaled: Vec<(Policy, u64, Policy)>,
+    /// The limit names seen, for the gauge.
+    limits: Vec<Arc<str>>,
+}
+
+/// A change of an adaptive limit's factor, and why.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct FactorChange {
+    /// The adaptive limit's name ([`Adaptive::named`]).
+    pub name: Arc<str>,
+    /// The factor before.
+    pub from: f64,
+    /// The factor now.
+    pub to: f64,
+    /// What the window saw.
+    pub health: ServiceHealth,
+}
+
+impl fmt::Display for FactorChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: limits at {:.2} of their numbers (were {:.2}): {:.1}% failures in {} responses",
+            self.name,
+            self.to,
+            self.from,
+            100.0 * self.health.failure_rate(),
+            self.health.responses
+        )
+    }
+}
+
+/// Most scaled policies kept at once (a resolver that makes a new policy
+/// per request would otherwise grow the cache).
+const MAX_SCALED: usize = 64;
+
+impl Adaptive {
+    /// An adaptive limit following `controller`: a window of 10 s, at least
+    /// 20 responses before it acts, a factor of at least 0.1.
+    pub fn new(controller: impl Controller) -> Self {
+        let length = Duration::from_secs(10);
+        let inner = Inner {
+            name: "adaptive".into(),
+            controller: Box::new(controller),
+            classifier: Classifier::default(),
+            length,
+            min_responses: 20,
+            min_factor: 0.1,
+            start: Instant::now(),
+            factor: AtomicU64::new(1.0f64.to_bits()),
+            pinned: Live::new(None),
+            last: ArcSwapOption::empty(),
+            state: Mutex::new(State {
+                window: Window::new(length),
+                evaluated_ms: 0,
+                changed_ms: 0,
+                scaled: Vec::new(),
+                limits: Vec::new(),
+            }),
+            on_change: None,
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// A setting changed, before the handle is cloned (its clones share
+    /// one factor, which settings must not split).
+    ///
+    /// # Panics
+    ///
+    /// If the handle was cloned already: a mistake in setting it up.
+    fn with(mut self, set: impl FnOnce(&mut Inner)) -> Self {
+        let inner = Arc::get_mut(&mut self.inner).expect("configure an Adaptive before cloning it");
+        set(inner);
+        self
+    }
+
+    /// Its name in logs, changes and the gauge's `route` label.
+    pub fn named(self, name: impl Into<Arc<str>>) -> Self {
+        let name = name.into();
+        self.with(|i| i.name = name)
+    }
+
+    /// How far back responses count (default 10 s).
+    pub fn window(self, length: Duration) -> Self {
+        let length = length.max(Duration::from_millis(10));
+        self.with(|i| {
+            i.length = length;
+            i.state
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .window = Window::new(length);
+        })
+    }
+
+    /// How many responses a window needs before the factor moves (default 20).
+    pub fn min_responses(self, responses: u64) -> Self {
+        self.with(|i| i.min_responses = responses.max(1))
+    }
+
+    /// The lowest factor (default 0.1; at most 1).
+    pub fn min_factor(self, factor: f64) -> Self {
+        let factor = if factor.is_finite() {
+            factor.clamp(0.001, 1.0)
+        } else {
+            0.1
+        };
+        self.with(|i| i.min_factor = factor)
+    }
+
+    /// Which responses are failures (default: 5xx).
+    pub fn classifier(self, classifier: Classifier) -> Self {
+        self.with(|i| i.classifier = classifier)
+    }
+
+    /// Told of every change of the factor.
+    pub fn on_change(self, tell: impl Fn(&FactorChange) + Send + Sync + 'static) -> Self {
+        self.with(|i| i.on_change = Some(Box::new(tell)))
+    }
+
+    /// The brownout switch: set `Some(factor)` to hold the limits there
+    /// whatever the service's health, `None` to let them follow it again.
+    pub fn pin(&self) -> &Live<Option<f64>> {
+        &self.inner.pinned
+    }
+
+    /// The factor in force: the pinned one, else the controller's.
+    pub fn factor(&self) -> f64 {
+        match **self.inner.pinned.load() {
+            Some(pinned) if pinned.is_finite() => pinned.clamp(self.inner.min_factor, 1.0),
+            _ => f64::from_bits(self.inner.factor.load(Ordering::Acquire)),
+        }
+    }
+
+    /// What the current window saw.
+    pub fn health(&self) -> ServiceHealth {
+        let now = self.now_ms();
+        self.lock().window.health(now)
+    }
+
+    /// `resolver`'s policies, scaled by the factor.
+    pub fn policies<P: PolicyResolver>(&self, resolver: P) -> AdaptivePolicies<P> {
+        AdaptivePolicies {
+            resolver,
+            adaptive: self.clone(),
+        }
+    }
+
+    /// The layer that sees the guarded service's responses: put it inside
+    /// the rate limiter.
+    pub fn observer(&self) -> Observer {
+        Observer {
+            adaptive: self.clone(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.inner.start.elapsed().as_millis() as u64
+    }
+
+    /// Count a response, and let the controller move the factor if a tenth
+    /// of a window has passed since it last looked.
+    pub(super) fn record(&self, failed: bool) {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        state.window.record(now, failed);
+        let tenth = (self.inner.length.as_millis() as u64 / 10).max(1);
+        if now.saturating_sub(state.evaluated_ms) < tenth {
+            return;
+        }
+        state.evaluated_ms = now;
+        let health = state.window.health(now);
+        if health.responses < self.inner.min_responses {
+            return;
+        }
+        let current = f64::from_bits(self.inner.factor.load(Ordering::Acquire));
+        let target = self
+            .inner
+            .controller
+            .next(current, &health)
+            .clamp(self.inner.min_factor, 1.0);
+        let next = if target < current {
+            target
+        } else if target > current
+            && now.saturating_sub(state.changed_ms) >= self.inner.length.as_millis() as u64
+        {
+            // Recovery: a step at a time, at most once a window.
+            self.inner
+                .controller
+                .step_up(current, target)
+                .clamp(current, target)
+        } else {
+            current
+        };
+        if next == current {
+            return;
+        }
+        state.changed_ms = now;
+        self.inner.factor.store(next.to_bits(), Ordering::Release);
+        let limits = state.limits.clone();
+        drop(state);
+        let change = FactorChange {
+            name: self.inner.name.clone(),
+            from: current,
+            to: next,
+            health,
+        };
+        self.told(&change, &limits);
+    }
+
+    fn told(&self, change: &FactorChange, limits: &[Arc<str>]) {
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            route = %change.name,
+            factor = change.to,
+            previous = change.from,
+            failure_rate = change.health.failure_rate(),
+            responses = change.health.responses,
+            "adaptive limit scaled"
+        );
+        #[cfg(feature = "metrics")]
+        for limit in limits {
+            gauge(&change.name, limit, change.to);
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = limits;
+        if let Some(tell) = &self.inner.on_change {
+            tell(change);
+        }
+    }
+
+    /// `base` at the factor in force.
+    fn scale(&self, base: Policy) -> Policy {
+        let factor = self.factor();
+        let bits = factor.to_bits();
+        if let Some((last, at, scaled)) = self.inner.last.load().as_deref() {
+            if *at == bits && last.address() == base.address() {
+                return scaled.clone();
+            }
+        }
+        let scaled = self.scale_locked(&base, factor);
+        self.inner
+            .last
+            .store(Some(Arc::new((base, bits, scaled.clone()))));
+        scaled
+    }
+
+    /// `base` at `factor`, from the cache of scaled policies (and its limit
+    /// names noted for the gauge).
+    fn scale_locked(&self, base: &Policy, factor: f64) -> Policy {
+        let mut state = self.lock();
+        if state.limits.len() < 16 {
+            for limit in base.limits() {
+                if !state.limits.iter().any(|l| **l == *limit.name()) {
+                    let name = limit.shared_name().clone();
+                    #[cfg(feature = "metrics")]
+                    gauge(&self.inner.name, &name, factor);
+                    state.limits.push(name);
+                }
+            }
+        }
+        if factor >= 1.0 {
+            return base.clone();
+        }
+        let bits = factor.to_bits();
+        let found = state
+            .scaled
+            .iter()
+            .find(|(b, f, _)| *f == bits && b.address() == base.address())
+            .map(|(_, _, scaled)| scaled.clone());
+        if let Some(scaled) = found {
+            return scaled;
+        }
+        let scaled = base.scaled(factor);
+        if state.scaled.len() >= MAX_SCALED {
+            state.scaled.clear();
+        }
+        state.scaled.push((base.clone(), bits, scaled.clone()));
+        scaled
+    }
+}
+
+#[cfg(feature = "metrics")]
+fn gauge(route: &Arc<str>, limit: &Arc<str>, factor: f64) {
+    metrics::gauge!(
+        "ratelimit_limit_factor",
+        "route" => route.to_string(),
+        "limit" => limit.to_string()
+    )
+    .set(factor);
+}
+
+impl fmt::Debug for Adaptive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adaptive")
+            .field("name", &self.inner.name)
+            .field("factor", &self.factor())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A policy resolver's policies at an [`Adaptive`] factor.
+#[derive(Clone, Debug)]
+pub struct AdaptivePolicies<P> {
+    resolver: P,
+    adaptive: Adaptive,
+}
+
+impl<P: PolicyResolver> PolicyResolver for AdaptivePolicies<P> {
+    fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
+        Some(self.adaptive.scale(self.resolver.resolve(req)?))
+    }
+}

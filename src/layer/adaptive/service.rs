@@ -1,0 +1,38 @@
+//! `Observed`: the service that times each call.
+
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use super::future::ObservedFuture;
+use super::limits::Adaptive;
+
+/// The guarded service, its responses counted ([`Observer`](super::Observer)).
+#[derive(Clone, Debug)]
+pub struct Observed<S> {
+    pub(super) inner: S,
+    pub(super) adaptive: Adaptive,
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Observed<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ObservedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        ObservedFuture {
+            call: self.inner.call(req),
+            adaptive: Some(self.adaptive.clone()),
+            start: Instant::now(),
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! What the middlewares send back, shared by all of them: the refusal
+//! (`response.rs`), quota headers (`headers.rs`) from text rendered once per
+//! policy (`rendered.rs`), the gRPC form of a refusal (`grpc.rs`), and the
+//! response body (`body.rs`) that carries a permit of a limit of requests in
+//! flight until it ends (`permit.rs`).
+
+pub(crate) mod body;
+pub(crate) mod grpc;
+pub(crate) mod headers;
+pub(crate) mod permit;
+pub(crate) mod rendered;
+pub(crate) mod response;
+
+pub use body::ResponseBody;
+pub use headers::HeaderStyle;
+pub use response::{LimitedFn, LimitedResponse, Refused};

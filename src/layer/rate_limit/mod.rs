@@ -1,0 +1,36 @@
+//! `RateLimitLayer`: each request keyed, checked against its policy by a
+//! backend, and answered 429 or passed on, with quota headers.
+//!
+//! `layer.rs` is the builder; `service.rs` picks the policy, key and cost and
+//! turns everything known at once into an [`Action`](decide::Action);
+//! `future.rs` acts on it; `decide.rs` turns a backend's decision into one.
+//! The rest are the settings a request meets on the way: who is listed
+//! (`lists.rs`), which policy (`select.rs`), what it costs (`cost.rs`),
+//! waiting (`shaping.rs`), soft shedding (`soft_shed.rs`), settling by the
+//! response (`settle.rs`), and what is reported (`observe/`).
+
+mod config;
+mod cost;
+mod decide;
+mod future;
+mod layer;
+mod lists;
+mod observe;
+pub(crate) mod select;
+mod service;
+mod settle;
+mod shaping;
+mod soft_shed;
+
+pub use super::answer::{HeaderStyle, LimitedFn, LimitedResponse, Refused, ResponseBody};
+pub use config::{OnKeyError, Shadow};
+pub use cost::{cost_fn, Cost, CostFn};
+pub use future::ResponseFuture;
+pub use layer::RateLimitLayer;
+pub use lists::AccessLists;
+pub use observe::offenders::{Offender, TopOffenders};
+pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};
+pub use service::RateLimit;
+pub use settle::ResponseHead;
+pub use shaping::Shaping;
+pub use soft_shed::{Delayed, SoftShed};
