@@ -17,9 +17,8 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use tower_ratelimit::decision::Admission;
 use tower_ratelimit::key::Key;
-use tower_ratelimit::{Limiter, Policy};
+use tower_ratelimit::{Admission, Limiter, Policy};
 
 /// The two limiters every connection consults, and connection numbers.
 #[derive(Clone, Debug)]

@@ -140,6 +140,7 @@ pub mod clock;
 pub mod decision;
 pub mod key;
 pub mod policy;
+mod quota;
 
 // Where state lives.
 pub mod backend;
@@ -156,11 +157,11 @@ mod limiter;
 pub use algorithm::kind::Algorithm;
 pub use decision::answer::Decision;
 pub use layer::rate_limit::RateLimitLayer;
-pub use limiter::Limiter;
+pub use limiter::{Admission, Limiter};
 pub use policy::limit::Limit;
 pub use policy::live::Live;
-pub use policy::quota::Quota;
 pub use policy::set::Policy;
+pub use quota::Quota;
 
 /// README.md's code blocks, compiled as doctests: a snippet that stops
 /// compiling fails the tests.

@@ -41,6 +41,7 @@ mod fixed_window;
 mod gcra;
 pub(crate) mod kind;
 mod leaky_bucket;
+pub(crate) mod outcome;
 mod rule;
 mod sliding_log;
 mod sliding_window;

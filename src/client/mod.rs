@@ -49,8 +49,8 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::decision::Admission;
 use crate::key::Key;
+use crate::Admission;
 use crate::{Limiter, Policy};
 
 /// Makes a client wait for its turn; see the [module docs](self).

@@ -5,7 +5,7 @@
 //! answer. A [`Backend`](crate::backend::Backend) of your own builds
 //! decisions from outcomes with
 //! [`Decision::from_outcomes`](crate::Decision::from_outcomes); a
-//! [`Limiter`](crate::Limiter) answers with an [`Admission`]; a handler reads
+//! [`Limiter`](crate::Limiter) answers with an [`Admission`](crate::Admission); a handler reads
 //! the [`Origin`] the layer put in the request's extensions.
 //!
 //! ```
@@ -18,9 +18,7 @@
 
 pub(crate) mod answer;
 mod origin;
-mod outcome;
 
-pub use crate::limiter::Admission;
+pub use crate::algorithm::outcome::{Outcome, Verdict};
 pub use answer::OutcomeCountMismatch;
 pub use origin::Origin;
-pub use outcome::{Outcome, Verdict};

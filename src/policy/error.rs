@@ -4,7 +4,7 @@ use std::fmt;
 
 use super::set::MAX_LIMITS;
 use crate::algorithm::Algorithm;
-use crate::policy::quota::QuotaError;
+use crate::quota::QuotaError;
 
 /// Why a policy or limit was rejected.
 #[derive(Debug, Clone, PartialEq, Eq)]

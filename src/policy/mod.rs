@@ -22,18 +22,15 @@
 //! ```
 
 mod builder;
-pub(crate) mod calendar;
 mod error;
 pub(crate) mod limit;
 pub(crate) mod live;
 pub(crate) mod penalty;
-pub(crate) mod quota;
 pub(crate) mod set;
 
 pub use crate::algorithm::kind::UnknownAlgorithm;
+pub use crate::quota::{Calendar, Period, QuotaError, MAX_WINDOW};
 pub use builder::PolicyBuilder;
-pub use calendar::{Calendar, Period};
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};
-pub use quota::{QuotaError, MAX_WINDOW};
 pub use set::{MAX_LIMITS, MAX_LOG_ENTRIES};

@@ -10,7 +10,7 @@ use super::error::PolicyError;
 use super::limit::{hash, Limit};
 use crate::algorithm::Algorithm;
 use crate::policy::penalty::PenaltyBox;
-use crate::policy::quota::Quota;
+use crate::quota::Quota;
 
 /// The most limits one policy may hold. Decisions keep one outcome per
 /// limit inline, without allocating.

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use crate::support::Broken;
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::backend::OnBackendError;
-use tower_ratelimit::decision::Admission;
 use tower_ratelimit::key::Key;
+use tower_ratelimit::Admission;
 use tower_ratelimit::{Limiter, Policy};
 
 async fn admitted<B: tower_ratelimit::backend::Backend>(

@@ -29,6 +29,7 @@ mod distributed;
 mod faults;
 mod fleet;
 mod hostile;
+mod house;
 mod http;
 mod keys;
 mod layer;

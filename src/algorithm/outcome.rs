@@ -31,7 +31,7 @@ pub struct Outcome {
     /// value lets a `Decision` tell its two inline outcomes from its boxed
     /// ones without a tag of its own.
     wait: NonZeroU64,
-    pub(super) reset_after: Micros,
+    pub(crate) reset_after: Micros,
     limit: u32,
     remaining: u32,
 }
@@ -116,7 +116,7 @@ impl Outcome {
     /// The same outcome `elapsed` later: its reset and its retry-after
     /// shorter by that much (a denial's never below 1 µs).
     #[inline]
-    pub(super) fn aged(self, elapsed: Micros) -> Self {
+    pub(crate) fn aged(self, elapsed: Micros) -> Self {
         let wait = match self.verdict() {
             Verdict::RetryAfter(after) => {
                 retry_word(after.as_u64().saturating_sub(elapsed.as_u64()))
