@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::connection::Connection;
 use super::leases::Leases;
 use super::script::{KeyFormat, KeyNames};
-use super::{Connection, RedisBackend};
+use super::RedisBackend;
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
 use crate::backend::{BackendError, StoreHealth};
@@ -21,11 +22,11 @@ pub struct RedisBackendBuilder {
     topology: Topology,
     prefix: String,
     key_format: KeyFormat,
-    timeout: Duration,
+    pub(super) timeout: Duration,
     cached_denials: usize,
     leased_by: Option<u32>,
     #[cfg(feature = "redis-tls")]
-    tls: super::tls::Tls,
+    pub(super) tls: super::tls::Tls,
     on_health_change: Option<OnChange>,
 }
 
@@ -197,40 +198,6 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// Verify a `rediss://` server against these authorities (PEM, one or
-    /// more certificates) instead of the system's roots: a private CA, as
-    /// managed Redis services and self-hosted TLS use.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// use tower_ratelimit::backend::RedisBackend;
-    ///
-    /// let redis = RedisBackend::builder("rediss://limiter:secret@redis.internal:6380")
-    ///     .tls_root_certificates(std::fs::read("/etc/redis/ca.pem")?)
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(feature = "redis-tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.roots = Some(pem.into());
-        self
-    }
-
-    /// Show this certificate chain and private key (PEM) to a `rediss://`
-    /// server that requires clients to have one (mutual TLS).
-    #[cfg(feature = "redis-tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
-    pub fn tls_client_certificate(
-        mut self,
-        chain_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((chain_pem.into(), key_pem.into()));
-        self
-    }
-
     /// Be told when Redis starts failing, when the cause changes, and when
     /// it decides again: with the cause (a wrong password, a certificate
     /// that does not verify, a refused connection, …) so that a mistyped
@@ -301,32 +268,11 @@ impl RedisBackendBuilder {
             ),
             Topology::Unusable(why) => return Err(BackendError::new(why.clone())),
             #[cfg(feature = "redis-cluster")]
-            Topology::Cluster(nodes) => {
-                let client = ::redis::cluster::ClusterClientBuilder::new(nodes.clone())
-                    .tcp_settings(tcp_settings())
-                    .response_timeout(self.timeout)
-                    .connection_timeout(self.connection_timeout());
-                #[cfg(feature = "redis-tls")]
-                let client = match self.tls.certificates() {
-                    Some(certificates) => client.certs(certificates),
-                    None => client,
-                };
-                let client = client.build().map_err(BackendError::from)?;
-                Connection::Cluster(
-                    client
-                        .get_async_connection()
-                        .await
-                        .map_err(BackendError::from)?,
-                )
-            }
+            Topology::Cluster(nodes) => self.connect_cluster(nodes).await?,
         };
         let backend = self.finish(conn);
         #[cfg(feature = "redis-cluster")]
-        if let (Some(nodes), Connection::Cluster(conn)) = (&backend.nodes, &backend.conn) {
-            // Which node holds which slots, for the circuits; asked again
-            // whenever a call fails.
-            let _ = nodes.load(&mut conn.clone()).await;
-        }
+        backend.learn_slots().await;
         backend.check_format().await?;
         Ok(backend)
     }
@@ -381,7 +327,7 @@ impl RedisBackendBuilder {
     }
 
     /// A connection may take longer to open than a decision to answer.
-    fn connection_timeout(&self) -> Duration {
+    pub(super) fn connection_timeout(&self) -> Duration {
         self.timeout.max(Duration::from_secs(1))
     }
 
@@ -414,26 +360,10 @@ impl RedisBackendBuilder {
             .set_number_of_retries(0)
     }
 
-    /// How the sentinels and the masters they name are opened: as URLs,
-    /// with this builder's TLS settings.
-    #[cfg(feature = "redis-sentinel")]
-    fn opener(&self) -> super::sentinel::Open {
-        #[cfg(feature = "redis-tls")]
-        let certificates = self.tls.certificates();
-        Box::new(move |url: &str| {
-            let info = connection_info(url)?;
-            #[cfg(feature = "redis-tls")]
-            if let Some(certificates) = &certificates {
-                return ::redis::Client::build_with_tls(info, certificates.clone());
-            }
-            ::redis::Client::open(info)
-        })
-    }
-
     fn finish(self, conn: Connection) -> RedisBackend {
         #[cfg(feature = "redis-cluster")]
         let nodes = matches!(conn, Connection::Cluster(_))
-            .then(|| super::nodes::Nodes::new(crate::backend::circuit::Settings::default()));
+            .then(|| super::cluster::Nodes::new(crate::backend::circuit::Settings::default()));
         RedisBackend {
             conn,
             scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
@@ -462,12 +392,12 @@ impl RedisBackendBuilder {
 /// concurrent decisions each took two round trips, so a Redis 25 ms away
 /// timed out half the decisions of a 50 ms timeout
 /// (`tests/it/faults.rs`).
-fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
+pub(super) fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
     ::redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }
 
 /// `url` as connection settings, with [`tcp_settings`].
-fn connection_info(url: &str) -> ::redis::RedisResult<::redis::ConnectionInfo> {
+pub(super) fn connection_info(url: &str) -> ::redis::RedisResult<::redis::ConnectionInfo> {
     use ::redis::IntoConnectionInfo;
     Ok(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
 }

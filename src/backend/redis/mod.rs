@@ -1,12 +1,15 @@
 //! The Redis backend: one limit across any number of servers.
 
 mod builder;
-mod leases;
 #[cfg(feature = "redis-cluster")]
-mod nodes;
+mod cluster;
+mod connection;
+mod hooks;
+mod leases;
 mod script;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
+mod shape;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod url;
@@ -20,6 +23,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
+use self::connection::Connection;
 use self::leases::Leases;
 pub use self::script::KeyFormat;
 use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};
@@ -85,23 +89,7 @@ pub struct RedisBackend {
     runs_format: Arc<AtomicBool>,
     /// On a cluster: a circuit per node.
     #[cfg(feature = "redis-cluster")]
-    nodes: Option<Arc<nodes::Nodes>>,
-}
-
-/// The connection one command takes.
-enum Route {
-    One(ConnectionManager),
-    #[cfg(feature = "redis-cluster")]
-    Cluster(::redis::cluster_async::ClusterConnection),
-}
-
-#[derive(Clone)]
-enum Connection {
-    Standalone(ConnectionManager),
-    #[cfg(feature = "redis-cluster")]
-    Cluster(::redis::cluster_async::ClusterConnection),
-    #[cfg(feature = "redis-sentinel")]
-    Sentinel(Arc<sentinel::Sentinel>),
+    nodes: Option<Arc<cluster::Nodes>>,
 }
 
 impl RedisBackend {
@@ -124,21 +112,6 @@ impl RedisBackend {
         RedisBackendBuilder::from_url(url)
     }
 
-    /// Configure a backend on the master that these Redis Sentinel nodes
-    /// (`host:port` each) name `master`, following it through failovers.
-    #[cfg(feature = "redis-sentinel")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
-    pub fn sentinel_builder(
-        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
-        master: &str,
-    ) -> RedisBackendBuilder {
-        let hosts: Vec<String> = sentinels
-            .into_iter()
-            .map(|s| s.as_ref().to_owned())
-            .collect();
-        RedisBackendBuilder::from_url(&format!("redis+sentinel://{}/{master}", hosts.join(",")))
-    }
-
     /// Configure a backend on a client you built (any setting the `redis`
     /// crate offers); it is connected through a connection manager.
     pub fn builder_from_client(client: ::redis::Client) -> RedisBackendBuilder {
@@ -149,99 +122,6 @@ impl RedisBackend {
     /// settings (timeouts, retries) stay as you made them.
     pub fn builder_from_connection(manager: ConnectionManager) -> RedisBackendBuilder {
         RedisBackendBuilder::manager(manager)
-    }
-
-    /// Configure a backend on a cluster connection you built.
-    #[cfg(feature = "redis-cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-    pub fn builder_from_cluster(
-        connection: ::redis::cluster_async::ClusterConnection,
-    ) -> RedisBackendBuilder {
-        RedisBackendBuilder::cluster_connection(connection)
-    }
-
-    /// Configure a backend on the Redis Cluster these nodes belong to.
-    #[cfg(feature = "redis-cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-    pub fn cluster_builder(
-        nodes: impl IntoIterator<Item = impl Into<String>>,
-    ) -> RedisBackendBuilder {
-        RedisBackendBuilder::cluster(nodes.into_iter().map(Into::into).collect())
-    }
-
-    /// Decide as [`Backend::check`] does, at `now` (since the Unix epoch)
-    /// instead of Redis's clock: for replaying a trace; production decisions
-    /// use the server's `TIME`.
-    ///
-    /// Not part of the public API (hidden from the docs): the conformance
-    /// suite's hook, deciding at a time the test chooses.
-    #[doc(hidden)]
-    pub async fn check_at(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        cost: u32,
-        now: Micros,
-    ) -> Result<Decision, BackendError> {
-        self.decide(key, policy, Ask::Check(cost), Some(now)).await
-    }
-
-    /// Settle as [`Backend::settle`] does, at `now` (see
-    /// [`check_at`](Self::check_at)).
-    ///
-    /// Not part of the public API (hidden from the docs): the conformance
-    /// suite's hook, deciding at a time the test chooses.
-    #[doc(hidden)]
-    pub async fn settle_at(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        reserved: u32,
-        actual: u32,
-        now: Micros,
-    ) -> Result<Decision, BackendError> {
-        let ask = Ask::Settle { reserved, actual };
-        self.decide(key, policy, ask, Some(now)).await
-    }
-
-    /// Release (`renew`: false) or renew a permit as [`Backend::release`]
-    /// and [`Backend::renew`] do, at `now` (see [`check_at`](Self::check_at)).
-    ///
-    /// Not part of the public API (hidden from the docs): the conformance
-    /// suite's hook, deciding at a time the test chooses.
-    #[doc(hidden)]
-    pub async fn permit_at(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        permit: Micros,
-        cost: u32,
-        renew: bool,
-        now: Micros,
-    ) -> Result<Decision, BackendError> {
-        let ask = if renew {
-            Ask::Renew { permit, cost }
-        } else {
-            Ask::Release { permit, cost }
-        };
-        self.decide(key, policy, ask, Some(now)).await
-    }
-
-    /// Take a lease as a leasing backend does, at `now` (see
-    /// [`check_at`](Self::check_at)): give `back` units back, then decide a
-    /// request of `cost` taking `want` units, or only `cost` when `want`
-    /// does not fit. The decision, and the units taken. For the conformance
-    /// tests; leases are taken by [`leased`](RedisBackendBuilder::leased).
-    #[doc(hidden)]
-    pub async fn lease_at(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        (cost, want, back): (u32, u32, u32),
-        now: Micros,
-    ) -> Result<(Decision, u64), BackendError> {
-        let ask = Ask::Lease { cost, want, back };
-        self.call(key, policy, ask, Some(now)).await
     }
 
     /// Whether Redis is deciding now, and if not, why
@@ -304,33 +184,10 @@ impl RedisBackend {
             .with_cause(Cause::UnknownCommand),
             _ => e.into(),
         };
-        self.answered_as(self.query::<i64>(&probe), refused).await?;
+        self.answered_as(self.conn.query::<i64>(&probe), refused)
+            .await?;
         self.runs_format.store(true, Ordering::Release);
         Ok(())
-    }
-
-    /// The script one decision runs in `format` (the one
-    /// [`evalsha_command`](Self::evalsha_command) calls), as text: for
-    /// measuring it with other tools.
-    #[doc(hidden)]
-    pub fn script_source(format: KeyFormat, policy: &Policy, cost: u32) -> String {
-        Shape::of(policy, Ask::Check(cost), format).source()
-    }
-
-    /// The `EVALSHA` command one decision sends, word by word: for
-    /// benchmarking the script with other tools (`redis-benchmark`).
-    #[doc(hidden)]
-    pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
-        let (ask, shape) = (
-            Ask::Check(cost),
-            Shape::of(policy, Ask::Check(cost), self.names.format),
-        );
-        let mut command = vec![
-            "EVALSHA".to_owned(),
-            self.script(shape).get_hash().to_owned(),
-        ];
-        invocation(&self.names, key, policy, (ask, shape), None, &mut command);
-        command
     }
 
     /// The script of `shape`, made the first time it is needed.
@@ -369,52 +226,11 @@ impl RedisBackend {
         })
     }
 
-    /// Where a command goes: one server's connection (standalone, or the
-    /// master Sentinel names now), or the cluster's.
-    fn route(&self) -> Result<Route, RedisError> {
-        Ok(match &self.conn {
-            Connection::Standalone(conn) => Route::One(conn.clone()),
-            #[cfg(feature = "redis-cluster")]
-            Connection::Cluster(conn) => Route::Cluster(conn.clone()),
-            #[cfg(feature = "redis-sentinel")]
-            Connection::Sentinel(sentinel) => Route::One(sentinel.current()?),
-        })
-    }
-
-    /// How a call ended, for a connection that follows a master.
+    /// How a call ended: told to the health tracker, and to a connection
+    /// that follows a master.
     fn report<T>(&self, result: &Result<T, BackendError>) {
         self.health.record(result);
-        #[cfg(feature = "redis-sentinel")]
-        if let Connection::Sentinel(sentinel) = &self.conn {
-            match result {
-                Ok(_) => sentinel.succeeded(),
-                Err(_) => sentinel.failed(),
-            }
-        }
-    }
-
-    async fn query<T: ::redis::FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, RedisError> {
-        match self.route()? {
-            Route::One(mut conn) => cmd.query_async(&mut conn).await,
-            #[cfg(feature = "redis-cluster")]
-            Route::Cluster(mut conn) => cmd.query_async(&mut conn).await,
-        }
-    }
-
-    async fn query_pipeline(&self, pipe: &::redis::Pipeline) -> Result<(), RedisError> {
-        match self.route()? {
-            Route::One(mut conn) => pipe.query_async(&mut conn).await,
-            #[cfg(feature = "redis-cluster")]
-            Route::Cluster(mut conn) => pipe.query_async(&mut conn).await,
-        }
-    }
-
-    async fn load(&self, script: &Script) -> Result<String, RedisError> {
-        match self.route()? {
-            Route::One(mut conn) => script.load_async(&mut conn).await,
-            #[cfg(feature = "redis-cluster")]
-            Route::Cluster(mut conn) => script.load_async(&mut conn).await,
-        }
+        self.conn.followed(result);
     }
 
     /// One script call, through the circuit of the cluster node that holds
@@ -429,40 +245,8 @@ impl RedisBackend {
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
         #[cfg(feature = "redis-cluster")]
-        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) {
-            use crate::backend::circuit::Pass;
-            let circuit = nodes.circuit(script::key_slot(&self.names, key));
-            let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
-            match pass {
-                Pass::Closed => {
-                    let result = self.call_now(key, policy, ask, now).await;
-                    match (&result, &circuit) {
-                        (Ok(_), Some(circuit)) => circuit.succeeded(),
-                        (Ok(_), None) => {}
-                        (Err(_), circuit) => {
-                            if let Some(circuit) = circuit {
-                                circuit.failed(false);
-                            }
-                            nodes.refresh(conn);
-                        }
-                    }
-                    return result;
-                }
-                Pass::Open => return Err(BackendError::breaker_open()),
-                Pass::Probe(probe) => {
-                    let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
-                    tokio::spawn(async move {
-                        let result = this.call_now(&key, &policy, Ask::Check(0), None).await;
-                        if let (Err(_), Some(nodes), Connection::Cluster(conn)) =
-                            (&result, &this.nodes, &this.conn)
-                        {
-                            nodes.refresh(conn);
-                        }
-                        probe.finished(&result);
-                    });
-                    return Err(BackendError::breaker_open());
-                }
-            }
+        if let Some(result) = self.call_through_circuit(key, policy, ask, now).await {
+            return result;
         }
         self.call_now(key, policy, ask, now).await
     }
@@ -485,10 +269,10 @@ impl RedisBackend {
         cmd.arg("EVALSHA").arg(script.get_hash());
         invocation(&self.names, key, policy, (ask, shape), now, &mut cmd);
         let call = async {
-            match self.query::<Value>(&cmd).await {
+            match self.conn.query::<Value>(&cmd).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    self.load(script).await?;
-                    self.query(&cmd).await
+                    self.conn.load(script).await?;
+                    self.conn.query(&cmd).await
                 }
                 reply => reply,
             }
@@ -583,7 +367,7 @@ impl Backend for RedisBackend {
             if owned {
                 pipe.add_command(own).ignore();
             }
-            this.answered(this.query_pipeline(&pipe)).await
+            this.answered(this.conn.query_pipeline(&pipe)).await
         })
     }
 
@@ -602,18 +386,12 @@ impl Backend for RedisBackend {
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         let this = self.clone();
         Box::pin(async move {
-            // Without the cluster feature a route has one kind.
-            #[allow(clippy::infallible_destructuring_match)]
-            let conn = match this.route().map_err(BackendError::from)? {
-                Route::One(conn) => conn,
-                #[cfg(feature = "redis-cluster")]
-                Route::Cluster(_) => {
-                    let mut decisions = Vec::with_capacity(asks.len());
-                    for (key, policy) in &asks {
-                        decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
-                    }
-                    return Ok(decisions);
+            let Some(conn) = this.conn.one_server().map_err(BackendError::from)? else {
+                let mut decisions = Vec::with_capacity(asks.len());
+                for (key, policy) in &asks {
+                    decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
                 }
+                return Ok(decisions);
             };
             let ask = Ask::Check(0);
             let mut pipe = ::redis::pipe();
@@ -634,7 +412,7 @@ impl Backend for RedisBackend {
                         shapes.sort_by_key(|shape| shape.index());
                         shapes.dedup_by_key(|shape| shape.index());
                         for shape in shapes {
-                            this.load(this.script(shape)).await?;
+                            this.conn.load(this.script(shape)).await?;
                         }
                         pipe.query_async(&mut conn.clone()).await
                     }
@@ -659,15 +437,8 @@ impl Backend for RedisBackend {
 
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.conn {
-            Connection::Standalone(_) => "standalone",
-            #[cfg(feature = "redis-cluster")]
-            Connection::Cluster(_) => "cluster",
-            #[cfg(feature = "redis-sentinel")]
-            Connection::Sentinel(_) => "sentinel",
-        };
         f.debug_struct("RedisBackend")
-            .field("kind", &kind)
+            .field("kind", &self.conn.kind())
             .field("prefix", &self.names.prefix)
             .field("key_format", &self.names.format)
             .field("timeout", &self.timeout)

@@ -14,154 +14,7 @@ use crate::key::Key;
 use crate::policy::MAX_LIMITS;
 use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
 
-/// Which parts a call's script is made of. Each policy gets a script of
-/// only the algorithms it uses (and the penalty box if it has one): Lua
-/// creates every function a script defines on every call, so the parts a
-/// policy does not use would cost it on each decision. A check under one
-/// fixed-size limit (no penalty box, denials not counted), the common case,
-/// gets a lean script of its own (`lean_*.lua`), with fewer arguments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Shape(u8);
-
-impl Shape {
-    const FIXED_WINDOW: u8 = 1;
-    const GCRA: u8 = 2;
-    const SLIDING_WINDOW: u8 = 4;
-    const LOG: u8 = 8;
-    const PENALTY: u8 = 16;
-    const LEAN: u8 = 32;
-    /// The compact key format: states of one zero value written as a bare
-    /// number.
-    const COMPACT: u8 = 64;
-    /// The packed key format: fixed-size states as fields of shared hashes
-    /// (always with compact values).
-    const PACKED: u8 = 128;
-    /// How many shapes there are.
-    pub(super) const COUNT: usize = 256;
-
-    pub(super) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
-        let mut bits = 0;
-        for limit in policy.limits() {
-            bits |= match limit.rule().form() {
-                Form::Fixed(FixedRule::FixedWindow(_)) => Self::FIXED_WINDOW,
-                Form::Bucket(_) => Self::GCRA,
-                Form::Fixed(FixedRule::SlidingWindow(_)) => Self::SLIDING_WINDOW,
-                Form::Log(_) => Self::LOG,
-            };
-        }
-        if policy.penalty().is_some() {
-            bits |= Self::PENALTY;
-        }
-        // The lean fixed window knows no calendar.
-        let lean = matches!(ask, Ask::Check(_))
-            && policy.limits().len() == 1
-            && bits & (Self::LOG | Self::PENALTY) == 0
-            && !policy.counts_denied()
-            && policy.limits()[0].quota().calendar().is_none();
-        if lean {
-            bits |= Self::LEAN;
-        }
-        match format {
-            KeyFormat::Readable => {}
-            KeyFormat::Compact => bits |= Self::COMPACT,
-            KeyFormat::Packed { .. } => bits |= Self::COMPACT | Self::PACKED,
-        }
-        Self(bits)
-    }
-
-    /// Whether the call takes a lean script, with the lean arguments.
-    pub(super) fn is_lean(self) -> bool {
-        self.0 & Self::LEAN != 0
-    }
-
-    /// Its index among the [`COUNT`](Self::COUNT) shapes.
-    pub(super) fn index(self) -> usize {
-        usize::from(self.0)
-    }
-
-    /// The script's text: the time, the helpers, the parts, then the
-    /// driver; or, for a lean check under one GCRA limit or one fixed
-    /// window, the time and its script written out whole. Under the packed
-    /// format, the same text with each state's calls made on the client's
-    /// field ([`PACKED_CALLS`]).
-    pub(super) fn source(self) -> String {
-        const NOW: &str = include_str!("lua/now.lua");
-        let has = |bit: u8| self.0 & bit != 0;
-        let compact = if has(Self::COMPACT) {
-            "local compact_state = true\n"
-        } else {
-            "local compact_state = false\n"
-        };
-        // The client's field follows the fixed arguments: the lean
-        // scripts' four, check.lua's seven.
-        let field = match (has(Self::PACKED), has(Self::LEAN)) {
-            (false, _) => "",
-            (true, true) => "local field = ARGV[5]\n",
-            (true, false) => "local field = ARGV[8]\n",
-        };
-        let prelude = [compact, field, NOW];
-        let shape = self.0 & !(Self::COMPACT | Self::PACKED);
-        let mut body: String = if shape == Self::LEAN | Self::GCRA {
-            include_str!("lua/lean_gcra.lua").to_owned()
-        } else if shape == Self::LEAN | Self::FIXED_WINDOW {
-            include_str!("lua/lean_fixed_window.lua").to_owned()
-        } else {
-            let parts = [
-                (true, include_str!("lua/common.lua")),
-                (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
-                (
-                    has(Self::FIXED_WINDOW),
-                    include_str!("lua/fixed_window.lua"),
-                ),
-                (has(Self::GCRA), include_str!("lua/gcra.lua")),
-                (
-                    has(Self::SLIDING_WINDOW),
-                    include_str!("lua/sliding_window.lua"),
-                ),
-                (has(Self::LOG), include_str!("lua/sliding_log.lua")),
-                (has(Self::PENALTY), include_str!("lua/penalty.lua")),
-                (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
-                (!has(Self::LEAN), include_str!("lua/check.lua")),
-            ];
-            parts
-                .iter()
-                .filter(|(used, _)| *used)
-                .map(|(_, text)| *text)
-                .collect()
-        };
-        if has(Self::PACKED) {
-            for (compact, packed) in PACKED_CALLS {
-                body = body.replace(compact, packed);
-            }
-        }
-        [prelude.concat(), body].concat()
-    }
-}
-
-/// How the packed format's scripts differ from the compact format's: each
-/// fixed-size state's key read, written and deleted as the client's field
-/// of it (the write, packed_write.lua, in place of each SET, not as a
-/// function: Lua makes a script's every function on every call), and
-/// check.lua's limits one argument on, past the field. The scripts' texts
-/// are otherwise the same, so the compact scripts carry nothing of the
-/// packed format's.
-const PACKED_CALLS: [(&str, &str); 5] = [
-    ("redis.call('GET', key)", "redis.call('HGET', key, field)"),
-    ("redis.call('DEL', key)", "redis.call('HDEL', key, field)"),
-    (
-        "redis.call('SET', key, state, 'PX', ms + slack_ms)\n",
-        include_str!("lua/packed_write.lua"),
-    ),
-    (
-        "redis.call('SET', key, state, 'PX', ttl_ms(e - now))\n",
-        // common.lua's write keeps the ends in `states`.
-        concat!(
-            "local was, ends = (states[key] or { 0 })[1], e\n",
-            include_str!("lua/packed_write.lua")
-        ),
-    ),
-    ("local a = 8\n", "local a = 9\n"),
-];
+pub(super) use super::shape::Shape;
 
 /// How a backend writes its Redis keys. The format's version is part of
 /// every key, so servers of two formats never read each other's state, nor
@@ -322,7 +175,7 @@ pub(super) fn packed_field(names: &KeyNames, key: &Key) -> Option<[u8; CLIENT_CH
 /// The cluster slot every Redis key of `key` is in (its hash tag).
 #[cfg(feature = "redis-cluster")]
 pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
-    super::nodes::slot(&Client::of(names, key).stem)
+    super::cluster::slot(&Client::of(names, key).stem)
 }
 
 /// What a client's Redis keys are made of: the stem every one begins with
@@ -664,47 +517,5 @@ mod tests {
             }
         }
         assert!(tags.len() > 1, "clients spread over shards: {tags:?}");
-    }
-
-    /// Each of the packed format's changes finds its call in the compact
-    /// scripts, and the packed scripts keep none of the compact calls: no
-    /// state of theirs is read or written as a key of its own.
-    #[test]
-    fn packed_scripts_make_every_state_call_on_the_field() {
-        let all = Shape::GCRA | Shape::FIXED_WINDOW | Shape::SLIDING_WINDOW | Shape::LOG;
-        let shapes = [
-            all | Shape::PENALTY,
-            Shape::LEAN | Shape::GCRA,
-            Shape::LEAN | Shape::FIXED_WINDOW,
-            Shape::LEAN | Shape::SLIDING_WINDOW,
-        ];
-        let compact: String = shapes
-            .iter()
-            .map(|&bits| Shape(bits | Shape::COMPACT).source())
-            .collect();
-        for (call, instead) in PACKED_CALLS {
-            assert!(compact.contains(call), "{call}");
-            assert!(!compact.contains(instead), "{instead}");
-        }
-        for bits in shapes {
-            let compact = Shape(bits | Shape::COMPACT).source();
-            let packed = Shape(bits | Shape::COMPACT | Shape::PACKED).source();
-            for (call, instead) in PACKED_CALLS {
-                assert!(!packed.contains(call), "{call} in {bits}");
-                // Both forms of a state's SET become the one write (after
-                // the ends, for common.lua's).
-                let replaced: usize = PACKED_CALLS
-                    .iter()
-                    .filter(|(_, other)| other.contains(instead))
-                    .map(|(call, _)| compact.matches(call).count())
-                    .sum();
-                assert_eq!(
-                    packed.matches(instead).count(),
-                    replaced,
-                    "{instead} in {bits}"
-                );
-            }
-            assert!(packed.contains("redis.call('HSET', key, field, state)"));
-        }
     }
 }

@@ -21,7 +21,9 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ErrorKind, RedisError, Value};
 use arc_swap::ArcSwapOption;
 
+use super::builder::{connection_info, RedisBackendBuilder};
 use super::url::SentinelUrl;
+use super::RedisBackend;
 use crate::backend::BackendError;
 
 /// How often the sentinels are asked while the master is being followed.
@@ -239,4 +241,37 @@ async fn within<T>(
     tokio::time::timeout(ANSWER_WITHIN, future)
         .await
         .map_err(|_| RedisError::from((ErrorKind::Io, "no answer within 1 s")))?
+}
+
+impl RedisBackendBuilder {
+    /// How the sentinels and the masters they name are opened: as URLs,
+    /// with this builder's TLS settings.
+    pub(super) fn opener(&self) -> super::sentinel::Open {
+        #[cfg(feature = "redis-tls")]
+        let certificates = self.tls.certificates();
+        Box::new(move |url: &str| {
+            let info = connection_info(url)?;
+            #[cfg(feature = "redis-tls")]
+            if let Some(certificates) = &certificates {
+                return ::redis::Client::build_with_tls(info, certificates.clone());
+            }
+            ::redis::Client::open(info)
+        })
+    }
+}
+
+impl RedisBackend {
+    /// Configure a backend on the master that these Redis Sentinel nodes
+    /// (`host:port` each) name `master`, following it through failovers.
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+    pub fn sentinel_builder(
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+        master: &str,
+    ) -> RedisBackendBuilder {
+        let hosts: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        RedisBackendBuilder::from_url(&format!("redis+sentinel://{}/{master}", hosts.join(",")))
+    }
 }

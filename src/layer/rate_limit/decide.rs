@@ -1,15 +1,18 @@
-//! What to do with a request once the backend has answered: a plain
-//! function of the answer and the layer's settings, which the response
-//! future then carries out.
+//! What to do with a request: [`Action`], the one thing the response future
+//! carries out, whether the service knew it at once (a listed client, no
+//! policy, no key) or the backend answered ([`decide`], a plain function of
+//! the answer and the layer's settings).
+
+use http::StatusCode;
 
 use super::observe::Fate;
 use crate::backend::{BackendError, OnBackendError};
 use crate::decision::Origin;
+use crate::key::KeyError;
 use crate::Decision;
 
-/// What becomes of a request the backend answered about, with the part of
-/// the answer each case needs (moved, not copied: a decision of several
-/// limits holds an allocation).
+/// What becomes of a request, with the part of the answer each case needs
+/// (moved, not copied: a decision of several limits holds an allocation).
 #[derive(Debug)]
 pub(super) enum Action<W> {
     /// Call the inner service. `counted`: the decision admitted it (a permit
@@ -23,13 +26,27 @@ pub(super) enum Action<W> {
     },
     /// Wait, then ask again (shaping): what the waiting takes.
     Wait(W),
-    /// Refuse with 429.
-    Refuse(Decision),
+    /// Answer with the limiter's own response.
+    Refuse(Refusal),
     /// No decision could be had: call the inner service, unlimited and
     /// without quota headers.
     FailOpen(BackendError),
-    /// No decision could be had: refuse with 503.
-    FailClosed(BackendError),
+}
+
+/// Why the limiter answers a request itself; the response is built from
+/// this in one place (`Refusal::response`).
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// 429 (or the layer's own response): over the limit.
+    Limited(Decision),
+    /// 503: no decision could be had, and the layer fails closed.
+    Unavailable(BackendError),
+    /// 403: a deny-listed client.
+    DenyListed,
+    /// 500: no policy, and the layer refuses such requests.
+    NoPolicy,
+    /// No key, and the layer refuses such requests with this status.
+    NoKey(StatusCode, KeyError),
 }
 
 impl<W> Action<W> {
@@ -48,8 +65,8 @@ impl<W> Action<W> {
                     Fate::Shadowed
                 },
             )),
-            Action::Refuse(decision) => Some((decision, Fate::Limited)),
-            Action::Wait(_) | Action::FailOpen(_) | Action::FailClosed(_) => None,
+            Action::Refuse(Refusal::Limited(decision)) => Some((decision, Fate::Limited)),
+            Action::Wait(_) | Action::Refuse(_) | Action::FailOpen(_) => None,
         }
     }
 }
@@ -78,7 +95,7 @@ pub(super) fn decide<W>(
         Ok(decision) => decision,
         Err(error) => {
             return match rules.on_backend_error {
-                OnBackendError::Deny => Action::FailClosed(error),
+                OnBackendError::Deny => Action::Refuse(Refusal::Unavailable(error)),
                 _ => Action::FailOpen(error),
             };
         }
@@ -102,7 +119,7 @@ pub(super) fn decide<W>(
     }
     match wait(&decision) {
         Some(waiting) => Action::Wait(waiting),
-        None => Action::Refuse(decision),
+        None => Action::Refuse(Refusal::Limited(decision)),
     }
 }
 
@@ -152,7 +169,7 @@ mod tests {
         ));
         assert!(matches!(
             decide(RULES, false, denied, |_| None::<()>),
-            Action::Refuse(_)
+            Action::Refuse(Refusal::Limited(_))
         ));
     }
 
@@ -198,7 +215,7 @@ mod tests {
         };
         assert!(matches!(
             decide(closed, false, failed(), |_| Some(())),
-            Action::FailClosed(_)
+            Action::Refuse(Refusal::Unavailable(_))
         ));
     }
 }

@@ -11,22 +11,17 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::config::Config;
-use super::decide::{decide, Action};
+use super::decide::Refusal;
+use super::layer::Config;
 use super::observe;
-use super::observe::Fate;
-use super::observe::Report;
+use super::pending::{mark, Admitted, Ask, Parked, Pending, Retry, Settling};
 use super::settle::{Hold, Place, ResponseHead};
-use super::shaping::Waiting;
-use super::soft_shed::Delayed;
-use crate::backend::{Backend, BackendError};
+use crate::backend::Backend;
 use crate::decision::Origin;
-use crate::key::{Key, RequestHead};
 use crate::layer::answer::body::ResponseBody;
-use crate::layer::answer::permit::{self, Held};
-use crate::layer::answer::response::Refused;
-use crate::layer::answer::{grpc, headers, response};
-use crate::layer::callee::{Callee, Taken};
+use crate::layer::answer::headers;
+use crate::layer::answer::permit::Held;
+use crate::layer::callee::Callee;
 use crate::{Decision, Policy};
 
 pin_project! {
@@ -46,7 +41,7 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, ReqB, B>
+    pub(super) enum State<S, ReqB, B>
     where
         S: Service<Request<ReqB>>,
         B: Backend,
@@ -95,279 +90,32 @@ pin_project! {
     }
 }
 
-/// What the backend is asked about a request.
-pub(super) struct Ask {
-    pub(super) key: Key,
-    pub(super) policy: Policy,
-    pub(super) cost: u32,
-    pub(super) report: Report,
-}
-
-/// What a request holds until it is called or refused, with the service
-/// `I` it is to be called with (see [`Callee`]).
-struct Pending<I, ReqB, B> {
-    inner: I,
-    req: Request<ReqB>,
-    ask: Ask,
-    backend_name: &'static str,
-    /// The backend, kept when the request may ask it again: to retry
-    /// (shaping), to settle, or to renew and give back a permit.
-    backend: Option<B>,
-    /// Present when the layer shapes: how long it may wait.
-    retry: Option<Box<Retry>>,
-    /// Whether the request was banned and is now asked about under the
-    /// layer's demoted policy.
-    demoted: bool,
-    /// Its key's place as the one request of unknown cost in flight, when
-    /// the layer settles requests that may cost more than they reserve.
-    place: Place,
-}
-
-/// A request that waits (for a decision still to come, or to be called)
-/// with a ready copy of the inner service.
-type Parked<S, ReqB, B> = Pending<Taken<S>, ReqB, B>;
-
-impl<I, ReqB, B> Pending<I, ReqB, B>
+impl<S, ReqB, B> State<S, ReqB, B>
 where
-    I: Callee,
-    I::Service: Service<Request<ReqB>>,
+    S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// A request to be decided by `backend`, kept when it `asks_again`.
-    #[inline(always)]
-    fn new(
-        inner: I,
-        req: Request<ReqB>,
-        ask: Ask,
-        backend: &B,
-        asks_again: bool,
-        (retry, place): (Option<Box<Retry>>, Place),
-    ) -> Self {
-        Pending {
-            inner,
-            req,
-            ask,
-            backend_name: backend.name(),
-            backend: asks_again.then(|| backend.clone()),
-            retry,
-            demoted: false,
-            place,
-        }
-    }
-
-    /// The request, to wait with a service of its own.
-    fn parked(self) -> Parked<I::Service, ReqB, B> {
-        Pending {
-            inner: self.inner.take(),
-            req: self.req,
-            ask: self.ask,
-            backend_name: self.backend_name,
-            backend: self.backend,
-            retry: self.retry,
-            demoted: self.demoted,
-            place: self.place,
-        }
-    }
-
-    /// Call the inner service with the request, told its `origin`. A
-    /// `counted` admission holds its permit (from before the call, so that a
-    /// call that fails or is dropped gives it back too) and is settled by
-    /// its response; `headers` says whether the decision is shown in quota
-    /// headers.
-    #[inline(always)]
-    fn call(
-        mut self,
-        config: &Config,
-        decision: Option<Decision>,
-        origin: Origin,
-        counted: bool,
-        headers: bool,
-    ) -> State<I::Service, ReqB, B> {
-        mark(self.req.extensions_mut(), origin);
-        let Ask {
-            key, policy, cost, ..
-        } = self.ask;
-        let backend = self.backend.filter(|_| counted);
-        let permit = match (decision.as_ref().and_then(Decision::permit), &backend) {
-            (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
-            _ => None,
-        };
-        let call = self.inner.service().call(self.req);
-        let settling = match (&config.settlement, backend) {
-            (Some(_), Some(backend)) => Some(Box::new(Settling {
-                backend,
-                key,
-                reserved: cost,
-                hold: self.place.take_hold(),
-            })),
-            _ => None,
-        };
+    /// Call the inner service without a decision: no quota headers, no
+    /// permit, nothing to settle.
+    pub(super) fn unlimited(call: S::Future) -> Self {
         State::Call {
             call,
-            quota: decision.filter(|_| headers).map(|d| (d, policy)),
-            settling,
-            permit,
+            quota: None,
+            settling: None,
+            permit: None,
         }
-    }
-
-    /// What becomes of the request once the backend's `answer` is known:
-    /// the next state of its future (for a refusal, the response to send).
-    #[inline(always)]
-    fn answered(
-        mut self,
-        config: &Config,
-        answer: Result<Decision, BackendError>,
-    ) -> State<I::Service, ReqB, B> {
-        // A key its penalty box banned, with a demoted policy to live by
-        // meanwhile: asked again under it.
-        if let (Ok(decision), Some(demoted), Some(backend), false) =
-            (&answer, &config.demotion, &self.backend, self.demoted)
-        {
-            if decision.is_banned() {
-                self.demoted = true;
-                self.ask.policy = demoted.clone();
-                let cost = self.place.cost(self.ask.cost);
-                let check = backend.check(&self.ask.key, &self.ask.policy, cost);
-                return State::Check {
-                    check,
-                    pending: Some(Box::new(self.parked())),
-                };
-            }
-        }
-        // Held back behind another request of unknown cost of its key:
-        // asked at cost 0, and refused whatever the store said.
-        let answer = match self.place.is_behind() {
-            true => answer.map(|d| Place::refuse_behind(d, &self.ask.policy)),
-            false => answer,
-        };
-        let in_shadow = self.ask.policy.is_shadow();
-        let retry = &mut self.retry;
-        let action = decide(config.rules(), in_shadow, answer, |decision| {
-            let (shaping, retry) = (config.shaping.as_ref()?, retry.as_mut()?);
-            shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
-        });
-        // Soft shedding: an admission near the limit waits.
-        let delay = match &action {
-            Action::Admit {
-                decision,
-                counted: true,
-                ..
-            } => config
-                .soft_shed
-                .as_ref()
-                .and_then(|s| s.delay_for(decision)),
-            _ => None,
-        };
-        if let Some((decision, fate)) = action.reported() {
-            let fate = if delay.is_some() { Fate::Delayed } else { fate };
-            let Ask {
-                key,
-                policy,
-                report,
-                ..
-            } = &self.ask;
-            observe::decided(
-                &config.observer,
-                (key, policy, report),
-                self.backend_name,
-                decision,
-                fate,
-            );
-        }
-        match action {
-            Action::Wait(sleep) => State::Wait {
-                sleep,
-                pending: Some(Box::new(self.parked())),
-            },
-            Action::Admit {
-                decision,
-                origin,
-                counted,
-                headers,
-            } => match delay {
-                Some(delay) => {
-                    self.req.extensions_mut().insert(Delayed(delay));
-                    State::Delay {
-                        sleep: Box::pin(tokio::time::sleep(delay)),
-                        admitted: Some(Box::new(Admitted {
-                            pending: self.parked(),
-                            decision,
-                            origin,
-                            headers,
-                        })),
-                    }
-                }
-                None => self.call(config, Some(decision), origin, counted, headers),
-            },
-            Action::FailOpen(error) => {
-                observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
-                let origin = Origin::FailedOpen {
-                    breaker_open: error.is_breaker_open(),
-                };
-                self.call(config, None, origin, false, false)
-            }
-            Action::Refuse(decision) => {
-                let refused = Refused {
-                    decision: &decision,
-                    policy: &self.ask.policy,
-                    key: &self.ask.key,
-                    request: &RequestHead::from(&self.req),
-                };
-                let mut response =
-                    config
-                        .limited
-                        .respond(&refused, config.headers, config.retry_jitter);
-                mark(response.extensions_mut(), decision.origin());
-                self.refuse(response)
-            }
-            Action::FailClosed(error) => {
-                observe::backend_failed(&config.observer, &self.ask.report, "deny", &error);
-                let mut response = response::unavailable();
-                response.extensions_mut().insert(Origin::FailedClosed {
-                    breaker_open: error.is_breaker_open(),
-                });
-                self.refuse(response)
-            }
-        }
-    }
-
-    /// Answer with the limiter's own refusal (a gRPC status for a gRPC
-    /// request: looked at only when refusing).
-    #[inline(always)]
-    fn refuse(self, response: Response<Bytes>) -> State<I::Service, ReqB, B> {
-        State::respond(response, grpc::is_grpc(self.req.headers()))
     }
 }
 
-/// An admitted request waiting to be called (soft shedding).
-struct Admitted<S, ReqB, B> {
-    pending: Parked<S, ReqB, B>,
-    decision: Decision,
-    origin: Origin,
-    headers: bool,
-}
-
-/// Mark a request or response with how it was decided, unless the store
-/// did: no mark means [`Origin::Primary`] (see [`Origin::of`]), which
-/// spares the commonest request the extension map's allocations.
-#[inline]
-fn mark(extensions: &mut http::Extensions, origin: Origin) {
-    if origin != Origin::Primary {
-        extensions.insert(origin);
-    }
-}
-
-/// What settling an admitted request by its response takes.
-struct Settling<B> {
-    backend: B,
-    key: Key,
-    reserved: u32,
-    hold: Option<Box<Hold>>,
-}
-
-struct Retry {
-    deadline: Instant,
-    waiting: Option<Waiting>,
+/// What the service knows of a request when its future starts.
+pub(super) enum Start {
+    /// Ask the backend.
+    Check(Ask),
+    /// Call the inner service unlimited, marked with how it got there (an
+    /// allow-listed client, no policy or no key, let through).
+    Pass(Origin),
+    /// Refuse at once (a deny-listed client, no policy or no key, refused).
+    Refuse(Refusal),
 }
 
 impl<S, ReqB, B> ResponseFuture<S, ReqB, B>
@@ -375,19 +123,31 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// Decide with `backend`, then call `inner` (ready) if allowed: at
-    /// once when the decision is, otherwise with a ready copy taken from
-    /// it.
-    pub(super) fn check(
+    /// The one entry: a request the service has looked at, with the ready
+    /// inner service. A decision known at once is acted on here; one still
+    /// to come waits in `Check` with a ready copy taken from `inner`.
+    pub(super) fn new(
         backend: &B,
-        ask: Ask,
+        start: Start,
         inner: &mut S,
-        req: Request<ReqB>,
+        mut req: Request<ReqB>,
         config: Arc<Config>,
     ) -> Self
     where
         S: Clone,
     {
+        let ask = match start {
+            Start::Check(ask) => ask,
+            Start::Pass(origin) => {
+                mark(req.extensions_mut(), origin);
+                let state = State::unlimited(inner.call(req));
+                return Self { state, config };
+            }
+            Start::Refuse(refusal) => {
+                let state = State::respond(refusal.response(&config, &req, None));
+                return Self { state, config };
+            }
+        };
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
         let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
         let mut check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
@@ -417,27 +177,6 @@ where
             }
         };
         Self { state, config }
-    }
-
-    pub(super) fn unlimited(call: S::Future, config: Arc<Config>) -> Self {
-        Self {
-            state: State::Call {
-                call,
-                quota: None,
-                settling: None,
-                permit: None,
-            },
-            config,
-        }
-    }
-
-    /// Answer with the limiter's own `response` (as a gRPC status for a
-    /// gRPC request).
-    pub(super) fn respond(response: Response<Bytes>, grpc: bool, config: Arc<Config>) -> Self {
-        Self {
-            state: State::respond(response, grpc),
-            config,
-        }
     }
 }
 
@@ -577,15 +316,9 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// Answer with the limiter's own `response`, as a gRPC status for a
-    /// gRPC request (looked at only when refusing, never on an admission).
+    /// Answer with the limiter's own `response`.
     #[inline(always)]
-    fn respond(response: Response<Bytes>, grpc: bool) -> Self {
-        let response = if grpc {
-            grpc::refusal(response)
-        } else {
-            response
-        };
+    pub(super) fn respond(response: Response<Bytes>) -> Self {
         State::Respond {
             response: Some(response),
         }

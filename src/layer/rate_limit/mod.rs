@@ -1,21 +1,23 @@
 //! `RateLimitLayer`: each request keyed, checked against its policy by a
 //! backend, and answered 429 or passed on, with quota headers.
 //!
-//! `layer.rs` is the builder; `service.rs` picks the policy, key and cost and
-//! turns everything known at once into an [`Action`](decide::Action);
-//! `future.rs` acts on it; `decide.rs` turns a backend's decision into one.
+//! `layer.rs` is the builder and the settings it shares with every request;
+//! `service.rs` picks the policy, key and cost, or knows at once what to do
+//! (a listed client, no policy, no key); `future.rs` runs one request from
+//! there; `pending.rs` holds it until it is called and acts on the backend's
+//! answer, which `decide.rs` turns into an `Action`.
 //! The rest are the settings a request meets on the way: who is listed
 //! (`lists.rs`), which policy (`select.rs`), what it costs (`cost.rs`),
 //! waiting (`shaping.rs`), soft shedding (`soft_shed.rs`), settling by the
 //! response (`settle.rs`), and what is reported (`observe/`).
 
-mod config;
 mod cost;
 mod decide;
 mod future;
 mod layer;
 mod lists;
 mod observe;
+mod pending;
 pub(crate) mod select;
 mod service;
 mod settle;
@@ -23,10 +25,9 @@ mod shaping;
 mod soft_shed;
 
 pub use super::answer::{HeaderStyle, LimitedFn, LimitedResponse, Refused, ResponseBody};
-pub use config::{OnKeyError, Shadow};
 pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
+pub use layer::{OnKeyError, RateLimitLayer, Shadow};
 pub use lists::AccessLists;
 pub use observe::offenders::{Offender, TopOffenders};
 pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};

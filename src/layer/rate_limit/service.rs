@@ -7,19 +7,19 @@ use http::{Request, Response};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::config::OnKeyError;
 use super::cost::Cost;
-use super::future::{Ask, ResponseFuture};
-use super::layer::RateLimitLayer;
+use super::decide::Refusal;
+use super::future::{ResponseFuture, Start};
+use super::layer::{Config, OnKeyError, RateLimitLayer};
 use super::lists::Listed;
 use super::observe;
 use super::observe::Report;
+use super::pending::Ask;
 use super::select::{NoPolicy, PolicyResolver};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::key::KeyExtractor;
 use crate::layer::answer::body::ResponseBody;
-use crate::layer::answer::{grpc, response};
 use crate::{key::RequestHead, Live};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
@@ -107,29 +107,40 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
-        let head = RequestHead::from(&req);
-        let report = Report::start(&config.observer, &head);
-        let policy = self.layer.policy.resolve(&head);
+        let start = self.start(&config, &RequestHead::from(&req));
+        ResponseFuture::new(&self.layer.backend, start, &mut self.inner, req, config)
+    }
+}
+
+impl<S, K, P, B, C> RateLimit<S, K, P, B, C>
+where
+    K: KeyExtractor,
+    P: PolicyResolver,
+    C: Cost,
+{
+    /// What is known of a request before the backend is asked: listed
+    /// clients first (they never reach the backend), then the policy, the
+    /// key and the cost.
+    #[inline(always)]
+    fn start(&self, config: &Config, head: &RequestHead<'_>) -> Start {
+        let report = Report::start(&config.observer, head);
+        let policy = self.layer.policy.resolve(head);
         let lists = config.lists.as_ref().map(Live::load);
         let wants_key = policy.is_some() || lists.as_ref().is_some_and(|l| l.has_keys());
-        let key = wants_key.then(|| self.layer.key.extract(&head));
+        let key = wants_key.then(|| self.layer.key.extract(head));
 
-        // Listed clients first: they never reach the backend.
         if let Some(lists) = &lists {
-            let ip = lists.ip_of(&head);
+            let ip = lists.ip_of(head);
             match lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
                 Some(Listed::Denied) => {
                     observe::listed(&config.observer, &report, true);
-                    let mut response = response::forbidden();
-                    response.extensions_mut().insert(Origin::DenyListed);
-                    return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
+                    return Start::Refuse(Refusal::DenyListed);
                 }
                 Some(Listed::Allowed) => {
                     observe::listed(&config.observer, &report, false);
-                    req.extensions_mut().insert(Origin::AllowListed);
-                    return ResponseFuture::unlimited(self.inner.call(req), config);
+                    return Start::Pass(Origin::AllowListed);
                 }
                 None => {}
             }
@@ -139,12 +150,10 @@ where
         let (Some(policy), Some(key)) = (policy, key) else {
             let refused = config.on_no_policy == NoPolicy::Refuse;
             observe::no_policy(&config.observer, &report, refused);
-            if refused {
-                let response = response::no_policy();
-                return ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config);
-            }
-            req.extensions_mut().insert(Origin::NoPolicy);
-            return ResponseFuture::unlimited(self.inner.call(req), config);
+            return match refused {
+                true => Start::Refuse(Refusal::NoPolicy),
+                false => Start::Pass(Origin::NoPolicy),
+            };
         };
         let key = match key {
             Ok(key) => key,
@@ -152,14 +161,8 @@ where
                 let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
                 observe::key_missing(&config.observer, &report, &error, rejected);
                 return match config.on_key_error {
-                    OnKeyError::Skip => {
-                        req.extensions_mut().insert(Origin::NoKey);
-                        ResponseFuture::unlimited(self.inner.call(req), config)
-                    }
-                    OnKeyError::Reject(status) => {
-                        let response = response::key_error(status, &error);
-                        ResponseFuture::respond(response, grpc::is_grpc(req.headers()), config)
-                    }
+                    OnKeyError::Skip => Start::Pass(Origin::NoKey),
+                    OnKeyError::Reject(status) => Start::Refuse(Refusal::NoKey(status, error)),
                 };
             }
         };
@@ -167,13 +170,12 @@ where
             Some(own) => own.load().get(&key).cloned().unwrap_or(policy),
             None => policy,
         };
-        let cost = self.layer.cost.cost(&RequestHead::from(&req));
-        let ask = Ask {
+        let cost = self.layer.cost.cost(head);
+        Start::Check(Ask {
             key,
             policy,
             cost,
             report,
-        };
-        ResponseFuture::check(&self.layer.backend, ask, &mut self.inner, req, config)
+        })
     }
 }

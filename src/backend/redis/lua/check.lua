@@ -2,12 +2,13 @@
 --
 -- KEYS: per limit, its state key (two for a sliding log: entries, sum).
 -- KEYS, after the limits': with a penalty box, its strikes and bans keys.
--- ARGV: now (microseconds, or "" for the server's TIME), cost,
---       count_denied (0/1; 's' to settle: cost is then actual - reserved;
---       'l<want>:<back>' to lease; 'r'/'n' and a permit to release/renew it),
---       the penalty box (strikes, or 0 for none; within,
---       ban, max ban in microseconds), under the packed format the
---       client's field, then per limit: algorithm, limit, window, interval.
+-- ARGV: as script.rs's CHECK_ARGS names them: now (microseconds, or ""
+--       for the server's TIME), cost, the mode (0/1: whether denials count;
+--       's' to settle: cost is then actual - reserved; 'l<want>:<back>' to
+--       lease; 'r'/'n' and a permit to release/renew it), the penalty box
+--       (strikes, or 0 for none; within, ban, max ban in microseconds);
+--       under the packed format the client's field; then per limit:
+--       algorithm, limit, window, interval.
 --       Algorithms: 1 fixed window, 2 sliding log, 3 sliding window, 4 GCRA.
 -- Reply: per limit, {retry, remaining, reset} (see common.lua), then the
 -- ban in force in microseconds (0: none), then the permit taken (0: none;
@@ -31,9 +32,9 @@ end
 
 local limits = {}
 local k = 1
--- The first limit's arguments (9 under the packed format, whose field is
--- ARGV[8]: script.rs).
-local a = 8
+-- The first limit's arguments: after the fixed ones (script.rs's
+-- CHECK_ARGS, the one table of this layout) and the packed format's field.
+local a = {{first_limit_arg}}
 while ARGV[a] do
   local l = {
     alg = tonumber(ARGV[a]),

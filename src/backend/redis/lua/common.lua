@@ -58,7 +58,7 @@ local function read_state(key)
   local st = states[key]
   if st then return st[1], st[2], st[3] end
   local e, a, b = 0, 0, 0
-  local s = redis.call('GET', key)
+  local s = {{read}}
   if s then
     -- A bare number (the compact format) needs no pattern.
     local bare = tonumber(s)
@@ -76,7 +76,7 @@ end
 local function write_state(key, now, e, a, b)
   if e <= now then
     states[key] = { 0, 0, 0 }
-    redis.call('DEL', key)
+    {{delete}}
     return
   end
   local state
@@ -88,6 +88,6 @@ local function write_state(key, now, e, a, b)
   end
   -- (Before `states` is updated: the packed format's write reads the end
   -- of the state this one replaces there, script.rs.)
-  redis.call('SET', key, state, 'PX', ttl_ms(e - now))
+  {{write}}
   states[key] = { e, a, b or 0 }
 end

@@ -9,7 +9,7 @@ local key = KEYS[1]
 
 -- The current window's end and count.
 local e, used = 0, 0
-local s = redis.call('GET', key)
+local s = {{read}}
 if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
   e, used = tonumber(se or s) or 0, tonumber(su) or 0
@@ -32,7 +32,7 @@ if cost > 0 then
   if ms * 1000 < e - now then ms = ms + 1 end
   local state = string.format('%d %d', e, math.min(used + cost, limit))
   local ends = e -- (for packed_write.lua)
-  redis.call('SET', key, state, 'PX', ms + slack_ms)
+  {{write_lean}}
 end
 if used + cost > 0 then reset = e - now end
 return { 0, math.min(math.max(limit - used - cost, 0), limit), reset, 0, 0 }

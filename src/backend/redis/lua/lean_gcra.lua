@@ -16,7 +16,7 @@ local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]
 local key = KEYS[1]
 
 local tat = 0
-local s = redis.call('GET', key)
+local s = {{read}}
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
 local in_use = tat - now
@@ -37,7 +37,7 @@ if cost > 0 then
   if ms * 1000 < after then ms = ms + 1 end
   local state = string.format(compact_state and '%d' or '%d 0', now + after)
   local was, ends = tat, now + after -- (for packed_write.lua)
-  redis.call('SET', key, state, 'PX', ms + slack_ms)
+  {{write_lean}}
 end
 q = (after - after % t) / t
 if q * t < after then q = q + 1 end

@@ -1,4 +1,5 @@
-//! A circuit per Redis Cluster node (feature `redis-cluster`): a dead
+//! Redis Cluster (feature `redis-cluster`): its constructors, and a circuit
+//! per node: a dead
 //! primary opens the circuit of its own slots only. Keys of the other nodes
 //! stay on Redis; keys of the dead one fail at once (the failure rule or a
 //! fallback decides them) instead of each waiting the timeout, one probe at
@@ -14,7 +15,14 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{RedisError, Value};
 use arc_swap::ArcSwap;
 
-use crate::backend::circuit::{Circuit, Settings};
+use super::builder::{tcp_settings, RedisBackendBuilder};
+use super::connection::Connection;
+use super::script::{self, Ask};
+use super::RedisBackend;
+use crate::backend::circuit::{Circuit, Pass, Settings};
+use crate::backend::BackendError;
+use crate::key::Key;
+use crate::{clock::Micros, Decision, Policy};
 
 /// Slots in a Redis Cluster.
 const SLOTS: usize = 16_384;
@@ -134,6 +142,101 @@ fn crc16(bytes: &[u8]) -> u16 {
         }
     }
     crc
+}
+
+impl RedisBackendBuilder {
+    /// A connection to the cluster these nodes belong to.
+    pub(super) async fn connect_cluster(
+        &self,
+        nodes: &[String],
+    ) -> Result<Connection, BackendError> {
+        let client = ::redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+            .tcp_settings(tcp_settings())
+            .response_timeout(self.timeout)
+            .connection_timeout(self.connection_timeout());
+        #[cfg(feature = "redis-tls")]
+        let client = match self.tls.certificates() {
+            Some(certificates) => client.certs(certificates),
+            None => client,
+        };
+        let client = client.build().map_err(BackendError::from)?;
+        let connection = client.get_async_connection().await;
+        Ok(Connection::Cluster(connection.map_err(BackendError::from)?))
+    }
+}
+
+impl RedisBackend {
+    /// Configure a backend on a cluster connection you built.
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn builder_from_cluster(
+        connection: ::redis::cluster_async::ClusterConnection,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::cluster_connection(connection)
+    }
+
+    /// Configure a backend on the Redis Cluster these nodes belong to.
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn cluster_builder(
+        nodes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::cluster(nodes.into_iter().map(Into::into).collect())
+    }
+
+    /// Which node holds which slots, for the circuits; asked again whenever
+    /// a call fails.
+    pub(super) async fn learn_slots(&self) {
+        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) {
+            let _ = nodes.load(&mut conn.clone()).await;
+        }
+    }
+
+    /// On a cluster with a circuit per node: the call, through the circuit
+    /// of the node that holds the key. While it is open the call fails at
+    /// once, and one probe at a time (a check of cost 0, on a task of its
+    /// own) asks the node again. `None` on any other connection.
+    pub(super) async fn call_through_circuit(
+        &self,
+        key: &Key,
+        policy: &Policy,
+        ask: Ask,
+        now: Option<Micros>,
+    ) -> Option<Result<(Decision, u64), BackendError>> {
+        let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) else {
+            return None;
+        };
+        let circuit = nodes.circuit(script::key_slot(&self.names, key));
+        let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
+        match pass {
+            Pass::Closed => {
+                let result = self.call_now(key, policy, ask, now).await;
+                match (&result, &circuit) {
+                    (Ok(_), Some(circuit)) => circuit.succeeded(),
+                    (Ok(_), None) => {}
+                    (Err(_), circuit) => {
+                        if let Some(circuit) = circuit {
+                            circuit.failed(false);
+                        }
+                        nodes.refresh(conn);
+                    }
+                }
+                Some(result)
+            }
+            Pass::Open => Some(Err(BackendError::breaker_open())),
+            Pass::Probe(probe) => {
+                let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+                tokio::spawn(async move {
+                    let result = this.call_now(&key, &policy, Ask::Check(0), None).await;
+                    if let (Err(_), Some(nodes), Connection::Cluster(conn)) =
+                        (&result, &this.nodes, &this.conn)
+                    {
+                        nodes.refresh(conn);
+                    }
+                    probe.finished(&result);
+                });
+                Some(Err(BackendError::breaker_open()))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,102 @@
+//! Where a command goes: the one place the topologies (one server, the
+//! master Sentinel names now, a cluster) are told apart. What each does
+//! beyond this lives in its own file: `sentinel.rs`, `cluster.rs`, `tls.rs`.
+
+#[cfg(feature = "redis-sentinel")]
+use std::sync::Arc;
+
+use ::redis::aio::ConnectionManager;
+use ::redis::{RedisError, Script};
+
+use crate::backend::BackendError;
+
+/// The connection of a backend, shared by its clones.
+#[derive(Clone)]
+pub(super) enum Connection {
+    Standalone(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(::redis::cluster_async::ClusterConnection),
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(Arc<super::sentinel::Sentinel>),
+}
+
+/// The connection one command takes.
+enum Route {
+    One(ConnectionManager),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(::redis::cluster_async::ClusterConnection),
+}
+
+impl Connection {
+    /// One server's connection (standalone, or the master Sentinel names
+    /// now), or the cluster's.
+    fn route(&self) -> Result<Route, RedisError> {
+        Ok(match self {
+            Connection::Standalone(conn) => Route::One(conn.clone()),
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(conn) => Route::Cluster(conn.clone()),
+            #[cfg(feature = "redis-sentinel")]
+            Connection::Sentinel(sentinel) => Route::One(sentinel.current()?),
+        })
+    }
+
+    /// The one server's connection (standalone, or the master Sentinel
+    /// names now); `None` on a cluster, whose keys live on several nodes.
+    pub(super) fn one_server(&self) -> Result<Option<ConnectionManager>, RedisError> {
+        Ok(match self.route()? {
+            Route::One(conn) => Some(conn),
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(_) => None,
+        })
+    }
+
+    /// Which topology, for `Debug`.
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Connection::Standalone(_) => "standalone",
+            #[cfg(feature = "redis-cluster")]
+            Connection::Cluster(_) => "cluster",
+            #[cfg(feature = "redis-sentinel")]
+            Connection::Sentinel(_) => "sentinel",
+        }
+    }
+
+    /// How a call ended, for a connection that follows a master.
+    pub(super) fn followed<T>(&self, result: &Result<T, BackendError>) {
+        #[cfg(feature = "redis-sentinel")]
+        if let Connection::Sentinel(sentinel) = self {
+            match result {
+                Ok(_) => sentinel.succeeded(),
+                Err(_) => sentinel.failed(),
+            }
+        }
+        let _ = result;
+    }
+
+    pub(super) async fn query<T: ::redis::FromRedisValue>(
+        &self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, RedisError> {
+        match self.route()? {
+            Route::One(mut conn) => cmd.query_async(&mut conn).await,
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+        }
+    }
+
+    pub(super) async fn query_pipeline(&self, pipe: &::redis::Pipeline) -> Result<(), RedisError> {
+        match self.route()? {
+            Route::One(mut conn) => pipe.query_async(&mut conn).await,
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(mut conn) => pipe.query_async(&mut conn).await,
+        }
+    }
+
+    pub(super) async fn load(&self, script: &Script) -> Result<String, RedisError> {
+        match self.route()? {
+            Route::One(mut conn) => script.load_async(&mut conn).await,
+            #[cfg(feature = "redis-cluster")]
+            Route::Cluster(mut conn) => script.load_async(&mut conn).await,
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Which script a policy's decision runs ([`Shape`]: only the parts it
+//! uses, for its key format), and the script's text, assembled from the
+//! Lua parts in `lua/` with their placeholders filled in.
+
+use super::script::{Ask, KeyFormat};
+use crate::algorithm::{FixedRule, Form};
+use crate::Policy;
+
+/// Which parts a call's script is made of. Each policy gets a script of
+/// only the algorithms it uses (and the penalty box if it has one): Lua
+/// creates every function a script defines on every call, so the parts a
+/// policy does not use would cost it on each decision. A check under one
+/// fixed-size limit (no penalty box, denials not counted), the common case,
+/// gets a lean script of its own (`lean_*.lua`), with fewer arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shape(u8);
+
+impl Shape {
+    const FIXED_WINDOW: u8 = 1;
+    const GCRA: u8 = 2;
+    const SLIDING_WINDOW: u8 = 4;
+    const LOG: u8 = 8;
+    const PENALTY: u8 = 16;
+    const LEAN: u8 = 32;
+    /// The compact key format: states of one zero value written as a bare
+    /// number.
+    const COMPACT: u8 = 64;
+    /// The packed key format: fixed-size states as fields of shared hashes
+    /// (always with compact values).
+    const PACKED: u8 = 128;
+    /// How many shapes there are.
+    pub(super) const COUNT: usize = 256;
+
+    pub(super) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
+        let mut bits = 0;
+        for limit in policy.limits() {
+            bits |= match limit.rule().form() {
+                Form::Fixed(FixedRule::FixedWindow(_)) => Self::FIXED_WINDOW,
+                Form::Bucket(_) => Self::GCRA,
+                Form::Fixed(FixedRule::SlidingWindow(_)) => Self::SLIDING_WINDOW,
+                Form::Log(_) => Self::LOG,
+            };
+        }
+        if policy.penalty().is_some() {
+            bits |= Self::PENALTY;
+        }
+        // The lean fixed window knows no calendar.
+        let lean = matches!(ask, Ask::Check(_))
+            && policy.limits().len() == 1
+            && bits & (Self::LOG | Self::PENALTY) == 0
+            && !policy.counts_denied()
+            && policy.limits()[0].quota().calendar().is_none();
+        if lean {
+            bits |= Self::LEAN;
+        }
+        match format {
+            KeyFormat::Readable => {}
+            KeyFormat::Compact => bits |= Self::COMPACT,
+            KeyFormat::Packed { .. } => bits |= Self::COMPACT | Self::PACKED,
+        }
+        Self(bits)
+    }
+
+    /// Whether the call takes a lean script, with the lean arguments.
+    pub(super) fn is_lean(self) -> bool {
+        self.0 & Self::LEAN != 0
+    }
+
+    /// Its index among the [`COUNT`](Self::COUNT) shapes.
+    pub(super) fn index(self) -> usize {
+        usize::from(self.0)
+    }
+
+    /// The script's text: the time, the helpers, the parts, then the
+    /// driver; or, for a lean check under one GCRA limit or one fixed
+    /// window, the time and its script written out whole. The parts name
+    /// what the format decides as placeholders (`{{read}}`, …), filled in
+    /// here ([`state_calls`]), and where the arguments are ([`CHECK_ARGS`],
+    /// [`LEAN_ARGS`]).
+    pub(super) fn source(self) -> String {
+        const NOW: &str = include_str!("lua/now.lua");
+        let has = |bit: u8| self.0 & bit != 0;
+        let compact = if has(Self::COMPACT) {
+            "local compact_state = true\n"
+        } else {
+            "local compact_state = false\n"
+        };
+        // The client's field follows the fixed arguments, and the limits
+        // follow it.
+        let fixed = if has(Self::LEAN) {
+            LEAN_ARGS.len()
+        } else {
+            CHECK_ARGS.len()
+        };
+        let field = match has(Self::PACKED) {
+            true => format!("local field = ARGV[{}]\n", fixed + 1),
+            false => String::new(),
+        };
+        let first_limit_arg = (fixed + 1 + usize::from(has(Self::PACKED))).to_string();
+        let shape = self.0 & !(Self::COMPACT | Self::PACKED);
+        let body: String = if shape == Self::LEAN | Self::GCRA {
+            include_str!("lua/lean_gcra.lua").to_owned()
+        } else if shape == Self::LEAN | Self::FIXED_WINDOW {
+            include_str!("lua/lean_fixed_window.lua").to_owned()
+        } else {
+            let parts = [
+                (true, include_str!("lua/common.lua")),
+                (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
+                (
+                    has(Self::FIXED_WINDOW),
+                    include_str!("lua/fixed_window.lua"),
+                ),
+                (has(Self::GCRA), include_str!("lua/gcra.lua")),
+                (
+                    has(Self::SLIDING_WINDOW),
+                    include_str!("lua/sliding_window.lua"),
+                ),
+                (has(Self::LOG), include_str!("lua/sliding_log.lua")),
+                (has(Self::PENALTY), include_str!("lua/penalty.lua")),
+                (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
+                (!has(Self::LEAN), include_str!("lua/check.lua")),
+            ];
+            parts
+                .iter()
+                .filter(|(used, _)| *used)
+                .map(|(_, text)| *text)
+                .collect()
+        };
+        let mut values = state_calls(has(Self::PACKED)).to_vec();
+        values.push(("first_limit_arg", &first_limit_arg));
+        [compact, &field, NOW, &fill(&body, &values)].concat()
+    }
+}
+
+/// The arguments a script call passes before the client's field (under
+/// the packed format) and the limits, in order: what [`invocation`] writes
+/// and `check.lua` reads (`ARGV[1]` is `now`). The mode is `0`/`1`
+/// (whether denials count), `s` (settle), `r`/`n` and a permit (release,
+/// renew), or `l<want>:<back>` (lease); the penalty box's four are zeros
+/// for none.
+pub(super) const CHECK_ARGS: [&str; 7] =
+    ["now", "cost", "mode", "strikes", "within", "ban", "max_ban"];
+
+/// The lean scripts' arguments (a check under one fixed-size limit): the
+/// one span each needs, a bucket's interval or a window's length.
+pub(super) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limit", "span"];
+
+/// The state calls the scripts' placeholders stand for: a key of its own
+/// per state (the compact and readable formats), or the client's field of
+/// a hash many clients share (the packed format: the write,
+/// packed_write.lua, in place of each SET, not as a function: Lua makes a
+/// script's every function on every call). The scripts are otherwise the
+/// same, so the compact scripts carry nothing of the packed format's.
+pub(super) fn state_calls(packed: bool) -> [(&'static str, &'static str); 4] {
+    const PACKED_WRITE: &str = include_str!("lua/packed_write.lua");
+    if !packed {
+        return [
+            ("read", "redis.call('GET', key)"),
+            ("delete", "redis.call('DEL', key)"),
+            (
+                "write",
+                "redis.call('SET', key, state, 'PX', ttl_ms(e - now))",
+            ),
+            (
+                "write_lean",
+                "redis.call('SET', key, state, 'PX', ms + slack_ms)",
+            ),
+        ];
+    }
+    // Every write has in scope `ends` and `was` (packed_write.lua):
+    // common.lua's keeps the ends in `states`.
+    let write = concat!(
+        "local was, ends = (states[key] or { 0 })[1], e\n",
+        include_str!("lua/packed_write.lua")
+    );
+    [
+        ("read", "redis.call('HGET', key, field)"),
+        ("delete", "redis.call('HDEL', key, field)"),
+        ("write", write.trim_end()),
+        ("write_lean", PACKED_WRITE.trim_end()),
+    ]
+}
+
+/// `template` with each `{{name}}` replaced by its value; a name without
+/// one is left as it is (the tests find none in any script).
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + 2048);
+    let mut rest = template;
+    while let Some(open) = rest.find("{{") {
+        let Some(close) = rest[open..].find("}}").map(|c| open + c) else {
+            break;
+        };
+        out.push_str(&rest[..open]);
+        let name = &rest[open + 2..close];
+        match values.iter().find(|(n, _)| *n == name) {
+            Some((_, value)) => out.push_str(value),
+            None => out.push_str(&rest[open..close + 2]),
+        }
+        rest = &rest[close + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::script::{invocation, KeyNames};
+    use super::*;
+    use crate::key::Key;
+
+    const SHAPES: [u8; 4] = [
+        Shape::GCRA | Shape::FIXED_WINDOW | Shape::SLIDING_WINDOW | Shape::LOG | Shape::PENALTY,
+        Shape::LEAN | Shape::GCRA,
+        Shape::LEAN | Shape::FIXED_WINDOW,
+        Shape::LEAN | Shape::SLIDING_WINDOW,
+    ];
+
+    /// Every placeholder of every script is filled, and each format's
+    /// scripts make their state calls only its way: no packed state is read
+    /// or written as a key of its own, no compact one as a field.
+    #[test]
+    fn every_script_is_filled_in_and_calls_its_format_s_way() {
+        for bits in SHAPES {
+            for format in [0, Shape::COMPACT, Shape::COMPACT | Shape::PACKED] {
+                let source = Shape(bits | format).source();
+                assert!(!source.contains("{{"), "an unfilled placeholder in {bits}");
+                let packed = format & Shape::PACKED != 0;
+                for (_, call) in state_calls(!packed) {
+                    assert!(!source.contains(call), "{call} in {bits}, packed: {packed}");
+                }
+                assert_eq!(source.contains("HSET', key, field, state"), packed);
+            }
+        }
+    }
+
+    /// The arguments the scripts read are the ones the tables name, and
+    /// `invocation` writes as many before the limits.
+    #[test]
+    fn the_scripts_and_the_invocation_share_one_argument_layout() {
+        let read = |source: &str| -> Vec<usize> {
+            source
+                .match_indices("ARGV[")
+                .filter_map(|(at, _)| {
+                    let digits: String = source[at + 5..]
+                        .chars()
+                        .take_while(char::is_ascii_digit)
+                        .collect();
+                    digits.parse().ok()
+                })
+                .collect()
+        };
+        for (bits, table) in [
+            (SHAPES[0], CHECK_ARGS.len()),
+            (SHAPES[1], LEAN_ARGS.len()),
+            (SHAPES[2], LEAN_ARGS.len()),
+        ] {
+            let compact = read(&Shape(bits | Shape::COMPACT).source());
+            assert!(compact.iter().all(|&n| n <= table), "{bits}: {compact:?}");
+            let packed = read(&Shape(bits | Shape::COMPACT | Shape::PACKED).source());
+            assert!(
+                packed.contains(&(table + 1)),
+                "the field follows the table: {packed:?}"
+            );
+        }
+        let names = KeyNames {
+            prefix: "rl:".into(),
+            format: KeyFormat::Compact,
+        };
+        let key = Key::new("user", "a");
+        let two: Policy = Policy::builder()
+            .limit(
+                "a",
+                crate::Algorithm::Gcra,
+                crate::Quota::per_minute(3).unwrap(),
+            )
+            .limit(
+                "b",
+                crate::Algorithm::FixedWindow,
+                crate::Quota::per_hour(9).unwrap(),
+            )
+            .build()
+            .unwrap();
+        let ask = Ask::Check(1);
+        let mut words: Vec<String> = Vec::new();
+        invocation(
+            &names,
+            &key,
+            &two,
+            (ask, Shape::of(&two, ask, names.format)),
+            None,
+            &mut words,
+        );
+        // The number of keys, the keys, the fixed arguments, four per limit.
+        let keys: usize = words[0].parse().unwrap();
+        assert_eq!(words.len(), 1 + keys + CHECK_ARGS.len() + 4 * 2);
+        let one: Policy = "3/min".parse().unwrap();
+        let lean = Shape::of(&one, ask, names.format);
+        assert!(lean.is_lean());
+        let mut words: Vec<String> = Vec::new();
+        invocation(&names, &key, &one, (ask, lean), None, &mut words);
+        assert_eq!(words.len(), 1 + 1 + LEAN_ARGS.len());
+    }
+}

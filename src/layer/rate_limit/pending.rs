@@ -1,0 +1,325 @@
+//! A request between the service's `call` and the inner service: what the
+//! backend is asked ([`Ask`]), what the request holds while it waits
+//! ([`Pending`]), and what becomes of it once the answer is known
+//! ([`Pending::answered`], carrying out an [`Action`]); every refusal's
+//! response is built here ([`Refusal::response`]).
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tokio::time::Instant;
+use tower_service::Service;
+
+use super::decide::{decide, Action, Refusal};
+use super::future::State;
+use super::layer::Config;
+use super::observe::{self, Fate, Report};
+use super::settle::{Hold, Place};
+use super::shaping::Waiting;
+use super::soft_shed::Delayed;
+use crate::backend::{Backend, BackendError};
+use crate::decision::Origin;
+use crate::key::{Key, RequestHead};
+use crate::layer::answer::grpc;
+use crate::layer::answer::permit::{self};
+use crate::layer::answer::response::{self, Refused};
+use crate::layer::callee::{Callee, Taken};
+use crate::{Decision, Policy};
+
+/// What the backend is asked about a request.
+pub(super) struct Ask {
+    pub(super) key: Key,
+    pub(super) policy: Policy,
+    pub(super) cost: u32,
+    pub(super) report: Report,
+}
+
+/// What a request holds until it is called or refused, with the service
+/// `I` it is to be called with (see [`Callee`]).
+pub(super) struct Pending<I, ReqB, B> {
+    pub(super) inner: I,
+    pub(super) req: Request<ReqB>,
+    pub(super) ask: Ask,
+    pub(super) backend_name: &'static str,
+    /// The backend, kept when the request may ask it again: to retry
+    /// (shaping), to settle, or to renew and give back a permit.
+    pub(super) backend: Option<B>,
+    /// Present when the layer shapes: how long it may wait.
+    pub(super) retry: Option<Box<Retry>>,
+    /// Whether the request was banned and is now asked about under the
+    /// layer's demoted policy.
+    pub(super) demoted: bool,
+    /// Its key's place as the one request of unknown cost in flight, when
+    /// the layer settles requests that may cost more than they reserve.
+    pub(super) place: Place,
+}
+
+/// A request that waits (for a decision still to come, or to be called)
+/// with a ready copy of the inner service.
+pub(super) type Parked<S, ReqB, B> = Pending<Taken<S>, ReqB, B>;
+
+impl<I, ReqB, B> Pending<I, ReqB, B>
+where
+    I: Callee,
+    I::Service: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// A request to be decided by `backend`, kept when it `asks_again`.
+    #[inline(always)]
+    pub(super) fn new(
+        inner: I,
+        req: Request<ReqB>,
+        ask: Ask,
+        backend: &B,
+        asks_again: bool,
+        (retry, place): (Option<Box<Retry>>, Place),
+    ) -> Self {
+        Pending {
+            inner,
+            req,
+            ask,
+            backend_name: backend.name(),
+            backend: asks_again.then(|| backend.clone()),
+            retry,
+            demoted: false,
+            place,
+        }
+    }
+
+    /// The request, to wait with a service of its own.
+    fn parked(self) -> Parked<I::Service, ReqB, B> {
+        Pending {
+            inner: self.inner.take(),
+            req: self.req,
+            ask: self.ask,
+            backend_name: self.backend_name,
+            backend: self.backend,
+            retry: self.retry,
+            demoted: self.demoted,
+            place: self.place,
+        }
+    }
+
+    /// Call the inner service with the request, told its `origin`. A
+    /// `counted` admission holds its permit (from before the call, so that a
+    /// call that fails or is dropped gives it back too) and is settled by
+    /// its response; `headers` says whether the decision is shown in quota
+    /// headers.
+    #[inline(always)]
+    pub(super) fn call(
+        mut self,
+        config: &Config,
+        decision: Option<Decision>,
+        origin: Origin,
+        counted: bool,
+        headers: bool,
+    ) -> State<I::Service, ReqB, B> {
+        mark(self.req.extensions_mut(), origin);
+        let Ask {
+            key, policy, cost, ..
+        } = self.ask;
+        let backend = self.backend.filter(|_| counted);
+        let permit = match (decision.as_ref().and_then(Decision::permit), &backend) {
+            (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
+            _ => None,
+        };
+        let call = self.inner.service().call(self.req);
+        let settling = match (&config.settlement, backend) {
+            (Some(_), Some(backend)) => Some(Box::new(Settling {
+                backend,
+                key,
+                reserved: cost,
+                hold: self.place.take_hold(),
+            })),
+            _ => None,
+        };
+        State::Call {
+            call,
+            quota: decision.filter(|_| headers).map(|d| (d, policy)),
+            settling,
+            permit,
+        }
+    }
+
+    /// What becomes of the request once the backend's `answer` is known:
+    /// the next state of its future (for a refusal, the response to send).
+    #[inline(always)]
+    pub(super) fn answered(
+        mut self,
+        config: &Config,
+        answer: Result<Decision, BackendError>,
+    ) -> State<I::Service, ReqB, B> {
+        // A key its penalty box banned, with a demoted policy to live by
+        // meanwhile: asked again under it.
+        if let (Ok(decision), Some(demoted), Some(backend), false) =
+            (&answer, &config.demotion, &self.backend, self.demoted)
+        {
+            if decision.is_banned() {
+                self.demoted = true;
+                self.ask.policy = demoted.clone();
+                let cost = self.place.cost(self.ask.cost);
+                let check = backend.check(&self.ask.key, &self.ask.policy, cost);
+                return State::Check {
+                    check,
+                    pending: Some(Box::new(self.parked())),
+                };
+            }
+        }
+        // Held back behind another request of unknown cost of its key:
+        // asked at cost 0, and refused whatever the store said.
+        let answer = match self.place.is_behind() {
+            true => answer.map(|d| Place::refuse_behind(d, &self.ask.policy)),
+            false => answer,
+        };
+        let in_shadow = self.ask.policy.is_shadow();
+        let retry = &mut self.retry;
+        let action = decide(config.rules(), in_shadow, answer, |decision| {
+            let (shaping, retry) = (config.shaping.as_ref()?, retry.as_mut()?);
+            shaping.wait_for(decision, retry.deadline, &mut retry.waiting)
+        });
+        // Soft shedding: an admission near the limit waits.
+        let delay = match &action {
+            Action::Admit {
+                decision,
+                counted: true,
+                ..
+            } => config
+                .soft_shed
+                .as_ref()
+                .and_then(|s| s.delay_for(decision)),
+            _ => None,
+        };
+        if let Some((decision, fate)) = action.reported() {
+            let fate = if delay.is_some() { Fate::Delayed } else { fate };
+            let Ask {
+                key,
+                policy,
+                report,
+                ..
+            } = &self.ask;
+            observe::decided(
+                &config.observer,
+                (key, policy, report),
+                self.backend_name,
+                decision,
+                fate,
+            );
+        }
+        match action {
+            Action::Wait(sleep) => State::Wait {
+                sleep,
+                pending: Some(Box::new(self.parked())),
+            },
+            Action::Admit {
+                decision,
+                origin,
+                counted,
+                headers,
+            } => match delay {
+                Some(delay) => {
+                    self.req.extensions_mut().insert(Delayed(delay));
+                    State::Delay {
+                        sleep: Box::pin(tokio::time::sleep(delay)),
+                        admitted: Some(Box::new(Admitted {
+                            pending: self.parked(),
+                            decision,
+                            origin,
+                            headers,
+                        })),
+                    }
+                }
+                None => self.call(config, Some(decision), origin, counted, headers),
+            },
+            Action::FailOpen(error) => {
+                observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
+                let origin = Origin::FailedOpen {
+                    breaker_open: error.is_breaker_open(),
+                };
+                self.call(config, None, origin, false, false)
+            }
+            Action::Refuse(refusal) => {
+                if let Refusal::Unavailable(error) = &refusal {
+                    observe::backend_failed(&config.observer, &self.ask.report, "deny", error);
+                }
+                State::respond(refusal.response(config, &self.req, Some(&self.ask)))
+            }
+        }
+    }
+}
+
+impl Refusal {
+    /// The limiter's own answer, built here for every refusal of the layer
+    /// (a gRPC status for a gRPC request: looked at only when refusing).
+    /// `asked`: what the backend was asked, for a request it answered.
+    pub(super) fn response<ReqB>(
+        self,
+        config: &Config,
+        req: &Request<ReqB>,
+        asked: Option<&Ask>,
+    ) -> Response<Bytes> {
+        let (mut response, origin) = match (self, asked) {
+            (Refusal::Limited(decision), Some(ask)) => {
+                let refused = Refused {
+                    decision: &decision,
+                    policy: &ask.policy,
+                    key: &ask.key,
+                    request: &RequestHead::from(req),
+                };
+                let response =
+                    config
+                        .limited
+                        .respond(&refused, config.headers, config.retry_jitter);
+                (response, decision.origin())
+            }
+            // Only a request the backend was asked about is limited; were
+            // one not, it would be refused as if no decision could be had.
+            (Refusal::Limited(_), None) => (response::unavailable(), Origin::Primary),
+            (Refusal::Unavailable(error), _) => (
+                response::unavailable(),
+                Origin::FailedClosed {
+                    breaker_open: error.is_breaker_open(),
+                },
+            ),
+            (Refusal::DenyListed, _) => (response::forbidden(), Origin::DenyListed),
+            (Refusal::NoPolicy, _) => (response::no_policy(), Origin::Primary),
+            (Refusal::NoKey(status, error), _) => {
+                (response::key_error(status, &error), Origin::Primary)
+            }
+        };
+        mark(response.extensions_mut(), origin);
+        match grpc::is_grpc(req.headers()) {
+            true => grpc::refusal(response),
+            false => response,
+        }
+    }
+}
+
+/// An admitted request waiting to be called (soft shedding).
+pub(super) struct Admitted<S, ReqB, B> {
+    pub(super) pending: Parked<S, ReqB, B>,
+    pub(super) decision: Decision,
+    pub(super) origin: Origin,
+    pub(super) headers: bool,
+}
+
+/// Mark a request or response with how it was decided, unless the store
+/// did: no mark means [`Origin::Primary`] (see [`Origin::of`]), which
+/// spares the commonest request the extension map's allocations.
+#[inline]
+pub(super) fn mark(extensions: &mut http::Extensions, origin: Origin) {
+    if origin != Origin::Primary {
+        extensions.insert(origin);
+    }
+}
+
+/// What settling an admitted request by its response takes.
+pub(super) struct Settling<B> {
+    pub(super) backend: B,
+    pub(super) key: Key,
+    pub(super) reserved: u32,
+    pub(super) hold: Option<Box<Hold>>,
+}
+
+pub(super) struct Retry {
+    pub(super) deadline: Instant,
+    pub(super) waiting: Option<Waiting>,
+}
