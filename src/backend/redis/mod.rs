@@ -234,7 +234,7 @@ impl RedisBackend {
     }
 
     /// One script call, through the circuit of the cluster node that holds
-    /// the key (see `nodes.rs`): while it is open the call fails at once,
+    /// the key (see `cluster.rs`): while it is open the call fails at once,
     /// and one probe at a time (a check of cost 0, on a task of its own)
     /// asks the node again.
     async fn call(

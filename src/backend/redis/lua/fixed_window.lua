@@ -1,10 +1,10 @@
 -- Fixed window counter: state "window_end used". Mirrors algorithm/fixed_window.rs.
 -- A calendar quota's windows are its periods: `cal` is Calendar::code
--- (policy/calendar.rs), 0 for none.
+-- (quota/calendar.rs), 0 for none.
 
 local DAY = 86400000000
 
--- Days since 1970-01-01 of a date, and back (policy/calendar.rs).
+-- Days since 1970-01-01 of a date, and back (quota/calendar.rs).
 local function days_from_civil(y, m, d)
   if m <= 2 then y = y - 1 end
   local era = math.floor(y / 400)
