@@ -23,6 +23,7 @@
 //! | [`clock`] | the time the memory backend reads ([`clock::Micros`]) | tests that move time by hand |
 //! | [`client`] | a layer that makes an HTTP client wait for its turn | calling a rate-limited API |
 //! | `config` (feature `config`) | limits from a file: routes, keys, tiers, overrides, lists; reloaded, shared by a fleet | keeping limits out of code |
+//! | [`guide`] | the manual: a chapter a topic, every example tested | learning what the crate does beyond a first layer |
 //!
 //! # Guide
 //!
@@ -151,6 +152,7 @@ pub mod client;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
+pub mod guide;
 pub mod layer;
 mod limiter;
 
