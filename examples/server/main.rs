@@ -344,7 +344,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
     );
     for route in &ROUTES {
-        println!("  {:<4} {:<13} {}", route.method, route.path, route.about);
+        println!(
+            "  {:<4} {:<13} {}",
+            route.method.as_str(),
+            route.path,
+            route.about
+        );
     }
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
     let serving = Serving {
@@ -411,10 +416,10 @@ pub async fn redis_app_with(
         .timeout(config.store_timeout)
         // Why Redis is not deciding, when that starts, changes or ends: a
         // mistyped password or CA shows here, not as silent local limits.
-        .on_health_change(|health| match health {
-            StoreHealth::Failing { cause, error } => println!("redis: failing ({cause}): {error}"),
-            StoreHealth::Deciding => println!("redis: deciding"),
-            _ => {}
+        .on_health_change(|health| {
+            if matches!(health, StoreHealth::Failing { .. } | StoreHealth::Deciding) {
+                println!("redis: {health}");
+            }
         });
     redis = with_tls(config, redis)?;
     redis = match config.redis_key_format {

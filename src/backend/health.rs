@@ -24,6 +24,26 @@ pub enum StoreHealth {
     },
 }
 
+/// `deciding`, `not asked yet`, or `failing (<cause>): <error>`, as the
+/// example server prints it after `redis: `.
+///
+/// ```
+/// use tower_ratelimit::backend::{Cause, StoreHealth};
+///
+/// let failing = StoreHealth::Failing { cause: Cause::Authentication, error: "WRONGPASS".into() };
+/// assert_eq!(failing.to_string(), "failing (authentication): WRONGPASS");
+/// assert_eq!(StoreHealth::Deciding.to_string(), "deciding");
+/// ```
+impl std::fmt::Display for StoreHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreHealth::Unknown => f.write_str("not asked yet"),
+            StoreHealth::Deciding => f.write_str("deciding"),
+            StoreHealth::Failing { cause, error } => write!(f, "failing ({cause}): {error}"),
+        }
+    }
+}
+
 /// Told of every change of [`StoreHealth`].
 #[derive(Clone)]
 pub(crate) struct OnChange(pub(crate) Arc<dyn Fn(&StoreHealth) + Send + Sync>);

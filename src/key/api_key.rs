@@ -93,22 +93,24 @@ impl ApiKey {
             Source::Bearer => (&AUTHORIZATION, true),
             Source::Header(name) => (name, false),
         };
+        let missing = || KeyError::MissingHeader(name.clone());
+        let invalid = |why| KeyError::InvalidHeader(name.clone(), why);
         let mut values = req.headers.get_all(name).iter();
-        let value = values.next().ok_or(KeyError::Missing("API key"))?;
+        let value = values.next().ok_or_else(missing)?;
         if values.next().is_some() {
-            return Err(KeyError::Invalid("API key", "sent more than once"));
+            return Err(invalid("sent more than once"));
         }
         let mut raw = value.as_bytes();
         if strip_bearer {
-            let scheme = raw.get(..7).ok_or(KeyError::Missing("API key"))?;
+            let scheme = raw.get(..7).ok_or_else(missing)?;
             if !scheme.eq_ignore_ascii_case(b"bearer ") {
-                return Err(KeyError::Missing("API key"));
+                return Err(missing());
             }
             raw = raw[7..].trim_ascii();
         }
         match raw {
-            [] => Err(KeyError::Missing("API key")),
-            r if r.len() > MAX_API_KEY => Err(KeyError::Invalid("API key", "too long")),
+            [] => Err(missing()),
+            r if r.len() > MAX_API_KEY => Err(invalid("too long")),
             r => Ok(r),
         }
     }

@@ -36,6 +36,11 @@ pub enum KeyError {
     Missing(&'static str),
     /// It is present but unusable (too long, malformed); says what and why.
     Invalid(&'static str, &'static str),
+    /// The header the key is read from is absent or empty.
+    MissingHeader(http::HeaderName),
+    /// The header the key is read from is unusable: sent more than once,
+    /// too long.
+    InvalidHeader(http::HeaderName, &'static str),
     /// The connection's peer address is not in the request: a server set up
     /// without it, not a client's fault. Its text says how to fix that.
     NoPeerAddress,
@@ -54,6 +59,8 @@ impl fmt::Display for KeyError {
         match self {
             Self::Missing(what) => write!(f, "missing {what}"),
             Self::Invalid(what, why) => write!(f, "invalid {what}: {why}"),
+            Self::MissingHeader(name) => write!(f, "missing header {name}"),
+            Self::InvalidHeader(name, why) => write!(f, "invalid header {name}: {why}"),
             Self::NoPeerAddress => f.write_str(
                 "missing peer address: serve the app with \
                  into_make_service_with_connect_info::<SocketAddr>(), or put a \

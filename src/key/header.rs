@@ -61,13 +61,15 @@ impl Header {
 impl KeyExtractor for Header {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
         let mut values = req.headers.get_all(&self.name).iter();
-        let value = values.next().ok_or(KeyError::Missing("key header"))?;
+        let missing = || KeyError::MissingHeader(self.name.clone());
+        let invalid = |why| KeyError::InvalidHeader(self.name.clone(), why);
+        let value = values.next().ok_or_else(missing)?;
         if values.next().is_some() {
-            return Err(KeyError::Invalid("key header", "sent more than once"));
+            return Err(invalid("sent more than once"));
         }
         match value.as_bytes() {
-            [] => Err(KeyError::Missing("key header")),
-            v if v.len() > MAX_KEY_VALUE => Err(KeyError::Invalid("key header", "too long")),
+            [] => Err(missing()),
+            v if v.len() > MAX_KEY_VALUE => Err(invalid("too long")),
             v => Ok(self.key_of(v)),
         }
     }

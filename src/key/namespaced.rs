@@ -115,13 +115,23 @@ impl Key {
     /// assert_eq!(redacted.len(), "header:x-user-id:alic…#".len() + 8);
     /// assert_ne!(redacted, Key::new("header:x-user-id", "alice@example.org").redacted());
     /// assert!(Key::new("ip", [203, 0, 113, 7]).redacted().starts_with("ip:…#"));
+    /// let both = Key::composite(&[Key::new("header:x-user-id", "alice"), Key::new("endpoint", "GET /a")]);
+    /// assert!(both.redacted().starts_with("+(header:x-user-id,endpoint):…#"));
     /// ```
     pub fn redacted(&self) -> String {
         use hmac::{KeyInit, Mac};
         let mut out = String::with_capacity(self.namespace().len() + 24);
         out.push_str(self.namespace());
+        // A composite key says which kinds of key it is made of, and no
+        // part of any of their values.
+        let parts = self.part_namespaces();
+        if !parts.is_empty() {
+            out.push('(');
+            out.push_str(&parts.join(","));
+            out.push(')');
+        }
         out.push(':');
-        if self.namespace() != "ip" {
+        if self.namespace() != "ip" && parts.is_empty() {
             out.extend(
                 self.value()
                     .iter()
@@ -139,6 +149,27 @@ impl Key {
             u32::from_be_bytes([tag[0], tag[1], tag[2], tag[3]])
         ));
         out
+    }
+
+    /// The namespaces of a [`composite`](Self::composite) key's parts, in
+    /// order (none for any other key).
+    fn part_namespaces(&self) -> Vec<&str> {
+        let mut parts = Vec::new();
+        if self.namespace() != "+" {
+            return parts;
+        }
+        let mut rest = self.value();
+        while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+            let len = u32::from_be_bytes(*len) as usize;
+            let Some(part) = tail.get(..len) else { break };
+            let namespace = part
+                .split_first()
+                .and_then(|(&n, after)| after.get(..usize::from(n)))
+                .and_then(|n| std::str::from_utf8(n).ok());
+            parts.push(namespace.unwrap_or("?"));
+            rest = &tail[len..];
+        }
+        parts
     }
 
     /// Use `secret` for every [`redacted`](Self::redacted) form this

@@ -321,9 +321,9 @@ impl<'a> Parser<'a> {
                 input: self.input.to_owned(),
                 at: unit_at,
                 problem: if unit.is_empty() {
-                    "expected a time unit (s, min, h or day)".to_owned()
+                    format!("expected a time unit ({UNIT_NAMES})")
                 } else {
-                    format!("unknown time unit {unit:?} (expected s, min, h or day)")
+                    format!("unknown time unit {unit:?} (expected {UNIT_NAMES})")
                 },
             });
         };
@@ -459,6 +459,10 @@ impl<'a> Parser<'a> {
 }
 
 /// The calendar period a unit names.
+/// Every unit a quota's window may be in, as an error lists them.
+const UNIT_NAMES: &str = "us, ms, s, min, h or day; or a calendar week, month or year, \
+     as in 100/month from 15 utc+02:00";
+
 fn calendar_period(unit: &str) -> Option<Period> {
     match unit {
         "week" | "weeks" | "wk" => Some(Period::Week),

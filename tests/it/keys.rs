@@ -1,6 +1,7 @@
 //! Key extractors under hostile input: they never panic, never let one
 //! client take another's key, and never let a client pick its own address.
 
+use http::HeaderName;
 use http::Request;
 use proptest::prelude::*;
 use tower_ratelimit::key::Key;
@@ -146,7 +147,10 @@ fn user_headers_take_any_bytes_but_not_too_many_or_twice() {
     let long = vec![b'a'; MAX_KEY_VALUE + 1];
     assert_eq!(
         key(&h, &req("1.1.1.1:1", &[("x-user-id", &long)])),
-        Err(KeyError::Invalid("key header", "too long"))
+        Err(KeyError::InvalidHeader(
+            HeaderName::from_static("x-user-id"),
+            "too long"
+        ))
     );
     let exact = vec![b'a'; MAX_KEY_VALUE];
     assert!(key(&h, &req("1.1.1.1:1", &[("x-user-id", &exact)])).is_ok());
@@ -155,11 +159,16 @@ fn user_headers_take_any_bytes_but_not_too_many_or_twice() {
             &h,
             &req("1.1.1.1:1", &[("x-user-id", b"a"), ("x-user-id", b"b")])
         ),
-        Err(KeyError::Invalid("key header", "sent more than once"))
+        Err(KeyError::InvalidHeader(
+            HeaderName::from_static("x-user-id"),
+            "sent more than once"
+        ))
     );
     assert_eq!(
         key(&h, &req("1.1.1.1:1", &[("x-user-id", b"")])),
-        Err(KeyError::Missing("key header"))
+        Err(KeyError::MissingHeader(HeaderName::from_static(
+            "x-user-id"
+        )))
     );
 }
 
@@ -210,16 +219,19 @@ fn api_keys_are_hashed_under_the_secret() {
     assert!(!a.value().windows(6).any(|w| w == b"sk-123"));
     assert_eq!(
         key(&bearer, &r(b"Basic dXNlcg==")),
-        Err(KeyError::Missing("API key"))
+        Err(KeyError::MissingHeader(http::header::AUTHORIZATION))
     );
     assert_eq!(
         key(&bearer, &r(b"Bearer ")),
-        Err(KeyError::Missing("API key"))
+        Err(KeyError::MissingHeader(http::header::AUTHORIZATION))
     );
     let huge = [b"Bearer ".as_slice(), &vec![b'k'; 2000]].concat();
     assert_eq!(
         key(&bearer, &r(&huge)),
-        Err(KeyError::Invalid("API key", "too long"))
+        Err(KeyError::InvalidHeader(
+            http::header::AUTHORIZATION,
+            "too long"
+        ))
     );
 }
 

@@ -409,7 +409,7 @@ async fn missing_keys_are_rejected_skipped_or_fall_back() {
     assert_eq!(status, 400);
     assert_eq!(
         body,
-        r#"{"error":"rate_limit_key_missing","detail":"missing key header"}"#
+        r#"{"error":"rate_limit_key_missing","detail":"missing header x-user-id"}"#
     );
 
     let unauthorized = RateLimitLayer::new(policy("1/min"))
@@ -791,7 +791,11 @@ fn the_layer_is_clone_and_debug() {
     let err = Header::new("x-user-id")
         .extract(&(&req).into())
         .unwrap_err();
-    assert_eq!(err, KeyError::Missing("key header"));
+    assert_eq!(
+        err,
+        KeyError::MissingHeader(http::HeaderName::from_static("x-user-id"))
+    );
+    assert_eq!(err.to_string(), "missing header x-user-id");
 }
 
 /// Statuses of `n` requests to `path` from one user.

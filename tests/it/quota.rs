@@ -143,3 +143,16 @@ fn hostile_text_never_panics() {
     let long = "9".repeat(100_000) + "/s";
     assert!(long.parse::<Quota>().is_err());
 }
+
+#[test]
+fn an_unknown_unit_is_answered_with_every_unit_that_parses() {
+    let error = "10/fortnight".parse::<Quota>().unwrap_err().to_string();
+    // Each unit the message offers is one that parses.
+    for offered in ["us", "ms", "s", "min", "h", "day", "week", "month", "year"] {
+        assert!(error.contains(offered), "{offered} in {error}");
+        let quota = format!("1/{offered}");
+        assert!(quota.parse::<Quota>().is_ok(), "{quota}");
+    }
+    assert!("10/month from 15 utc+02:00".parse::<Quota>().is_ok());
+    assert!(error.contains("from 15 utc+02:00"), "{error}");
+}

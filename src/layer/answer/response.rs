@@ -197,8 +197,8 @@ pub(crate) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
 
 /// The answer when no key could be derived and the layer rejects such requests.
 pub(crate) fn key_error(status: StatusCode, error: &KeyError) -> Response<Bytes> {
-    // KeyError's text is made of fixed phrases, free of '"' and '\\':
-    // nothing from the client.
+    // KeyError's text is fixed phrases and configured header names, free
+    // of '"' and '\\': nothing from the client.
     let body = format!(r#"{{"error":"rate_limit_key_missing","detail":"{error}"}}"#);
     json(status, false, Bytes::from(body))
 }
