@@ -85,6 +85,28 @@ fn failures_and_limits_are_logged_without_flooding() {
                 svc.clone().oneshot(user("a")).await.unwrap();
             }
 
+            // Two layers checking one named limit: counted twice, said once
+            // (looked for in one response in 64). Nested layers of other
+            // limits say nothing.
+            let logins = || "failed-logins = 1000/15min".parse::<Policy>().unwrap();
+            let per_user = || RateLimitLayer::new(logins()).key(Header::new("x-user-id"));
+            let twice = ServiceBuilder::new()
+                .layer(per_user())
+                .layer(per_user())
+                .service(ok());
+            for _ in 0..200 {
+                twice.clone().oneshot(user("b")).await.unwrap();
+            }
+            let nested = ServiceBuilder::new()
+                .layer(
+                    RateLimitLayer::new("outer = 1000/min".parse::<Policy>().unwrap()).key(Global),
+                )
+                .layer(per_user())
+                .service(ok());
+            for _ in 0..200 {
+                nested.clone().oneshot(user("c")).await.unwrap();
+            }
+
             // The default key without a peer address: every request fails
             // the same way; the error is logged once.
             let no_peer = RateLimitLayer::new("1/min".parse::<Policy>().unwrap());
@@ -135,6 +157,15 @@ fn failures_and_limits_are_logged_without_flooding() {
     assert!((1..=2).contains(&fallbacks.len()), "{text}");
     assert!(
         fallbacks[0].contains("WARN") && fallbacks[0].contains("connection refused"),
+        "{text}"
+    );
+    let twice: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("counted twice"))
+        .collect();
+    assert_eq!(twice.len(), 1, "{text}");
+    assert!(
+        twice[0].contains("WARN") && twice[0].contains("\"failed-logins\""),
         "{text}"
     );
     let misconfigured: Vec<&str> = text

@@ -183,6 +183,35 @@ fn write_with(
     }
 }
 
+/// The limit of `policy` that a layer inside this one already counted the
+/// request against, as its `RateLimit-Policy` fields say: the same name and
+/// window, which on one backend is the same budget.
+pub(crate) fn counted_inside<'p>(headers: &HeaderMap, policy: &'p Policy) -> Option<&'p str> {
+    for field in headers.get_all(RATELIMIT_POLICY) {
+        let Ok(field) = field.to_str() else { continue };
+        for item in field.split(',') {
+            // `"name";q=10;w=60`: limit names hold no '"' (their syntax).
+            let mut params = item.trim().split(';');
+            let Some(name) = params
+                .next()
+                .and_then(|n| n.strip_prefix('"')?.strip_suffix('"'))
+            else {
+                continue;
+            };
+            let window = params.find_map(|p| p.strip_prefix("w=")?.parse::<u64>().ok());
+            let same = policy.limits().iter().find(|limit| {
+                let own =
+                    (!limit.is_concurrent()).then(|| limit.quota().window_micros().as_secs_ceil());
+                limit.name() == name && window == own
+            });
+            if let Some(limit) = same {
+                return Some(limit.name());
+            }
+        }
+    }
+    None
+}
+
 /// `Retry-After`'s seconds for a denial that can succeed after
 /// `retry_after`: rounded up, never 0, plus up to `jitter` at random so
 /// that throttled clients do not return in lockstep.

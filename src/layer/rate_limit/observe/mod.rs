@@ -36,7 +36,11 @@
 //!   `error`, once per layer, saying how to fix it;
 //! * a request with no key: `debug`, with what was missing.
 //! * the first request of a layer that had no policy: `warn`, once, saying
-//!   how to choose what such requests get.
+//!   how to choose what such requests get;
+//! * the first request a layer inside this one had already counted against
+//!   one of its limits (the same name and window, as the inner layer's
+//!   `RateLimit-Policy` says): `warn`, once, and counted in
+//!   `ratelimit_counted_twice_total{limit}`.
 //!
 //! Without the features these are no-ops. [`Origin`] is always there: in
 //! the extensions of each request the inner service gets, and of each
@@ -73,6 +77,9 @@ pub(super) struct Reporting {
     /// A misconfiguration (no peer address) is logged once per layer.
     #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
     misconfiguration_logged: OnceFlag,
+    /// A request counted twice against one limit is logged once per layer.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    counted_twice_logged: OnceFlag,
 }
 
 /// Set once; a copy starts unset.
@@ -364,6 +371,23 @@ pub(super) fn no_policy(observer: &Reporting, report: &Report, refused: bool) {
             route = report.route(),
             refused,
             "a request had no rate limit policy; set RateLimitLayer::on_no_policy to choose what such requests get (logged once)"
+        );
+    }
+}
+
+/// A layer inside this one counted the request against the same `limit`:
+/// two layers on one route with one named limit spend two of its budget
+/// per request. Counted (`ratelimit_counted_twice_total{limit}`), and
+/// logged once per layer.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+pub(super) fn counted_twice(observer: &Reporting, limit: &str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_counted_twice_total", "limit" => limit.to_owned()).increment(1);
+    #[cfg(feature = "tracing")]
+    if observer.counted_twice_logged.first() {
+        tracing::warn!(
+            limit,
+            "a request was counted twice against the limit {limit:?}: a layer inside this one checked it too; give each route one layer per limit (logged once)"
         );
     }
 }
