@@ -94,6 +94,14 @@ async fn quota_reports_what_was_spent_and_spends_nothing() {
         first.contains(r#""name":"burst-hour","remaining":997"#),
         "{first}"
     );
+    // Every other limited route is listed, the settled, in-flight and
+    // adaptive ones too.
+    for route in ["/api/login", "/api/tokens", "/api/slow", "/api/report"] {
+        assert!(
+            first.contains(&format!(r#""route":"{route}""#)),
+            "{route} in {first}"
+        );
+    }
     let (_, _, second) = get(addr, "/api/quota", &carol).await;
     assert_eq!(first, second, "peeking consumed nothing");
 }
@@ -525,10 +533,11 @@ async fn quota_reads_every_route_in_one_round_trip_on_redis() {
         assert_eq!(status, 200, "{body}");
         assert!(body.contains(r#""name":"search","remaining":7"#), "{body}");
     }
-    // Each request: its own limit, and the four routes this caller has a
-    // key for (not /api/key); the first read's script may be loaded first.
+    // Each request: its own limit, and the eight other routes this caller
+    // has a key for (not /api/key); the first read of each script shape
+    // may be loaded first.
     let calls = redis.evalsha_calls() - calls;
-    assert!((20 * 5..=20 * 5 + 4).contains(&calls), "{calls}");
+    assert!((20 * 9..=20 * 9 + 9).contains(&calls), "{calls}");
     let reads = redis.reads_processed() - reads;
     // Two round trips a request, plus a few of our own (`redis-cli` and
     // the script's first load): 100 and more when each route was a call

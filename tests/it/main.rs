@@ -46,6 +46,7 @@ mod properties;
 mod quota;
 mod redis_backend;
 mod sentinel;
+mod sessions;
 mod settle;
 mod shaping;
 #[allow(dead_code)]

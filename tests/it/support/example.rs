@@ -75,6 +75,11 @@ impl ExampleServer {
         self.lines.recv_timeout(Duration::from_secs(10)).ok()
     }
 
+    /// A line it has printed and not yet been read, without waiting.
+    pub fn printed_line(&self) -> Option<String> {
+        self.lines.try_recv().ok()
+    }
+
     /// Its next line that starts with `prefix`, within 10 s a line.
     pub fn line_starting(&mut self, prefix: &str) -> Option<String> {
         std::iter::from_fn(|| self.next_line()).find(|line| line.starts_with(prefix))
