@@ -24,6 +24,7 @@ mod client;
 mod client_example;
 mod concurrency;
 mod content_bytes;
+mod dashboard;
 mod demotion;
 mod distributed;
 mod faults;

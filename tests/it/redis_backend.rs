@@ -5,7 +5,7 @@ use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
 use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
-use crate::support::{available, RedisServer};
+use crate::support::RedisServer;
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::backend::{KeyFormat, MemoryBackend};
@@ -797,8 +797,11 @@ fn hostile_identities_get_their_own_keys_in_one_slot() {
 
 #[test]
 fn valkey_too_when_it_is_installed() {
-    if !available("valkey-server") {
-        eprintln!("valkey-server is not installed: skipped");
+    if !crate::support::needed(
+        "valkey",
+        "valkey-server",
+        "apt-get install -t bookworm-backports valkey-server",
+    ) {
         return;
     }
     let server = RedisServer::start_with("valkey-server", &[]);

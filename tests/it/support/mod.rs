@@ -51,3 +51,22 @@ pub async fn with_a_minute_to_spare() {
         tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
     }
 }
+
+/// Whether `program` is here for the test `name` needs it for. A missing
+/// program fails the test with how to install it, unless the run opts out
+/// of it by name (`SKIP_TESTS=valkey,prometheus`): then the test says it
+/// skipped, and `scripts/test` lists it on its last line.
+pub fn needed(name: &str, program: &str, install: &str) -> bool {
+    if available(program) {
+        return true;
+    }
+    let skipped = std::env::var("SKIP_TESTS").unwrap_or_default();
+    if skipped.split(',').any(|skip| skip.trim() == name) {
+        eprintln!("skipped ({name}): {program} is not installed ({install})");
+        return false;
+    }
+    panic!(
+        "{program} is not installed: {install} (scripts/test does under CI=true or INSTALL_DEPS=1), \
+         or opt out of this test with SKIP_TESTS={name}"
+    );
+}

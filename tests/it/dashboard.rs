@@ -1,0 +1,182 @@
+//! `examples/grafana/dashboard.json` over real series: Debian's Prometheus
+//! scrapes the example server (on Redis) while it limits, adapts and loses
+//! its Redis, and every query of every panel must parse and return at least
+//! one series through Prometheus's HTTP API.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::example::ExampleServer;
+use crate::support::{needed, RedisServer};
+
+/// A Prometheus scraping one target every second, killed when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Prometheus {
+    fn scraping(target: u16) -> Self {
+        let port = RedisServer::unused_port();
+        let dir = std::env::temp_dir().join(format!("prometheus-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
+                 scrape_configs:\n  - job_name: example\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+            ),
+        )
+        .unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let prometheus = Self {
+            child,
+            port,
+            _dir: TempDir(dir),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !prometheus.get("/-/ready").contains("200 OK") {
+            assert!(Instant::now() < deadline, "prometheus did not get ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        prometheus
+    }
+
+    /// `GET path`: the whole response as text.
+    fn get(&self, path: &str) -> String {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return String::new();
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = stream.write_all(format!("GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").as_bytes());
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        response
+    }
+
+    /// The result of an instant query.
+    fn query(&self, expr: &str) -> Value {
+        let encoded: String = expr
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    char::from(b).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let response = self.get(&format!("/api/v1/query?query={encoded}"));
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        serde_json::from_str(body).unwrap_or(Value::Null)
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every query of every panel.
+fn panel_queries() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/grafana/dashboard.json");
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    let mut queries = Vec::new();
+    for panel in panels {
+        let title = panel["title"].as_str().unwrap_or_default().to_owned();
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("an expression");
+            queries.push((title.clone(), expr.to_owned()));
+        }
+    }
+    queries
+}
+
+#[test]
+fn every_panel_of_the_dashboard_shows_series_of_the_example_server() {
+    if !needed("prometheus", "prometheus", "apt-get install prometheus") {
+        return;
+    }
+    let queries = panel_queries();
+    assert!(queries.len() >= 10, "{queries:?}");
+
+    let mut redis = RedisServer::start();
+    let url = redis.url();
+    let server = ExampleServer::start(&[
+        ("REDIS_URL", url.as_str()),
+        ("ADMIN_TOKEN", "s3cret"),
+        ("ADAPTIVE_WINDOW_MS", "1000"),
+    ]);
+    let prometheus = Prometheus::scraping(server.port);
+    // A little of everything: admissions, refusals, an adaptive limit that
+    // moves, then Redis gone: failures, and the fallback deciding.
+    for _ in 0..15 {
+        server.get("/api/search", &[("x-user-id", "alice")]);
+    }
+    for i in 0..20 {
+        server.get("/api/user", &[("x-user-id", &format!("u{i}"))]);
+    }
+    let admin = [("authorization", "Bearer s3cret")];
+    server.send("PUT", "/admin/backend", &admin, "error_rate=0.5");
+    for i in 0..40 {
+        server.get("/api/report", &[("x-user-id", &format!("r{i}"))]);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    redis.kill();
+    for i in 0..20 {
+        server.get("/api/user", &[("x-user-id", &format!("v{i}"))]);
+    }
+    for _ in 0..15 {
+        server.get("/api/search", &[("x-user-id", "bob")]);
+    }
+
+    // Rates need two scrapes of each series: ask until they come.
+    for (title, expr) in &queries {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let answer = prometheus.query(expr);
+            assert_ne!(
+                answer["status"], "error",
+                "{title}: {expr} does not parse: {answer}"
+            );
+            let series = answer["data"]["result"].as_array().map_or(0, Vec::len);
+            if series > 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{title}: {expr} returned no series: {answer}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
