@@ -199,6 +199,14 @@ fn one_api_key_is_one_identity_on_every_server_given_one_secret() {
     let (server_a, server_b) = (ApiKey::bearer("shared"), ApiKey::bearer("shared"));
     let r = req("1.1.1.1:1", &[("authorization", b"Bearer sk-123")]);
     assert_eq!(key(&server_a, &r).unwrap(), key(&server_b, &r).unwrap());
+    // And in every process: nothing of this one's (no random salt) goes in.
+    // The first 16 bytes of HMAC-SHA256 under "shared" of "sk-123", as
+    // Python's hmac module computes them.
+    let expected = [
+        0x79, 0x0e, 0x96, 0xf5, 0x9c, 0x4a, 0xa0, 0xe4, 0x6b, 0x6a, 0xef, 0xed, 0xba, 0x25, 0x91,
+        0x37,
+    ];
+    assert_eq!(key(&server_a, &r).unwrap(), Key::new("api-key", expected));
 }
 
 #[test]
@@ -254,11 +262,46 @@ proptest! {
             let ip = trusted.clone().header(header).client_addr(&RequestHead::from(&r)).unwrap();
             if !peer_trusted {
                 prop_assert_eq!(ip.to_string(), "198.51.100.7");
+            } else {
+                // Through a trusted peer: the peer, or an address the
+                // header names.
+                let text = String::from_utf8_lossy(&value);
+                prop_assert!(ip.to_string() == "10.0.0.1" || text.contains(&ip.to_string()), "{} from {}", ip, text);
             }
             let _ = ClientIp::new().trust_hops(3).header(header).extract(&RequestHead::from(&r));
         }
         let _ = key(&Header::new("x-user-id"), &r);
         let _ = key(&ApiKey::bearer("s"), &r);
         let _ = key(&ApiKey::header("x-api-key", "s"), &r);
+    }
+}
+
+proptest! {
+    /// Address lists as proxies write them, with junk among them: through a
+    /// trusted peer the client is the peer or an address of the list,
+    /// never one of the trusted network's unless nothing else is there.
+    #[test]
+    fn forwarded_lists_name_a_listed_client(
+        list in prop::collection::vec(
+            prop_oneof![
+                any::<[u8; 4]>().prop_map(|o| std::net::Ipv4Addr::from(o).to_string()),
+                any::<[u8; 4]>().prop_map(|o| format!("10.{}.{}.{}", o[1], o[2], o[3])),
+                any::<[u16; 8]>().prop_map(|s| std::net::Ipv6Addr::from(s).to_string()),
+                "[a-z0-9:.\\[\\] ]{0,12}",
+            ],
+            0..40,
+        ),
+    ) {
+        let header = list.join(", ");
+        let r = req("10.0.0.1:1", &[("x-forwarded-for", header.as_bytes())]);
+        let trusted = ClientIp::new().trust_networks(["10.0.0.0/8".parse().unwrap()]);
+        let ip = trusted.client_addr(&RequestHead::from(&r)).unwrap();
+        let listed = list.iter().any(|entry| entry.trim() == ip.to_string());
+        prop_assert!(ip.to_string() == "10.0.0.1" || listed, "{} from {}", ip, header);
+        // An untrusted address right of every junk entry is the client.
+        let rightmost = list.iter().rev().map(|e| e.trim()).find(|e| !e.starts_with("10.") || e.parse::<std::net::IpAddr>().is_err());
+        if let Some(Ok(addr)) = rightmost.map(str::parse::<std::net::IpAddr>) {
+            prop_assert_eq!(ip, addr, "from {}", header);
+        }
     }
 }

@@ -241,15 +241,21 @@ impl RedisBackend {
 
 #[cfg(test)]
 mod tests {
-    use super::slot;
+    use super::{crc16, slot};
 
     #[test]
     fn slots_are_redis_clusters() {
-        // Values from Redis's own CLUSTER KEYSLOT.
+        // The CRC: the check value of CRC-16/XMODEM, and CLUSTER KEYSLOT foo.
         assert_eq!(slot(b"123456789"), 12_739);
         assert_eq!(slot(b"foo"), 12_182);
+        // The hash tag, by the cluster specification's own examples: the
+        // text between the first `{` and the first `}` after it, unless
+        // that is empty, when the whole key is hashed.
         assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16_384);
         assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{bar"), crc16(b"foo{bar") % 16_384);
     }
 }
