@@ -46,6 +46,7 @@ mod policy;
 mod properties;
 mod quota;
 mod redis_backend;
+mod reference;
 mod sentinel;
 mod sessions;
 mod settle;

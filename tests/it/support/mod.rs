@@ -10,6 +10,7 @@ pub mod example;
 pub mod http;
 pub mod later;
 pub mod redis;
+pub mod reference;
 pub mod sentinel;
 pub mod strict;
 pub mod tls;
