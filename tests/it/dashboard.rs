@@ -1,7 +1,9 @@
-//! `examples/grafana/dashboard.json` over real series: Debian's Prometheus
-//! scrapes the example server (on Redis) while it limits, adapts and loses
-//! its Redis, and every query of every panel must parse and return at least
-//! one series through Prometheus's HTTP API.
+//! `examples/grafana/dashboard.json` and `examples/prometheus/alerts.yml`
+//! over real series: Debian's Prometheus scrapes the example server (on
+//! Redis, its metrics through the Prometheus exporter's recorder) while it
+//! refuses, adapts and loses its Redis. Every query of every panel must
+//! parse and return at least one series through Prometheus's HTTP API, and
+//! every alert rule must fire here, with the labels its annotations name.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -121,13 +123,53 @@ fn panel_queries() -> Vec<(String, String)> {
     queries
 }
 
+/// Every alert rule: its name, its expression, and the labels its
+/// annotations read (`$labels.route`).
+fn alert_rules() -> Vec<(String, String, Vec<String>)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/prometheus/alerts.yml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut rules: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        if let Some(name) = trimmed.strip_prefix("- alert: ") {
+            rules.push((name.trim().to_owned(), String::new(), Vec::new()));
+        } else if let Some(expr) = trimmed.strip_prefix("expr: ") {
+            let rule = rules.last_mut().expect("an expr belongs to an alert");
+            if expr.trim() == "|" {
+                let indent = line.len() - trimmed.len();
+                while let Some(more) = lines.next_if(|l| l.len() - l.trim_start().len() > indent) {
+                    rule.1.push_str(more.trim());
+                    rule.1.push(' ');
+                }
+            } else {
+                rule.1 = expr.trim().to_owned();
+            }
+        }
+        if let Some(rule) = rules.last_mut() {
+            let mut rest = line;
+            while let Some(at) = rest.find("$labels.") {
+                let label: String = rest[at + 8..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                rule.2.push(label);
+                rest = &rest[at + 8..];
+            }
+        }
+    }
+    rules
+}
+
 #[test]
-fn every_panel_of_the_dashboard_shows_series_of_the_example_server() {
+fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
     if !needed("prometheus", "prometheus", "apt-get install prometheus") {
         return;
     }
     let queries = panel_queries();
     assert!(queries.len() >= 10, "{queries:?}");
+    let rules = alert_rules();
+    assert_eq!(rules.len(), 5, "{rules:?}");
 
     let mut redis = RedisServer::start();
     let url = redis.url();
@@ -137,26 +179,50 @@ fn every_panel_of_the_dashboard_shows_series_of_the_example_server() {
         ("ADAPTIVE_WINDOW_MS", "1000"),
     ]);
     let prometheus = Prometheus::scraping(server.port);
-    // A little of everything: admissions, refusals, an adaptive limit that
+    // Its first scrape comes seconds after it is ready: a counter must be
+    // seen before it grows for its rate to show.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while prometheus.query("up == 1")["data"]["result"]
+        .as_array()
+        .is_none_or(Vec::is_empty)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus never scraped the server"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A little of everything, spread over several scrapes so that every
+    // counter is seen to grow: admissions, refusals, an adaptive limit that
     // moves, then Redis gone: failures, and the fallback deciding.
-    for _ in 0..15 {
+    for _ in 0..11 {
         server.get("/api/search", &[("x-user-id", "alice")]);
     }
     for i in 0..20 {
         server.get("/api/user", &[("x-user-id", &format!("u{i}"))]);
     }
     let admin = [("authorization", "Bearer s3cret")];
-    server.send("PUT", "/admin/backend", &admin, "error_rate=0.5");
+    let set = server.send("PUT", "/admin/backend", &admin, "error_rate=0.5");
+    assert!(set.contains("fails 50% of requests"), "{set}");
+    // The adaptive limit looks at its window at most ten times a window:
+    // the responses are spread over half of it.
     for i in 0..40 {
         server.get("/api/report", &[("x-user-id", &format!("r{i}"))]);
+        std::thread::sleep(Duration::from_millis(12));
     }
     std::thread::sleep(Duration::from_millis(1500));
-    redis.kill();
-    for i in 0..20 {
-        server.get("/api/user", &[("x-user-id", &format!("v{i}"))]);
+    for _ in 0..10 {
+        server.get("/api/search", &[("x-user-id", "alice")]);
     }
-    for _ in 0..15 {
-        server.get("/api/search", &[("x-user-id", "bob")]);
+    redis.kill();
+    for round in 0..4 {
+        for i in 0..10 {
+            server.get("/api/user", &[("x-user-id", &format!("v{round}-{i}"))]);
+        }
+        for _ in 0..4 {
+            server.get("/api/search", &[("x-user-id", "bob")]);
+        }
+        std::thread::sleep(Duration::from_millis(1000));
     }
 
     // Rates need two scrapes of each series: ask until they come.
@@ -177,6 +243,42 @@ fn every_panel_of_the_dashboard_shows_series_of_the_example_server() {
                 "{title}: {expr} returned no series: {answer}"
             );
             std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    // The alert rules: each fires on what happened here, and each series
+    // carries the labels the rule's annotations read.
+    for (name, expr, labels) in &rules {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let series = loop {
+            let answer = prometheus.query(expr);
+            assert_ne!(
+                answer["status"], "error",
+                "{name}: {expr} does not parse: {answer}"
+            );
+            let series = answer["data"]["result"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if !series.is_empty() {
+                break series;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} did not fire: {expr}: {answer}; the server printed:\n{}",
+                std::iter::from_fn(|| server.printed_line())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        for one in &series {
+            for label in labels {
+                assert!(
+                    one["metric"][label].is_string(),
+                    "{name}: no {label} in {one}"
+                );
+            }
         }
     }
 }
