@@ -100,7 +100,7 @@ async fn a_success_resets_the_count() {
 #[tokio::test]
 async fn one_probe_at_a_time_no_request_waits_for_it_and_a_good_one_closes_the_breaker() {
     let flaky = Flaky {
-        delay: Duration::from_millis(50),
+        delay: Duration::from_millis(300),
         ..Flaky::down()
     };
     let breaker = flaky
@@ -129,16 +129,22 @@ async fn one_probe_at_a_time_no_request_waits_for_it_and_a_good_one_closes_the_b
         .collect();
     let results = futures_all(checks).await;
     // All answered at once, the one that started the probe too: it runs
-    // on its own task (and takes the backend 50 ms).
-    assert!(started.elapsed() < Duration::from_millis(40));
+    // on its own task (and takes the backend 300 ms).
+    assert!(started.elapsed() < Duration::from_millis(150));
     assert_eq!(flaky.calls.load(Ordering::SeqCst) - before, 1, "one probe");
     assert!(results
         .iter()
         .all(|r| r.as_ref().unwrap_err().is_breaker_open()));
 
     // The probe succeeded: closed, every decision asks the backend again.
-    tokio::time::sleep(Duration::from_millis(70)).await;
-    assert!(!breaker.is_open());
+    let probing = Instant::now();
+    while breaker.is_open() {
+        assert!(
+            probing.elapsed() < Duration::from_secs(3),
+            "the probe never closed it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(remaining(), left, "a probe consumes nothing");
     for _ in 0..5 {
         assert!(breaker.check(&key(), &policy(), 1).await.is_ok());
@@ -248,7 +254,9 @@ where
 async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseconds() {
     use tower_ratelimit::backend::RedisBackend;
     let redis = crate::support::RedisServer::start();
-    let timeout = Duration::from_millis(50);
+    // Long enough that a wait for Redis stands out from scheduling under
+    // load; every bound below is well under twice it.
+    let timeout = Duration::from_millis(200);
     let backend = RedisBackend::builder(&redis.url())
         .timeout(timeout)
         .connect()
@@ -276,7 +284,7 @@ async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseco
     for _ in 0..50 {
         let (origin, took) = decide().await;
         // Every wait is bounded by the timeout (plus scheduling).
-        assert!(took < timeout + Duration::from_millis(25), "{took:?}");
+        assert!(took < timeout + Duration::from_millis(100), "{took:?}");
         if took >= timeout {
             // Redis was asked, timed out, and the fallback decided.
             assert_eq!(origin, Origin::Fallback);
@@ -290,7 +298,8 @@ async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseco
     assert_eq!(slow, 3, "only the failures that opened the breaker waited");
     fast.sort();
     let median = fast[fast.len() / 2];
-    assert!(median < Duration::from_millis(1), "median {median:?}");
+    // Redis not asked: a tenth of the timeout at most, even under load.
+    assert!(median < Duration::from_millis(20), "median {median:?}");
 
     // Redis answers again: within a second (a probe is due after 300 ms),
     // decisions come from it.
@@ -321,7 +330,9 @@ async fn after_a_long_outage_redis_decides_again_within_a_second() {
         .and_then(|s| s.parse().ok())
         .map_or(Duration::from_secs(30), Duration::from_secs);
     let mut redis = crate::support::RedisServer::start();
-    let timeout = Duration::from_millis(50);
+    // Long enough that a wait for Redis stands out from scheduling under
+    // load; every bound below is well under twice it.
+    let timeout = Duration::from_millis(200);
     let backend = RedisBackend::builder(&redis.url())
         .timeout(timeout)
         .connect_lazy()
@@ -345,8 +356,8 @@ async fn after_a_long_outage_redis_decides_again_within_a_second() {
     while Instant::now() < until {
         let (origin, took) = decide().await;
         assert_ne!(origin, Origin::Primary);
-        assert!(took < timeout + Duration::from_millis(25), "{took:?}");
-        waited += usize::from(took >= Duration::from_millis(5));
+        assert!(took < timeout + Duration::from_millis(100), "{took:?}");
+        waited += usize::from(took >= timeout / 2);
         decisions += 1;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

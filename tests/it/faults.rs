@@ -104,7 +104,9 @@ async fn frozen_then_killed_then_restarted_empty_under_load() {
     frozen_times.sort();
     let frozen_median = frozen_times[frozen_times.len() / 2];
     assert!(
-        frozen_median < Duration::from_millis(1),
+        // Answered without Redis: a fifth of the timeout at most, even
+        // while the rest of the suite loads the machine.
+        frozen_median < TIMEOUT / 5,
         "median {frozen_median:?}"
     );
     eprintln!(
@@ -122,7 +124,7 @@ async fn frozen_then_killed_then_restarted_empty_under_load() {
     let mut times: Vec<Duration> = down.iter().map(|(_, t)| *t).collect();
     times.sort();
     assert!(
-        times[times.len() / 2] < Duration::from_millis(1),
+        times[times.len() / 2] < TIMEOUT / 5,
         "median {:?}",
         times[times.len() / 2]
     );

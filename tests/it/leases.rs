@@ -269,7 +269,9 @@ async fn what_a_fixed_window_leased_lapses_with_its_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
     let server = RedisServer::start();
-    let leased = leasing(&server, 1, Duration::from_millis(50)).await;
+    // A timeout long enough that waiting for Redis would show under any
+    // load: no request may wait half of it.
+    let leased = leasing(&server, 1, Duration::from_millis(400)).await;
     // 3,000 a minute: shares of 100 lasting 600 ms.
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_minute(3_000).unwrap()).unwrap();
     let key = Key::new("user", "frank");
@@ -288,7 +290,7 @@ async fn a_lease_keeps_admitting_at_once_while_redis_is_frozen() {
         assert_eq!(decision.origin(), Origin::Leased);
     }
     server.resume();
-    assert!(slowest < Duration::from_millis(25), "slowest {slowest:?}");
+    assert!(slowest < Duration::from_millis(200), "slowest {slowest:?}");
 }
 
 #[cfg(feature = "redis-cluster")]

@@ -170,14 +170,15 @@ async fn shaping_never_admits_more_than_the_limit() {
         admitted.len(),
         statuses.iter().filter(|s| **s == StatusCode::OK).count()
     );
-    // In any 200 ms at most 5 were let through (1 ms of slack for the two
-    // clocks: the limiter's and this test's).
+    // In any 200 ms at most 5 were let through, less 20 ms of slack: the
+    // limiter reads its clock and this test its own in one poll, but a
+    // loaded machine can preempt the thread between the two.
     for (i, t) in admitted.iter().enumerate() {
         let within = admitted[i..]
             .iter()
-            .filter(|u| **u < *t + Duration::from_millis(199))
+            .filter(|u| **u < *t + Duration::from_millis(180))
             .count();
-        assert!(within <= 5, "{within} within 200 ms of {t:?}: {admitted:?}");
+        assert!(within <= 5, "{within} within 180 ms of {t:?}: {admitted:?}");
     }
     // And shaping did let more than one window's worth through, over time.
     assert!(
