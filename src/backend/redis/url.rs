@@ -243,14 +243,16 @@ mod tests {
         assert_eq!(s.password.as_deref(), Some("p@ss"));
         assert!(!format!("{s:?}").contains("p@ss"));
         #[cfg(feature = "redis-sentinel")]
-        assert_eq!(
-            s.url_of("10.0.0.1", 6379, true),
-            "rediss://limiter:p%40ss@10.0.0.1:6379/2"
-        );
-        assert_eq!(
-            s.url_of("::1", 26379, false),
-            "rediss://limiter:p%40ss@[::1]:26379"
-        );
+        {
+            assert_eq!(
+                s.url_of("10.0.0.1", 6379, true),
+                "rediss://limiter:p%40ss@10.0.0.1:6379/2"
+            );
+            assert_eq!(
+                s.url_of("::1", 26379, false),
+                "rediss://limiter:p%40ss@[::1]:26379"
+            );
+        }
     }
 
     #[test]
