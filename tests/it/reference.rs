@@ -5,37 +5,17 @@
 //! time), so their agreement is checked too, against definitions of their
 //! own.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
 
 use crate::support::reference::Reference;
-use tower_ratelimit::backend::{KeyStates, MemoryBackend, StateStore, StoreBackend};
+use crate::support::store::Map;
+use tower_ratelimit::backend::{MemoryBackend, StoreBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
 use tower_ratelimit::decision::Verdict;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
-
-#[derive(Clone, Default)]
-struct Map(Arc<Mutex<HashMap<Key, KeyStates>>>);
-
-impl StateStore for Map {
-    fn update<R>(&self, key: &Key, change: impl FnOnce(&mut KeyStates) -> R) -> R {
-        let mut map = self.0.lock().unwrap();
-        let states = map.entry(key.clone()).or_default();
-        let answer = change(states);
-        if states.is_empty() {
-            map.remove(key);
-        }
-        answer
-    }
-
-    fn keys(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
 
 /// A limit, and a trace of (gap, cost) from a start time.
 #[derive(Clone, Debug)]

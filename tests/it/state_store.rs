@@ -1,35 +1,13 @@
 //! A store of our own over a plain `Mutex<HashMap>`, made a whole backend by
 //! `StoreBackend`: it decides exactly as the memory backend does.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use proptest::prelude::*;
-use tower_ratelimit::backend::{Backend, KeyStates, MemoryBackend, StateStore, StoreBackend};
+use tower_ratelimit::backend::{Backend, MemoryBackend, StateStore, StoreBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
 use tower_ratelimit::key::Key;
 
 use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
-
-/// The whole store: a map from key to its states, under one lock.
-#[derive(Clone, Default)]
-struct Map(Arc<Mutex<HashMap<Key, KeyStates>>>);
-
-impl StateStore for Map {
-    fn update<R>(&self, key: &Key, change: impl FnOnce(&mut KeyStates) -> R) -> R {
-        let mut map = self.0.lock().unwrap();
-        let states = map.entry(key.clone()).or_default();
-        let answer = change(states);
-        if states.is_empty() {
-            map.remove(key);
-        }
-        answer
-    }
-
-    fn keys(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
+use crate::support::store::Map;
 
 /// Both backends on one manual clock.
 fn both() -> (

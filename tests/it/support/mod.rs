@@ -12,6 +12,7 @@ pub mod later;
 pub mod redis;
 pub mod reference;
 pub mod sentinel;
+pub mod store;
 pub mod strict;
 pub mod tls;
 
