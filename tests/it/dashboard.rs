@@ -5,37 +5,27 @@
 //! parse and return at least one series through Prometheus's HTTP API, and
 //! every alert rule must fire here, with the labels its annotations name.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::example::ExampleServer;
+use crate::support::example::{plain_request, ExampleServer};
+use crate::support::redis::temp_dir;
 use crate::support::{needed, RedisServer};
 
 /// A Prometheus scraping one target every second, killed when dropped.
 struct Prometheus {
     child: Child,
     port: u16,
-    _dir: TempDir,
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    dir: PathBuf,
 }
 
 impl Prometheus {
     fn scraping(target: u16) -> Self {
         let port = RedisServer::unused_port();
-        let dir = std::env::temp_dir().join(format!("prometheus-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = temp_dir("prometheus");
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -56,11 +46,7 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let prometheus = Self {
-            child,
-            port,
-            _dir: TempDir(dir),
-        };
+        let prometheus = Self { child, port, dir };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !prometheus.get("/-/ready").contains("200 OK") {
             assert!(Instant::now() < deadline, "prometheus did not get ready");
@@ -71,16 +57,7 @@ impl Prometheus {
 
     /// `GET path`: the whole response as text.
     fn get(&self, path: &str) -> String {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return String::new();
-        };
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let _ = stream.write_all(format!("GET {path} HTTP/1.0\r\nhost: x\r\n\r\n").as_bytes());
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response
+        plain_request(self.port, "GET", path, &[], "")
     }
 
     /// The result of an instant query.
@@ -104,6 +81,7 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -93,23 +93,7 @@ impl ExampleServer {
     /// `method path` with `headers` and `body`: the whole response as text
     /// (empty when the connection was closed without one).
     pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> String {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
-            body.len()
-        );
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(body);
-        let _ = stream.write_all(request.as_bytes());
-        let mut response = String::new();
-        let _ = stream.read_to_string(&mut response);
-        response
+        plain_request(self.port, method, path, headers, body)
     }
 
     /// The status of each of `requests` (whole request texts, kept alive),
@@ -165,4 +149,35 @@ impl Drop for ExampleServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One HTTP/1.1 request to `127.0.0.1:port` on a connection of its own:
+/// the whole response as text (empty when the connection was refused or
+/// closed without one), read within 10 s.
+pub fn plain_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    let _ = stream.write_all(request.as_bytes());
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
 }

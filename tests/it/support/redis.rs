@@ -41,7 +41,8 @@ pub fn cluster_port() -> u16 {
     }
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh folder of this process's for `tag`, under the system's temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "tower-ratelimit-{tag}-{}-{}",
         std::process::id(),
