@@ -1,7 +1,7 @@
 //! What the crate does without its default features: the paths that only
 //! compile when a feature is off. `scripts/test` runs this binary with
-//! `--no-default-features` and one feature at a time (`config`, `redis`);
-//! under `--all-features` its tests compile away.
+//! `--no-default-features --features redis` (the tests add `config` and
+//! `metrics`); under `--all-features` its tests compile away.
 
 #[cfg(all(feature = "config", not(feature = "axum")))]
 mod without_axum {

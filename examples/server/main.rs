@@ -103,7 +103,9 @@ mod tokens;
 pub use admin::metrics_app;
 use admin::*;
 pub use changes::{ChangeError, Changes};
-pub use config::{Config, RedisKeyFormat, StoreFailure};
+#[cfg(feature = "redis")]
+use config::RedisKeyFormat;
+pub use config::{Config, StoreFailure};
 use routes::*;
 pub use serve::{serve, Serving};
 

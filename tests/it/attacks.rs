@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use crate::support::example::ExampleServer;
+#[cfg(feature = "redis")]
 use crate::support::RedisServer;
 
 /// Connections to `server` that send nothing.
@@ -154,6 +155,7 @@ fn api_keys_cannot_be_guessed_through_the_quota_route() {
 /// With Redis frozen (it accepts, never answers), the server listens at
 /// once, limits by its failure rule, answers a change of the limits 503
 /// fast, and joins the fleet as soon as Redis answers.
+#[cfg(feature = "redis")]
 #[test]
 fn a_frozen_redis_neither_delays_start_up_nor_hangs_admin_changes() {
     let redis = RedisServer::start();
@@ -272,6 +274,7 @@ fn redacted_addresses_show_nothing_to_guess_from() {
 /// both, the second from its denial cache; `DELETE /admin/keys?ip=` on the
 /// first lifts the ban on both within a second (the fleet tells the second
 /// to forget what it remembers).
+#[cfg(feature = "redis")]
 #[test]
 fn a_reset_on_one_server_reaches_every_server_within_a_second() {
     let redis = RedisServer::start();
@@ -306,6 +309,7 @@ fn a_reset_on_one_server_reaches_every_server_within_a_second() {
 /// a minute, 100 reserved each): one is served, the rest refused, 10,000
 /// tokens in all — the budget plus one request's overrun (before: 10
 /// served, 100,000 tokens).
+#[cfg(feature = "redis")]
 #[test]
 fn concurrent_costs_known_afterwards_overrun_once() {
     let redis = RedisServer::start();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::{Backend, BackendError, MemoryBackend};
-use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Decision, Policy};
 
@@ -250,9 +249,11 @@ where
     out
 }
 
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseconds() {
     use tower_ratelimit::backend::RedisBackend;
+    use tower_ratelimit::decision::Origin;
     let redis = crate::support::RedisServer::start();
     // Long enough that a wait for Redis stands out from scheduling under
     // load; every bound below is well under twice it.
@@ -322,9 +323,11 @@ async fn a_paused_redis_costs_the_timeout_until_the_breaker_opens_then_microseco
 /// then started again empty. While it is down, once the breaker is open,
 /// no decision waits; within a second of it answering again, decisions
 /// come from it (the probe's backoff stops at 400 ms).
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_long_outage_redis_decides_again_within_a_second() {
     use tower_ratelimit::backend::RedisBackend;
+    use tower_ratelimit::decision::Origin;
     let outage = std::env::var("RECOVERY_OUTAGE_SECS")
         .ok()
         .and_then(|s| s.parse().ok())

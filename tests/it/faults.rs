@@ -3,6 +3,8 @@
 //! decision is answered within the timeout plus a margin, and decisions come
 //! from Redis again soon after it answers.
 
+#![cfg(feature = "redis")]
+
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::{Backend, Breaker, Fallback, MemoryBackend, RedisBackend};
@@ -12,10 +14,10 @@ use tower_ratelimit::Policy;
 
 use crate::support::RedisServer;
 
-const TIMEOUT: Duration = Duration::from_millis(50);
-/// What a decision may take beyond the timeout on this shared, 2-core
-/// machine while the rest of the suite runs (measured figures in the notes).
-const MARGIN: Duration = Duration::from_millis(40);
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// What a decision may take beyond the timeout on a shared 2-core machine
+/// at load 4 while the rest of the suite runs: a few scheduler time slices.
+const MARGIN: Duration = Duration::from_millis(100);
 const CLIENTS: usize = 32;
 
 type Guarded = Fallback<Breaker<RedisBackend>, MemoryBackend>;
@@ -470,14 +472,14 @@ async fn latency_proxy(target: u16, delay: Duration) -> u16 {
     port
 }
 
-/// Redis answering 25 ms late (half the 50 ms timeout) under 16 clients at
+/// Redis answering 50 ms late (half the 100 ms timeout) under 16 clients at
 /// once: Redis decides (all 800 when the machine is quiet; at least 80% is
 /// asked, so that a loaded machine's stalls do not fail the test, where
 /// Nagle's extra round trip left 101 of 800).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_answering_within_the_timeout_keeps_deciding() {
     let server = RedisServer::start();
-    let late: u64 = std::env::var("REDIS_LATE_MS").map_or(25, |ms| ms.parse().unwrap());
+    let late: u64 = std::env::var("REDIS_LATE_MS").map_or(50, |ms| ms.parse().unwrap());
     let port = latency_proxy(server.port, Duration::from_millis(late)).await;
     let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
         .timeout(TIMEOUT)

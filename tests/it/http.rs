@@ -216,6 +216,7 @@ async fn unlimited_routes_stay_unlimited() {
 /// The demo server on Redis, with `ON_STORE_FAILURE`'s choice: while the
 /// redis-server is frozen (SIGSTOP), every request is answered within the
 /// timeout plus a margin, by the rule chosen.
+#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_redis_frozen_the_server_answers_by_on_store_failure() {
     use crate::server::StoreFailure;
@@ -525,6 +526,7 @@ async fn an_admin_cannot_set_a_sliding_log_of_millions() {
 /// `/api/quota` asked Redis once per route (100 requests, 501 EVALSHA in
 /// 501 round trips); it now reads every route in one pipeline: five peeks
 /// in one round trip, plus its own limit's.
+#[cfg(feature = "redis")]
 #[tokio::test]
 async fn quota_reads_every_route_in_one_round_trip_on_redis() {
     let redis = crate::support::RedisServer::start();
