@@ -16,8 +16,8 @@ pub enum Changes {
     Fleet(Arc<Joining>),
 }
 
-/// The fleet a server joins in the background, and the store timeout its
-/// changes are bounded by.
+/// The fleet a server joins in the background, and how long a change may
+/// take.
 #[cfg(feature = "redis")]
 pub struct Joining {
     fleet: OnceLock<tower_ratelimit::config::Fleet>,
@@ -52,33 +52,38 @@ pub enum ChangeError {
 }
 
 impl Changes {
-    /// On Redis, the fleet of every server on it, when the URL names one
-    /// server (not a cluster or Sentinel's, not with a CA of one's own),
-    /// joined by a task that tries until Redis answers; this server's
-    /// limits, saying why, otherwise. Returns at once.
+    /// On Redis, the fleet of every server on it (one server, a cluster,
+    /// Sentinel; with the TLS settings of decisions), joined by a task that
+    /// tries until Redis answers. Returns at once.
     #[cfg(feature = "redis")]
-    pub fn for_redis(config: &Config, url: &str, limits: &Limits) -> Self {
-        let standalone = (url.starts_with("redis://") || url.starts_with("rediss://"))
-            && !url.contains(',')
-            && config.redis_ca_file.is_none();
-        if !standalone {
-            println!("limits: changes stay on this server (the fleet's copy needs one Redis server's URL)");
-            return Self::Local;
-        }
+    pub fn for_redis(config: &Config, url: &str, limits: &Limits) -> Result<Self, String> {
+        use tower_ratelimit::backend::RedisBackend;
+        use tower_ratelimit::config::Fleet;
+        let redis = with_tls(config, RedisBackend::builder(url))?;
         let joining = Arc::new(Joining {
             fleet: OnceLock::new(),
             joined: tokio::sync::Notify::new(),
-            timeout: config.store_timeout,
+            // A change waits for the replicas to confirm it: longer than a
+            // decision may take, short enough for a caller waiting on it.
+            timeout: config.store_timeout.max(Duration::from_millis(750)),
             forget_local: OnceLock::new(),
         });
-        let (url, limits, task) = (url.to_owned(), limits.clone(), joining.clone());
+        let (limits, task) = (limits.clone(), joining.clone());
         tokio::spawn(async move {
             let mut said = None;
             loop {
-                let attempt = tower_ratelimit::config::Fleet::connect(&url, limits.clone());
+                let attempt = Fleet::join(redis.clone(), Fleet::DEFAULT_NAME, limits.clone());
                 let error = match tokio::time::timeout(Duration::from_secs(2), attempt).await {
                     Ok(Ok(fleet)) => {
-                        println!("limits: joined the fleet (version {})", fleet.version());
+                        let on = match fleet.topology() {
+                            "cluster" => "a Redis Cluster",
+                            "sentinel" => "the master Sentinel names",
+                            _ => "one Redis server",
+                        };
+                        println!(
+                            "limits: joined the fleet (version {}) on {on}: changes reach every server",
+                            fleet.version()
+                        );
                         let hooks = task.clone();
                         fleet.on_forget(move |key| {
                             if let Some(forget) = hooks.forget_local.get() {
@@ -101,7 +106,7 @@ impl Changes {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         });
-        Self::Fleet(joining)
+        Ok(Self::Fleet(joining))
     }
 
     /// Once the fleet is joined (at most `within`): for a caller that

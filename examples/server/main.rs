@@ -316,7 +316,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redis_url = std::env::var("REDIS_URL").ok();
     let changes = match &redis_url {
         #[cfg(feature = "redis")]
-        Some(url) => Changes::for_redis(&config, url, &limits),
+        Some(url) => Changes::for_redis(&config, url, &limits)?,
         _ => Changes::Local,
     };
     if let Some(path) = &config.limits_file {
@@ -399,7 +399,7 @@ fn check(path: &str) -> i32 {
 #[cfg(feature = "redis")]
 pub async fn redis_app(config: &Config, url: &str) -> Result<Router, Box<dyn std::error::Error>> {
     let limits = Limits::new(limits_file(config)?);
-    let changes = Changes::for_redis(config, url, &limits);
+    let changes = Changes::for_redis(config, url, &limits)?;
     // For a caller that changes limits at once (tests): joined first.
     changes.joined(Duration::from_secs(5)).await;
     redis_app_with(config, url, limits, changes).await

@@ -7,12 +7,17 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::connection::Connection;
+#[cfg(feature = "config")]
+use super::control::Listen;
 use super::leases::Leases;
 use super::script::{KeyFormat, KeyNames};
 use super::RedisBackend;
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
 use crate::backend::{BackendError, StoreHealth};
+
+/// Makes a client for a URL (with the builder's TLS settings).
+pub(super) type Open = Box<dyn Fn(&str) -> ::redis::RedisResult<::redis::Client> + Send + Sync>;
 
 /// Configures a [`RedisBackend`].
 #[derive(Debug, Clone)]
@@ -339,14 +344,46 @@ impl RedisBackendBuilder {
             Topology::Standalone(url) => url,
             _ => unreachable!("only standalone topologies open a client"),
         };
-        let client = connection_info(url).and_then(|info| {
+        (self.opener())(url)
+            .map_err(|e| BackendError::new(format!("{}: {e}", super::url::redacted(url))))
+    }
+
+    /// How a URL is opened: with this builder's TLS settings.
+    pub(super) fn opener(&self) -> Open {
+        #[cfg(feature = "redis-tls")]
+        let certificates = self.tls.certificates();
+        Box::new(move |url: &str| {
+            let info = connection_info(url)?;
             #[cfg(feature = "redis-tls")]
-            if let Some(certificates) = self.tls.certificates() {
-                return ::redis::Client::build_with_tls(info, certificates);
+            if let Some(certificates) = &certificates {
+                return ::redis::Client::build_with_tls(info, certificates.clone());
             }
             ::redis::Client::open(info)
-        });
-        client.map_err(|e| BackendError::new(format!("{}: {e}", super::url::redacted(url))))
+        })
+    }
+
+    /// Where a fleet on this backend subscribes.
+    #[cfg(feature = "config")]
+    fn listen(&self) -> Listen {
+        let open = self.opener();
+        let servers = |urls: &[String]| {
+            let opened = urls.iter().filter_map(|url| {
+                let client = open(url).ok()?;
+                Some((super::url::redacted(url), client))
+            });
+            Listen::Servers(opened.collect())
+        };
+        match &self.topology {
+            Topology::Standalone(url) => servers(std::slice::from_ref(url)),
+            Topology::Client(client) => {
+                Listen::Servers(Arc::from([("client".to_owned(), client.as_ref().clone())]))
+            }
+            #[cfg(feature = "redis-cluster")]
+            Topology::Cluster(nodes) => servers(nodes),
+            #[cfg(feature = "redis-sentinel")]
+            Topology::Sentinel(_) => Listen::Master,
+            _ => Listen::Nowhere,
+        }
     }
 
     /// One connection attempt per call, never a backoff of the manager's
@@ -361,6 +398,8 @@ impl RedisBackendBuilder {
     }
 
     fn finish(self, conn: Connection) -> RedisBackend {
+        #[cfg(feature = "config")]
+        let listen = self.listen();
         #[cfg(feature = "redis-cluster")]
         let nodes = matches!(conn, Connection::Cluster(_))
             .then(|| super::cluster::Nodes::new(crate::backend::circuit::Settings::default()));
@@ -381,6 +420,8 @@ impl RedisBackendBuilder {
             ))),
             #[cfg(feature = "redis-cluster")]
             nodes,
+            #[cfg(feature = "config")]
+            listen,
         }
     }
 }

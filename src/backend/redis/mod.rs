@@ -4,6 +4,8 @@ mod builder;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
 mod connection;
+#[cfg(feature = "config")]
+mod control;
 mod hooks;
 mod leases;
 mod script;
@@ -90,6 +92,9 @@ pub struct RedisBackend {
     /// On a cluster: a circuit per node.
     #[cfg(feature = "redis-cluster")]
     nodes: Option<Arc<cluster::Nodes>>,
+    /// Where a fleet on this backend subscribes.
+    #[cfg(feature = "config")]
+    listen: control::Listen,
 }
 
 impl RedisBackend {

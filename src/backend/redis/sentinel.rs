@@ -21,7 +21,7 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ErrorKind, RedisError, Value};
 use arc_swap::ArcSwapOption;
 
-use super::builder::{connection_info, RedisBackendBuilder};
+use super::builder::{Open, RedisBackendBuilder};
 use super::url::SentinelUrl;
 use super::RedisBackend;
 use crate::backend::BackendError;
@@ -32,9 +32,6 @@ const ASK_EVERY: Duration = Duration::from_millis(100);
 const FOLLOW_FOR: Duration = Duration::from_secs(30);
 /// How long one sentinel, or the master it names, may take to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
-
-/// Makes a client for a URL (with the builder's TLS settings).
-pub(super) type Open = Box<dyn Fn(&str) -> Result<Client, RedisError> + Send + Sync>;
 
 pub(super) struct Sentinel {
     target: SentinelUrl,
@@ -51,6 +48,9 @@ pub(super) struct Sentinel {
 struct Master {
     addr: String,
     conn: ConnectionManager,
+    /// For the fleet's subscription.
+    #[cfg_attr(not(feature = "config"), allow(dead_code))]
+    client: Client,
 }
 
 impl Sentinel {
@@ -67,10 +67,11 @@ impl Sentinel {
                 this.target.master
             ))
         })?;
-        let conn = ConnectionManager::new_with_config(client, this.config.clone())
+        let conn = ConnectionManager::new_with_config(client.clone(), this.config.clone())
             .await
             .map_err(BackendError::from)?;
-        this.master.store(Some(Arc::new(Master { addr, conn })));
+        this.master
+            .store(Some(Arc::new(Master { addr, conn, client })));
         Ok(this)
     }
 
@@ -109,6 +110,13 @@ impl Sentinel {
         }
     }
 
+    /// The master's address and a client for it, if one is known.
+    #[cfg(feature = "config")]
+    pub(super) fn master_client(&self) -> Option<(String, Client)> {
+        let master = self.master.load_full()?;
+        Some((master.addr.clone(), master.client.clone()))
+    }
+
     /// A call succeeded: the master is where we thought.
     pub(super) fn succeeded(&self) {
         let now = self.epoch.elapsed().as_millis() as u64;
@@ -144,9 +152,10 @@ impl Sentinel {
                 let known = self.master.load().as_ref().map(|m| m.addr.clone());
                 if known.as_deref() != Some(addr.as_str()) {
                     if let Ok(conn) =
-                        ConnectionManager::new_lazy_with_config(client, self.config.clone())
+                        ConnectionManager::new_lazy_with_config(client.clone(), self.config.clone())
                     {
-                        self.master.store(Some(Arc::new(Master { addr, conn })));
+                        self.master
+                            .store(Some(Arc::new(Master { addr, conn, client })));
                         return;
                     }
                 }
@@ -241,23 +250,6 @@ async fn within<T>(
     tokio::time::timeout(ANSWER_WITHIN, future)
         .await
         .map_err(|_| RedisError::from((ErrorKind::Io, "no answer within 1 s")))?
-}
-
-impl RedisBackendBuilder {
-    /// How the sentinels and the masters they name are opened: as URLs,
-    /// with this builder's TLS settings.
-    pub(super) fn opener(&self) -> super::sentinel::Open {
-        #[cfg(feature = "redis-tls")]
-        let certificates = self.tls.certificates();
-        Box::new(move |url: &str| {
-            let info = connection_info(url)?;
-            #[cfg(feature = "redis-tls")]
-            if let Some(certificates) = &certificates {
-                return ::redis::Client::build_with_tls(info, certificates.clone());
-            }
-            ::redis::Client::open(info)
-        })
-    }
 }
 
 impl RedisBackend {
