@@ -1,6 +1,8 @@
-//! One limits file for a fleet on one Redis: a change made on any server
-//! runs on every server within a second, a server that joins later starts
-//! on the current version, and a changed named limit is one budget.
+//! One limits file for a fleet on Redis: a change made on any server runs
+//! on every server within a second, a server that joins later starts on
+//! the current version, and a changed named limit is one budget. On one
+//! server here; on a cluster and behind Sentinel, across a failover, in
+//! `fleet_failover.rs`.
 #![cfg(feature = "redis")]
 
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use tower_ratelimit::layer::PolicyResolver;
 
 use crate::support::{send, RedisServer};
 
-const FILE: &str = "[keys]\nuser = { header = \"x-user-id\" }\n\n[[routes]]\npath = \"/api/search\"\nkey = \"user\"\nlimits = \"search = 10/min\"\n";
+pub const FILE: &str = "[keys]\nuser = { header = \"x-user-id\" }\n\n[[routes]]\npath = \"/api/search\"\nkey = \"user\"\nlimits = \"search = 10/min\"\n";
 
 /// The limit `limits` runs on `/api/search`.
 fn search_limit(limits: &Limits) -> u32 {
@@ -23,19 +25,20 @@ fn search_limit(limits: &Limits) -> u32 {
     policy.limits()[0].quota().limit()
 }
 
-/// `n` servers joined one after another, each running `FILE` at first.
-async fn fleet_of(n: usize, redis: &RedisServer) -> Vec<(Limits, Fleet)> {
+/// `n` servers joined one after another on the Redis at `url`, each
+/// running `FILE` at first.
+pub async fn fleet_of(n: usize, url: &str) -> Vec<(Limits, Fleet)> {
     let mut servers = Vec::new();
     for _ in 0..n {
         let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
-        let fleet = Fleet::connect(&redis.url(), limits.clone()).await.unwrap();
+        let fleet = Fleet::connect(url, limits.clone()).await.unwrap();
         servers.push((limits, fleet));
     }
     servers
 }
 
 /// Waits (at most 5 s) until `done`; how long that took.
-async fn until(done: impl Fn() -> bool) -> Duration {
+pub async fn until(done: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
     while !done() && start.elapsed() < Duration::from_secs(5) {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -49,7 +52,24 @@ async fn until(done: impl Fn() -> bool) -> Duration {
 #[tokio::test]
 async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
     let redis = RedisServer::start();
-    let servers = fleet_of(3, &redis).await;
+    let servers = changes_run_everywhere(&redis.url(), || {
+        redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    })
+    .await;
+    assert_eq!(
+        redis.cli(&["HGET", Fleet::DEFAULT_NAME, "seq"]).trim(),
+        servers[0].1.version().to_string()
+    );
+}
+
+/// What a fleet of three servers on the Redis at `url` does on every
+/// topology: a change on one runs on all within a second, concurrent
+/// changes are all kept, a reset reaches every server (by the channel
+/// alone), a change made after `cut` ended every subscription still runs
+/// everywhere within a second, a server joining later runs the current
+/// version at once, and an invalid change is refused. The servers.
+pub async fn changes_run_everywhere(url: &str, cut: impl Fn()) -> Vec<(Limits, Fleet)> {
+    let servers = fleet_of(3, url).await;
     assert_eq!(servers[0].1.version(), 1, "the first wrote its own version");
     assert!(servers.iter().all(|(_, f)| f.version() == 1));
 
@@ -123,9 +143,22 @@ async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
         );
     }
 
+    // A reset told on one server reaches every server: by the channel
+    // alone, so each server's subscription works.
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for (i, (_, fleet)) in servers.iter().enumerate() {
+        let told = told.clone();
+        fleet.on_forget(move |key| told.lock().unwrap().push((i, key.clone())));
+    }
+    let ann = user.key_of(b"ann");
+    servers[1].1.forget(&ann).await.unwrap();
+    let took = until(|| told.lock().unwrap().len() == 3).await;
+    assert!(took < Duration::from_secs(1), "{:?}", told.lock().unwrap());
+    assert!(told.lock().unwrap().iter().all(|(_, key)| *key == ann));
+
     // Servers whose subscriptions were cut (a message they may miss) still
     // run the next change within a second.
-    redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    cut();
     let changed = Instant::now();
     servers[0]
         .1
@@ -146,7 +179,7 @@ async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
     // A late starter with its own (older) file runs the fleet's.
     let late = Limits::new(LimitsFile::parse(FILE).unwrap());
     assert_eq!(search_limit(&late), 10);
-    let fleet = Fleet::connect(&redis.url(), late.clone()).await.unwrap();
+    let fleet = Fleet::connect(url, late.clone()).await.unwrap();
     assert_eq!(
         search_limit(&late),
         20,
@@ -163,6 +196,7 @@ async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
         .unwrap_err();
     assert!(err.message().contains("fortnight"), "{err}");
     assert_eq!(servers[0].1.version(), before);
+    servers
 }
 
 /// Three example servers on one Redis: `PUT /admin/limits/api/search` on
@@ -252,7 +286,7 @@ async fn the_example_servers_change_a_limit_together() {
 #[tokio::test]
 async fn a_lost_copy_is_put_back_from_the_newest_version_a_server_runs() {
     let redis = RedisServer::start();
-    let servers = fleet_of(3, &redis).await;
+    let servers = fleet_of(3, &redis.url()).await;
     for quota in ["search = 11/min", "search = 12/min", "search = 20/min"] {
         servers[0]
             .1

@@ -29,6 +29,7 @@ mod demotion;
 mod distributed;
 mod faults;
 mod fleet;
+mod fleet_failover;
 mod hostile;
 mod house;
 mod http;
