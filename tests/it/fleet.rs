@@ -62,6 +62,40 @@ async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
     );
 }
 
+/// The same as the least-privileged user the guide shows for a fleet.
+#[tokio::test]
+async fn a_fleet_runs_as_the_least_privileged_user_the_guide_shows() {
+    let guide = include_str!("../../src/guide/live_changes.md");
+    let rules = guide
+        .lines()
+        .find_map(|l| l.strip_prefix("ACL SETUSER fleet "))
+        .expect("the guide shows the fleet's ACL user");
+    let redis = RedisServer::start();
+    let mut setuser = vec!["ACL", "SETUSER", "fleet"];
+    setuser.extend(rules.split_whitespace().map(|rule| match rule {
+        ">password" => ">fleet-secret",
+        rule => rule,
+    }));
+    assert_eq!(redis.cli(&setuser).trim(), "OK");
+    let url = format!("redis://fleet:fleet-secret@127.0.0.1:{}", redis.port);
+    changes_run_everywhere(&url, || {
+        redis.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    })
+    .await;
+    // Without one of its rights, a change fails and says so.
+    assert_eq!(
+        redis.cli(&["ACL", "SETUSER", "fleet", "-hset"]).trim(),
+        "OK"
+    );
+    let limits = Limits::new(LimitsFile::parse(FILE).unwrap());
+    let fleet = Fleet::connect(&url, limits).await.unwrap();
+    let err = fleet
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 21/min"))
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("can't run this command"), "{err}");
+}
+
 /// What a fleet of three servers on the Redis at `url` does on every
 /// topology: a change on one runs on all within a second, concurrent
 /// changes are all kept, a reset reaches every server (by the channel

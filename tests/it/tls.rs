@@ -294,3 +294,48 @@ async fn sentinel_over_tls_follows_the_master() {
     }
     drop(setup);
 }
+
+/// A fleet over mutual TLS with a CA of one's own: joined through a
+/// configured builder, a change on one server runs on the other within a
+/// second, a reset reaches both; without the CA it does not join.
+#[cfg(feature = "config")]
+#[tokio::test]
+async fn a_fleet_over_tls_with_a_private_ca() {
+    use std::sync::{Arc, Mutex};
+    use tower_ratelimit::config::{Fleet, Limits, LimitsFile};
+    let certs = Certificates::generate("fleet");
+    let (_server, url) = tls_server(&certs, "yes");
+    let builder = || {
+        RedisBackend::builder(&url)
+            .tls_root_certificates(certs.read("ca.crt"))
+            .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
+    };
+    let file = || LimitsFile::parse(crate::fleet::FILE).unwrap();
+    let refused = Fleet::join(
+        RedisBackend::builder(&url),
+        Fleet::DEFAULT_NAME,
+        Limits::new(file()),
+    );
+    assert!(refused.await.is_err(), "joined without the CA");
+    let mut servers = Vec::new();
+    let told = Arc::new(Mutex::new(0));
+    for _ in 0..2 {
+        let limits = Limits::new(file());
+        let fleet = Fleet::join(builder(), Fleet::DEFAULT_NAME, limits.clone())
+            .await
+            .unwrap();
+        let told = told.clone();
+        fleet.on_forget(move |_| *told.lock().unwrap() += 1);
+        servers.push((limits, fleet));
+    }
+    servers[0]
+        .1
+        .change(|f| f.with_route_limits(None, "/api/search", "search = 23/min"))
+        .await
+        .unwrap();
+    let took = crate::fleet::until(|| servers[1].0.current().text().contains("23/min")).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    servers[1].1.forget(&Key::new("user", "ann")).await.unwrap();
+    let took = crate::fleet::until(|| *told.lock().unwrap() == 2).await;
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}

@@ -10,7 +10,6 @@
 
 use ::redis::{Client, Cmd, FromRedisValue, RedisError};
 
-use super::connection::Connection;
 use super::RedisBackend;
 use crate::backend::BackendError;
 
@@ -46,7 +45,7 @@ impl RedisBackend {
 
     async fn on_holder_of(&self, key: &str, cmd: &Cmd) -> Result<::redis::Value, RedisError> {
         #[cfg(feature = "redis-cluster")]
-        if let Connection::Cluster(conn) = &self.conn {
+        if let super::connection::Connection::Cluster(conn) = &self.conn {
             use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
             let slot = super::cluster::slot(key.as_bytes());
             let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -67,7 +66,9 @@ impl RedisBackend {
             Listen::Servers(servers) => servers.to_vec(),
             #[cfg(feature = "redis-sentinel")]
             Listen::Master => match &self.conn {
-                Connection::Sentinel(sentinel) => sentinel.master_client().into_iter().collect(),
+                super::connection::Connection::Sentinel(sentinel) => {
+                    sentinel.master_client().into_iter().collect()
+                }
                 _ => Vec::new(),
             },
             Listen::Nowhere => Vec::new(),
