@@ -324,6 +324,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("limits: version {version} from {}", path.display());
         changes.watch(&limits, path);
     }
+    // A fleet's current version before the first request: waited for a
+    // moment only, never for a Redis that does not answer (the failure
+    // rule decides meanwhile, and the fleet is joined once it answers).
+    changes.joined(Duration::from_millis(500)).await;
     let (app, store) = match redis_url {
         Some(url) => (
             redis_app_with(&config, &url, limits, changes).await?,

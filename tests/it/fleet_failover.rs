@@ -184,7 +184,8 @@ async fn behind_sentinel_the_fleet_holds_across_a_failover() {
 }
 
 /// The example server on a cluster: its start-up line names the topology,
-/// and a change on one server reaches the other within a second.
+/// a change on one server reaches the other within a second, and a server
+/// started afterwards answers its first request with it.
 #[test]
 fn the_example_servers_share_changes_on_a_cluster() {
     let cluster = RedisCluster::start();
@@ -218,6 +219,9 @@ fn the_example_servers_share_changes_on_a_cluster() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let late = ExampleServer::start(&env);
+    let first = search(&late);
+    assert!(first.contains("q=7"), "{first}");
 }
 
 /// Async replication loses what the master had not sent yet. With the
