@@ -10,8 +10,8 @@ pub enum Changes {
     /// This server's limits only.
     Local,
     /// Every server's on the Redis: stored there and published, once this
-    /// server has joined the fleet (in the background: start-up never
-    /// waits for Redis).
+    /// server has joined the fleet (in the background: start-up waits for
+    /// it half a second at most).
     #[cfg(feature = "redis")]
     Fleet(Arc<Joining>),
 }

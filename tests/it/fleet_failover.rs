@@ -287,3 +287,65 @@ async fn a_change_the_replica_did_not_confirm_is_reported_and_a_lost_one_put_bac
         );
     }
 }
+
+/// Two example servers behind Sentinel: `8/min` put on the first runs on
+/// the second within a second; the primary killed and its replica
+/// promoted, `9/min` put on the second runs on the first within 5 s of the
+/// promotion.
+#[test]
+fn the_example_servers_share_changes_behind_sentinel_across_a_failover() {
+    let sentinels = Sentinels::start();
+    let url = sentinels.url();
+    let env = [("REDIS_URL", url.as_str()), ("ADMIN_TOKEN", "t")];
+    let mut servers = [ExampleServer::start(&env), ExampleServer::start(&env)];
+    for server in &mut servers {
+        let joined = server.line_starting("limits: joined the fleet");
+        let on_sentinel = joined
+            .as_deref()
+            .is_some_and(|l| l.contains("on the master Sentinel names"));
+        assert!(on_sentinel, "{joined:?}");
+    }
+    let put = |server: &ExampleServer, quota: &str| {
+        server.send(
+            "PUT",
+            "/admin/limits/api/search",
+            &[("authorization", "Bearer t")],
+            quota,
+        )
+    };
+    let shows = |server: &ExampleServer, q: &str, within: Duration| {
+        let since = Instant::now();
+        loop {
+            let answer = server.get("/api/search", &[("x-user-id", "ann")]);
+            if answer.contains(q) {
+                return since.elapsed();
+            }
+            assert!(
+                since.elapsed() < within,
+                "not {q} after {within:?}: {answer}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let answer = put(&servers[0], "8/min");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    shows(&servers[1], "q=8", Duration::from_secs(1));
+
+    let mut sentinels = sentinels;
+    sentinels.primary.kill();
+    sentinels.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
+    let promoted = Instant::now();
+    while !put(&servers[1], "9/min").starts_with("HTTP/1.1 200") {
+        assert!(
+            promoted.elapsed() < Duration::from_secs(5),
+            "no change taken"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    shows(
+        &servers[0],
+        "q=9",
+        Duration::from_secs(5).saturating_sub(promoted.elapsed()),
+    );
+    println!("9/min on both {:?} after the promotion", promoted.elapsed());
+}
