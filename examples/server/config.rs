@@ -49,6 +49,9 @@ pub struct Config {
     /// `packed:<shards>`, many clients' states in one hash. Every server
     /// sharing a Redis must say the same.
     pub redis_key_format: RedisKeyFormat,
+    /// `SHARED_CAPACITY`: `/api/shared`'s capacity per second, shared by
+    /// every tenant.
+    pub shared_capacity: u32,
     /// `MAX_CONNECTIONS`: connections open at once; more are closed as
     /// soon as they are accepted (default: three quarters of `ulimit -n`,
     /// at most 10,000).
@@ -99,6 +102,7 @@ impl Default for Config {
             limits_file: None,
             adaptive_window: std::time::Duration::from_secs(10),
             redis_key_format: RedisKeyFormat::Compact,
+            shared_capacity: 200,
             max_connections: serve::default_max_connections(),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
         }
@@ -189,6 +193,9 @@ impl Config {
             limits_file: std::env::var_os("LIMITS_FILE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),
+            shared_capacity: env_or("SHARED_CAPACITY", 200, |v| {
+                v.parse().ok().filter(|n| *n >= 1)
+            })?,
             redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
                 "compact" => Some(RedisKeyFormat::Compact),
                 "packed" => Some(RedisKeyFormat::Packed(None)),

@@ -53,6 +53,7 @@
 //! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
+//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, max-min fair: the tenant is `x-user-id` (else client IP), its weight its API key's tier (`x-api-key`: `free-demo` 1, `pro-demo` 4, `enterprise-demo` 10; none 1); `x-priority: critical \| default \| sheddable` says who is refused first |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
@@ -95,6 +96,8 @@ mod report;
 mod routes;
 #[path = "serve.rs"]
 mod serve;
+#[path = "shared.rs"]
+mod shared;
 #[path = "slow.rs"]
 mod slow;
 #[path = "tokens.rs"]
@@ -140,15 +143,18 @@ use tower_ratelimit::{Algorithm, Policy, RateLimitLayer};
 /// If `LIMITS_FILE` is invalid: `main` checks it first.
 pub fn app<B: Backend>(config: &Config, backend: B) -> Router {
     let file = limits_file(config).expect("the limits file is checked before the app is built");
-    app_with(config, backend, Limits::new(file), Changes::Local)
+    let capacity = shared::capacity(config);
+    app_with(config, backend, Limits::new(file), Changes::Local, capacity)
 }
 
-/// The demo app on `limits`, changed through `changes`.
+/// The demo app on `limits`, changed through `changes`, `/api/shared` on
+/// `capacity`.
 pub fn app_with<B: Backend>(
     config: &Config,
     backend: B,
     limits: Limits,
     changes: Changes,
+    capacity: tower_ratelimit::layer::fair_share::FairShare,
 ) -> Router {
     let top = TopOffenders::new(100);
     let lists = (!config.deny_cidrs.is_empty() || !config.allow_cidrs.is_empty()).then(|| {
@@ -239,6 +245,7 @@ pub fn app_with<B: Backend>(
         )
         .route("/api/tokens", tokens::route(&common, &limits))
         .route("/api/slow", slow::route(&common, &limits))
+        .route("/api/shared", shared::route(capacity))
         .route(
             "/api/report",
             report::route(config, &common, &limits, report_service),
@@ -334,7 +341,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "Redis",
         ),
         None => (
-            app_with(&config, memory(&config).build(), limits, changes),
+            app_with(
+                &config,
+                memory(&config).build(),
+                limits,
+                changes,
+                shared::capacity(&config),
+            ),
             "in memory",
         ),
     };
@@ -440,21 +453,20 @@ pub async fn redis_app_with(
         // The backend keeps a circuit per node (a whole-backend breaker
         // would send every key to the failure rule when one primary dies).
         // A cluster client learns the slots first, so it connects now.
-        return Ok(on_store_failure(
-            config,
-            redis.connect().await?,
-            limits,
-            changes,
-        ));
+        let redis = redis.connect().await?;
+        let capacity = shared::capacity(config).redis(redis.clone());
+        return Ok(on_store_failure(config, redis, limits, changes, capacity));
     }
     // Lazily connected: the server starts even while Redis is down, and
     // decides by ON_STORE_FAILURE until it is up.
     let redis = redis.connect_lazy()?;
+    let capacity = shared::capacity(config).redis(redis.clone());
     Ok(on_store_failure(
         config,
         redis.with_breaker(),
         limits,
         changes,
+        capacity,
     ))
 }
 
@@ -496,13 +508,16 @@ fn on_store_failure<B: Backend>(
     store: B,
     limits: Limits,
     changes: Changes,
+    capacity: tower_ratelimit::layer::fair_share::FairShare,
 ) -> Router {
     match config.on_store_failure {
         StoreFailure::Local => {
             let local = memory(config).servers(config.servers).build();
-            app_with(config, store.or_fallback(local), limits, changes)
+            app_with(config, store.or_fallback(local), limits, changes, capacity)
         }
-        StoreFailure::Open | StoreFailure::Closed => app_with(config, store, limits, changes),
+        StoreFailure::Open | StoreFailure::Closed => {
+            app_with(config, store, limits, changes, capacity)
+        }
     }
 }
 

@@ -49,6 +49,7 @@ mod answer;
 mod callee;
 pub mod concurrency;
 mod content_bytes;
+pub mod fair_share;
 mod lookup;
 pub(crate) mod rate_limit;
 

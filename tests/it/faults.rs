@@ -413,7 +413,8 @@ async fn a_failed_over_primary_is_decided_by_its_replica_within_a_second() {
     // (400 answers; a call that fails while the client settles is no
     // admission, and is asked again).
     let (mut after, mut answers) = (0, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // A wait for the answers, not a bound: a loaded machine may take long.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while answers < 400 && Instant::now() < deadline {
         if let Ok(decision) = redis.check(hot_key, &hot, 1).await {
             answers += 1;

@@ -1,19 +1,27 @@
-//! What a fleet ([`config::Fleet`](crate::config::Fleet)) asks of a
-//! backend beside decisions, on every topology: a command on the server
-//! that holds a key (keyless ones too: `ROLE`, `WAIT`), and where to
-//! subscribe to the fleet's channel.
+//! What other parts of the crate ask of Redis beside decisions, on every
+//! topology: for a fleet ([`config::Fleet`](crate::config::Fleet)), a
+//! command on the server that holds a key (keyless ones too: `ROLE`,
+//! `WAIT`) and where to subscribe to the fleet's channel; for a shared
+//! capacity (`layer::fair_share`), its decision, one script call over the
+//! capacity's hash and its set of active tenants, both in one slot.
 //!
 //! The channel is Redis's classic pub/sub: on a cluster a `PUBLISH` on any
 //! node reaches the subscribers of every node, so a server subscribes to
 //! whichever node answers; behind Sentinel it subscribes to the master the
 //! sentinels name now, and again when they name another.
 
+use std::sync::OnceLock;
+
+#[cfg(feature = "config")]
 use ::redis::{Client, Cmd, FromRedisValue, RedisError};
+use ::redis::{ErrorKind, Script, ServerErrorKind};
 
 use super::RedisBackend;
+use crate::algorithm::fair_share::{Ask, Settings, Verdict};
 use crate::backend::BackendError;
 
 /// Where a backend's servers can be subscribed to.
+#[cfg(feature = "config")]
 #[derive(Clone)]
 pub(super) enum Listen {
     /// One server, or any node of a cluster, in this order.
@@ -25,6 +33,7 @@ pub(super) enum Listen {
     Nowhere,
 }
 
+#[cfg(feature = "config")]
 impl RedisBackend {
     /// `cmd` on the server that holds `key` (on a cluster, the primary of
     /// its slot; elsewhere the one server), reported to a connection that
@@ -78,5 +87,65 @@ impl RedisBackend {
     /// Which topology: `standalone`, `cluster` or `sentinel`.
     pub(crate) fn topology(&self) -> &'static str {
         self.conn.kind()
+    }
+}
+
+fn fair_share_script() -> &'static Script {
+    static SCRIPT: OnceLock<Script> = OnceLock::new();
+    SCRIPT.get_or_init(|| Script::new(include_str!("lua/fair_share.lua")))
+}
+
+impl RedisBackend {
+    /// Decide `ask` on the capacity `name` (letters, digits, `_-.:`),
+    /// within the backend's timeout; `ask.now` is used only when `at_now`
+    /// is false (the conformance tests' clock), else Redis's own `TIME`.
+    pub(crate) async fn fair_share(
+        &self,
+        name: &str,
+        settings: &Settings,
+        ask: &Ask,
+        at_now: bool,
+    ) -> Result<Verdict, BackendError> {
+        let hash = format!("{}fair{{{name}}}", self.names.prefix);
+        let id: String = ask.tenant.iter().map(|b| format!("{b:02x}")).collect();
+        let mut cmd = ::redis::cmd("EVALSHA");
+        cmd.arg(fair_share_script().get_hash())
+            .arg(2)
+            .arg(&hash)
+            .arg(format!("{hash}:seen"))
+            .arg(settings.interval)
+            .arg(settings.depth)
+            .arg(settings.active_for)
+            .arg(settings.thresholds[ask.class.min(2)])
+            .arg(settings.max_tenants)
+            .arg(settings.limit)
+            .arg(id)
+            .arg(ask.weight)
+            .arg(if at_now {
+                String::new()
+            } else {
+                ask.now.to_string()
+            });
+        let call = async {
+            match self.conn.query::<Vec<u64>>(&cmd).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.conn.load(fair_share_script()).await?;
+                    self.conn.query::<Vec<u64>>(&cmd).await
+                }
+                reply => reply,
+            }
+        };
+        let reply = self.answered(call).await?;
+        let [admitted, share, retry_after, active] = reply[..] else {
+            return Err(BackendError::new(format!(
+                "the fair-share script answered {reply:?}"
+            )));
+        };
+        Ok(Verdict {
+            admitted: admitted == 1,
+            share: u32::try_from(share).unwrap_or(u32::MAX),
+            retry_after,
+            active: u32::try_from(active).unwrap_or(u32::MAX),
+        })
     }
 }

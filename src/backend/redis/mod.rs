@@ -4,7 +4,6 @@ mod builder;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
 mod connection;
-#[cfg(feature = "config")]
 mod control;
 mod hooks;
 mod leases;

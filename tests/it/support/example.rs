@@ -99,32 +99,11 @@ impl ExampleServer {
     /// The status of each of `requests` (whole request texts, kept alive),
     /// sent one after another on one connection.
     pub fn statuses_kept_alive(&self, requests: impl IntoIterator<Item = String>) -> Vec<u16> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut statuses = Vec::new();
-        for request in requests {
-            stream.write_all(request.as_bytes()).unwrap();
-            let mut status = String::new();
-            reader.read_line(&mut status).unwrap();
-            let mut length = 0;
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).unwrap();
-                if line == "\r\n" || line.is_empty() {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap();
-                }
-            }
-            let mut body = vec![0; length];
-            reader.read_exact(&mut body).unwrap();
-            statuses.push(status.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0));
-        }
-        statuses
+        let mut connection = KeptAlive::to(self.port);
+        requests
+            .into_iter()
+            .map(|request| connection.status(&request))
+            .collect()
     }
 
     /// Whether the process still runs.
@@ -180,4 +159,43 @@ pub fn plain_request(
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     response
+}
+
+/// One kept-alive connection to a server on `port`.
+pub struct KeptAlive {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl KeptAlive {
+    pub fn to(port: u16) -> Self {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        Self { stream, reader }
+    }
+
+    /// Send `request` (a whole request text) and read the answer: its
+    /// status.
+    pub fn status(&mut self, request: &str) -> u16 {
+        self.stream.write_all(request.as_bytes()).unwrap();
+        let mut status = String::new();
+        self.reader.read_line(&mut status).unwrap();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        status.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
 }

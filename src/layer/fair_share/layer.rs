@@ -1,0 +1,321 @@
+//! `FairShare`: the capacity, who its tenants are, their weights and
+//! classes, and where its state lives.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest, Sha256};
+use tower_layer::Layer;
+
+use super::class::Class;
+use super::service::FairShared;
+use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict};
+use crate::clock::{Clock, MonotonicClock};
+use crate::key::{ClientIp, KeyExtractor, RequestHead};
+use crate::Quota;
+
+type TenantFn = Arc<dyn Fn(&RequestHead<'_>) -> Option<TenantId> + Send + Sync>;
+type WeightFn = Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
+type ClassFn = Arc<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
+
+/// One capacity — a rate such as `200/s` — shared by every tenant that
+/// asked in the last two windows, max-min fair by weight: a tenant asking
+/// less than its share gets all it asks, and the rest is split among the
+/// others in proportion to their weights. A request's [`Class`] says who
+/// is refused first when the capacity is short: sheddable requests, then
+/// default ones; critical ones keep a reserve (20% of the capacity's
+/// depth by default) and may use all of it. Nothing — no class, no
+/// tenant, no interleaving of servers — admits more than the capacity: on
+/// Redis each decision is one script call.
+///
+/// A refused request is answered `429` with `Retry-After`; every answer
+/// carries the tenant's current share as `RateLimit-Policy:
+/// "shared";q=<share>;w=<window>`. It composes with per-key limits: put a
+/// [`RateLimitLayer`](crate::RateLimitLayer) outside it, so that a tenant's
+/// own limit refuses first and its refused requests do not take the
+/// capacity's place.
+///
+/// The decision is exact to the formula in the module
+/// `algorithm::fair_share` (not public: see the guide); the memory and
+/// Redis backends make it step for step (conformance tests).
+#[derive(Clone)]
+pub struct FairShare {
+    pub(super) config: Arc<Config>,
+}
+
+#[derive(Clone)]
+pub(super) struct Config {
+    pub(super) name: Arc<str>,
+    pub(super) settings: Settings,
+    pub(super) tenant: TenantFn,
+    pub(super) weight: WeightFn,
+    pub(super) class: ClassFn,
+    pub(super) store: Store,
+    pub(super) clock: Arc<dyn Clock>,
+}
+
+/// Where a capacity's state lives.
+#[derive(Clone)]
+pub(super) enum Store {
+    Memory(Arc<Mutex<Shares>>),
+    /// On Redis, decided locally while Redis fails.
+    #[cfg(feature = "redis")]
+    Redis {
+        redis: crate::backend::RedisBackend,
+        local: Arc<Mutex<Shares>>,
+    },
+}
+
+/// Why a [`FairShare`] could not be built as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FairShareError(String);
+
+impl fmt::Display for FairShareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FairShareError {}
+
+impl FairShare {
+    /// How many tenants are told apart by default.
+    pub const DEFAULT_MAX_TENANTS: usize = 10_000;
+
+    /// `capacity` (`"200/s"`) shared by tenants keyed by client IP, each of
+    /// weight 1, every request of class default; in memory. Its burst is a
+    /// tenth of its window's.
+    pub fn new(capacity: Quota) -> Self {
+        let window = crate::clock::Micros::from(capacity.window()).as_u64();
+        let per_ip = ClientIp::new();
+        Self {
+            config: Arc::new(Config {
+                name: "shared".into(),
+                settings: Settings::new(
+                    capacity.limit(),
+                    window,
+                    [20, 10],
+                    Self::DEFAULT_MAX_TENANTS,
+                ),
+                tenant: Arc::new(move |req| {
+                    per_ip
+                        .extract(req)
+                        .ok()
+                        .map(|key| tenant_id(key.as_bytes()))
+                }),
+                weight: Arc::new(|_| 1),
+                class: Arc::new(|_| Class::Default),
+                store: Store::Memory(Arc::default()),
+                clock: Arc::new(MonotonicClock::new()),
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(Arc::make_mut(&mut self.config));
+        self
+    }
+
+    /// Its name: the label of its metrics, the policy's name in headers,
+    /// and its keys in Redis. Letters, digits, `_`, `-`, `.` and `:`.
+    pub fn named(self, name: &str) -> Result<Self, FairShareError> {
+        let fine = |c: char| c.is_ascii_alphanumeric() || "_-.:".contains(c);
+        if name.is_empty() || name.len() > 64 || !name.chars().all(fine) {
+            return Err(FairShareError(format!(
+                "a capacity's name is 1 to 64 letters, digits, '_', '-', '.' or ':': {name:?}"
+            )));
+        }
+        Ok(self.with(|c| c.name = name.into()))
+    }
+
+    /// Who a request's tenant is. A request without one (the extractor
+    /// fails) counts as one tenant with every other such request.
+    pub fn tenant(self, tenant: impl KeyExtractor) -> Self {
+        self.with(|c| {
+            c.tenant = Arc::new(move |req| {
+                tenant
+                    .extract(req)
+                    .ok()
+                    .map(|key| tenant_id(key.as_bytes()))
+            })
+        })
+    }
+
+    /// A tenant's weight (at least 1): from its tier, its plan, a header
+    /// set by your auth. The latest request's weight is the tenant's.
+    pub fn weight(self, weight: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static) -> Self {
+        self.with(|c| c.weight = Arc::new(weight))
+    }
+
+    /// A request's class.
+    pub fn class(self, class: impl Fn(&RequestHead<'_>) -> Class + Send + Sync + 'static) -> Self {
+        self.with(|c| c.class = Arc::new(class))
+    }
+
+    /// A request's class from the header `name` (`critical`, `default`,
+    /// `sheddable`; anything else or none: default). Only where the header
+    /// is set by something you trust, or where any client may ask for
+    /// `critical`.
+    pub fn class_header(self, name: &'static str) -> Self {
+        self.class(move |req| {
+            req.headers
+                .get(name)
+                .map_or(Class::Default, |v| Class::from_header(v.as_bytes()))
+        })
+    }
+
+    /// The part of the capacity's depth, in percent, that default and
+    /// sheddable requests leave to critical ones (`critical`, 20 by
+    /// default), and that sheddable requests leave to default ones too
+    /// (`default`, 10 by default). Together at most 90.
+    pub fn reserves(self, critical: u8, default: u8) -> Result<Self, FairShareError> {
+        if u16::from(critical) + u16::from(default) > 90 {
+            return Err(FairShareError(format!(
+                "the reserves take {}% of the capacity: at most 90%",
+                u16::from(critical) + u16::from(default)
+            )));
+        }
+        Ok(self.with(|c| {
+            c.settings = Settings::new(
+                c.settings.limit,
+                c.settings.window,
+                [critical, default],
+                c.settings.max_tenants,
+            )
+        }))
+    }
+
+    /// How many tenants are told apart (10,000 by default): past that, new
+    /// tenants share one place until others leave. Memory per tenant is
+    /// about 100 bytes.
+    pub fn max_tenants(self, max: usize) -> Self {
+        self.with(|c| {
+            c.settings.max_tenants = max.max(1);
+        })
+    }
+
+    /// Keep the capacity on Redis, shared by every server on it; while
+    /// Redis fails, each server decides on a capacity of its own.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub fn redis(self, redis: crate::backend::RedisBackend) -> Self {
+        self.with(|c| {
+            c.store = Store::Redis {
+                redis,
+                local: Arc::default(),
+            }
+        })
+    }
+
+    /// The clock of the memory store (tests: a manual clock).
+    pub fn clock(self, clock: impl Clock) -> Self {
+        self.with(|c| c.clock = Arc::new(clock))
+    }
+
+    /// Tenants active now on this server's memory store (none on Redis).
+    pub fn active_tenants(&self) -> usize {
+        match &self.config.store {
+            Store::Memory(shares) => lock(shares).active(),
+            #[cfg(feature = "redis")]
+            Store::Redis { .. } => 0,
+        }
+    }
+}
+
+impl FairShare {
+    /// The decision for a request of `tenant` at `now` (µs; on Redis too,
+    /// instead of its clock), without a request: for the conformance
+    /// tests. Admitted, the tenant's share, the retry-after (µs), the
+    /// active tenants. Redis's failures are returned.
+    #[doc(hidden)]
+    pub async fn decide_at(
+        &self,
+        tenant: &[u8],
+        weight: u32,
+        class: Class,
+        now: u64,
+    ) -> Result<(bool, u32, u64, u32), crate::backend::BackendError> {
+        let config = &self.config;
+        let ask = Ask {
+            tenant: tenant_id(tenant),
+            weight: weight.max(1),
+            class: class.index(),
+            now,
+        };
+        let verdict = match &config.store {
+            Store::Memory(shares) => lock(shares).decide(&config.settings, ask),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, .. } => {
+                redis
+                    .fair_share(&config.name, &config.settings, &ask, false)
+                    .await?
+            }
+        };
+        Ok((
+            verdict.admitted,
+            verdict.share,
+            verdict.retry_after,
+            verdict.active,
+        ))
+    }
+}
+
+impl Config {
+    /// Decide `req`: the verdict, and the class it was decided in.
+    pub(super) async fn decide(&self, req: &RequestHead<'_>) -> (Verdict, Class) {
+        let class = (self.class)(req);
+        let ask = Ask {
+            tenant: (self.tenant)(req).unwrap_or([0; 16]),
+            weight: (self.weight)(req).max(1),
+            class: class.index(),
+            now: self.clock.now().as_u64(),
+        };
+        let verdict = match &self.store {
+            Store::Memory(shares) => lock(shares).decide(&self.settings, ask),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, local } => {
+                match redis
+                    .fair_share(&self.name, &self.settings, &ask, true)
+                    .await
+                {
+                    Ok(verdict) => verdict,
+                    Err(_) => lock(local).decide(&self.settings, ask),
+                }
+            }
+        };
+        (verdict, class)
+    }
+}
+
+fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
+    shares.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A tenant's id: 16 bytes of a hash of its key.
+fn tenant_id(key: &[u8]) -> TenantId {
+    let digest = Sha256::digest(key);
+    let mut id = [0; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
+}
+
+impl fmt::Debug for FairShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FairShare")
+            .field("name", &self.config.name)
+            .field("limit", &self.config.settings.limit)
+            .field("window_us", &self.config.settings.window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for FairShare {
+    type Service = FairShared<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        FairShared {
+            inner,
+            share: self.clone(),
+        }
+    }
+}

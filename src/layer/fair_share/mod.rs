@@ -1,0 +1,36 @@
+//! Fair shares of one capacity under overload: [`FairShare`] divides a
+//! rate among the tenants asking for it, by weight, and refuses
+//! sheddable requests first and critical ones last.
+//!
+//! ```
+//! use tower_ratelimit::key::Header;
+//! use tower_ratelimit::layer::fair_share::{Class, FairShare};
+//!
+//! let shared = FairShare::new("200/s".parse()?)
+//!     .named("api")?
+//!     .tenant(Header::new("x-user-id"))
+//!     .weight(|req| match req.headers.get("x-plan").map(|v| v.as_bytes()) {
+//!         Some(b"pro") => 4,
+//!         _ => 1,
+//!     })
+//!     .class_header("x-priority")
+//!     .reserves(20, 10)?;
+//! let app: axum::Router = axum::Router::new()
+//!     .route("/", axum::routing::get(|| async { "hello" }))
+//!     .layer(shared);
+//! # drop(app);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `layer.rs` holds the capacity and its settings, `service.rs` asks it
+//! before each call, `class.rs` names the classes; the decision itself is
+//! `algorithm/fair_share.rs` (memory) and `backend/redis/lua/fair_share.lua`
+//! (Redis), step for step the same.
+
+mod class;
+mod layer;
+mod service;
+
+pub use class::Class;
+pub use layer::{FairShare, FairShareError};
+pub use service::{FairShareFuture, FairShared};

@@ -1,0 +1,104 @@
+//! `FairShared`: the service that asks the capacity before each call.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use tower_service::Service;
+
+use super::class::Class;
+use super::layer::FairShare;
+use crate::algorithm::fair_share::Verdict;
+use crate::key::RequestHead;
+use crate::layer::answer::body::ResponseBody;
+
+/// The service a [`FairShare`] wraps.
+#[derive(Clone, Debug)]
+pub struct FairShared<S> {
+    pub(super) inner: S,
+    pub(super) share: FairShare,
+}
+
+/// The future of a [`FairShared`] call.
+pub type FairShareFuture<ResB, E> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<ResB>>, E>> + Send>>;
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for FairShared<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send,
+    ReqB: Send + 'static,
+    ResB: 'static,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = FairShareFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = self.share.config.clone();
+        Box::pin(async move {
+            let (verdict, class) = config.decide(&RequestHead::from(&req)).await;
+            observe(&config.name, class, &verdict);
+            let policy = policy_header(&config.name, verdict.share, config.settings.window);
+            if !verdict.admitted {
+                return Ok(refused(policy, verdict.retry_after));
+            }
+            let mut response = inner.call(req).await?;
+            response.headers_mut().append("ratelimit-policy", policy);
+            Ok(response.map(|b| ResponseBody::holding(b, None)))
+        })
+    }
+}
+
+/// `"<name>";q=<share>;w=<window in seconds>`.
+fn policy_header(name: &str, share: u32, window_us: u64) -> HeaderValue {
+    let seconds = window_us.div_ceil(1_000_000).max(1);
+    HeaderValue::try_from(format!("\"{name}\";q={share};w={seconds}"))
+        .unwrap_or_else(|_| HeaderValue::from_static("\"shared\""))
+}
+
+/// The answer to a request the capacity refused.
+fn refused<B>(policy: HeaderValue, retry_after_us: u64) -> Response<ResponseBody<B>> {
+    let body = Bytes::from_static(br#"{"error":"rate_limited","detail":"the shared capacity is at its limit for this tenant's share or this request's class; try again shortly"}"#);
+    let mut response = Response::new(ResponseBody::limiter(body));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let seconds = retry_after_us.div_ceil(1_000_000).max(1);
+    let headers = response.headers_mut();
+    headers.insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert("ratelimit-policy", policy);
+    response
+}
+
+/// Counted by capacity, class and outcome; the active tenants as a gauge.
+fn observe(name: &str, class: Class, verdict: &Verdict) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = if verdict.admitted {
+            "admitted"
+        } else {
+            "refused"
+        };
+        metrics::counter!(
+            "ratelimit_shared_requests_total",
+            "capacity" => name.to_owned(),
+            "class" => class.as_str(),
+            "outcome" => outcome
+        )
+        .increment(1);
+        metrics::gauge!("ratelimit_shared_active_tenants", "capacity" => name.to_owned())
+            .set(f64::from(verdict.active));
+    }
+    let _ = (name, class, verdict);
+}

@@ -1,0 +1,295 @@
+//! Fair shares of one capacity: the memory and Redis backends decide the
+//! same, step for step; concurrent callers never take more than the
+//! capacity on either; and, over HTTP through the example server (6 s at
+//! 200/s each, on memory and on two servers sharing one Redis), a light
+//! tenant beside a hog, a pro hog beside a free one, and a critical client
+//! beside sheddable hogs get what their shares and classes say.
+#![cfg(feature = "redis")]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::layer::fair_share::{Class, FairShare};
+use tower_ratelimit::Quota;
+
+use crate::support::example::{ExampleServer, KeptAlive};
+use crate::support::RedisServer;
+
+const CLASSES: [Class; 3] = [Class::Critical, Class::Default, Class::Sheddable];
+
+/// One request of a generated sequence: µs after the last, tenant,
+/// weight, class.
+fn steps() -> impl Strategy<Value = Vec<(u64, u8, u32, usize)>> {
+    prop::collection::vec((0u64..30_000, 0u8..6, 1u32..11, 0usize..3), 1..200)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Redis's script and the memory backend decide every request the
+    /// same: admitted or not, the share, the retry-after, the active
+    /// tenants (a small capacity and tenant cap, so that every branch
+    /// runs: full, within share, borrowing, over share, overflow, expiry).
+    #[test]
+    fn redis_decides_as_memory_does(steps in steps()) {
+        let redis = shared_redis();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let name = format!("conformance{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            let capacity = |quota: &str| {
+                FairShare::new(quota.parse::<Quota>().unwrap())
+                    .named(&name)
+                    .unwrap()
+                    .max_tenants(4)
+            };
+            let memory = capacity("50/s");
+            let backend = RedisBackend::builder(&redis.url())
+                .timeout(Duration::from_secs(2))
+                .connect()
+                .await
+                .unwrap();
+            let on_redis = capacity("50/s").redis(backend);
+            let mut now = 1_700_000_000_000_000u64;
+            for (i, &(dt, tenant, weight, class)) in steps.iter().enumerate() {
+                now += dt;
+                let ask = |fair: FairShare| async move {
+                    fair.decide_at(&[tenant], weight, CLASSES[class], now).await.unwrap()
+                };
+                let (expected, seen) = (ask(memory.clone()).await, ask(on_redis.clone()).await);
+                prop_assert_eq!(expected, seen, "request {} of {:?}", i, steps);
+            }
+            Ok(())
+        })?;
+    }
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// One Redis for the conformance cases (each on a capacity of its own).
+fn shared_redis() -> &'static RedisServer {
+    static REDIS: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+    REDIS.get_or_init(RedisServer::start)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// Eight callers at once, tenants and classes at random, for 300 ms on
+    /// each backend: the admissions never exceed the capacity over the
+    /// time taken plus its depth (`t / T + D / T`): the borrowing is
+    /// atomic.
+    #[test]
+    fn concurrent_callers_never_take_more_than_the_capacity(
+        mix in prop::collection::vec((0u8..20, 1u32..11, 0usize..3), 8)
+    ) {
+        let redis = shared_redis();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
+            let name = format!("concurrent{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            let capacity = FairShare::new(Quota::per_second(100).unwrap()).named(&name).unwrap();
+            for fair in [capacity.clone(), capacity.redis(backend)] {
+                let admitted = Arc::new(AtomicU64::new(0));
+                let started = Instant::now();
+                let mut tasks = tokio::task::JoinSet::new();
+                for &(tenant, weight, class) in &mix {
+                    let (fair, admitted) = (fair.clone(), admitted.clone());
+                    tasks.spawn(async move {
+                        while started.elapsed() < Duration::from_millis(300) {
+                            let now = now_us();
+                            let (yes, ..) = fair
+                                .decide_at(&[tenant], weight, CLASSES[class], now)
+                                .await
+                                .unwrap();
+                            admitted.fetch_add(u64::from(yes), Ordering::Relaxed);
+                        }
+                    });
+                }
+                while tasks.join_next().await.is_some() {}
+                let took = started.elapsed().as_secs_f64();
+                // T = 10 ms, D = 100 ms: at most took / T + 10 (+1 for the
+                // first emission).
+                let most = (took * 100.0).ceil() as u64 + 11;
+                let admitted = admitted.load(Ordering::Relaxed);
+                prop_assert!(admitted <= most, "{} admitted in {:.3} s (at most {})", admitted, took, most);
+                prop_assert!(admitted >= 20, "{} admitted: the test did not load it", admitted);
+            }
+            Ok(())
+        })?;
+    }
+}
+
+/// µs on a clock every caller shares (the test's, for both backends).
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// A client of `/api/shared`: its headers, how many connections, and its
+/// pace (requests a second over all its connections; `None`: as fast as
+/// it can).
+struct Client {
+    headers: Vec<(&'static str, &'static str)>,
+    connections: usize,
+    per_second: Option<u64>,
+}
+
+fn client(
+    headers: &[(&'static str, &'static str)],
+    connections: usize,
+    per_second: Option<u64>,
+) -> Client {
+    Client {
+        headers: headers.to_vec(),
+        connections,
+        per_second,
+    }
+}
+
+/// Each client's (admitted, refused) over `run`, its connections spread
+/// over the servers on `ports`.
+fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64)> {
+    let started = Instant::now();
+    let mut threads = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let mut request = "GET /api/shared HTTP/1.1\r\nhost: x\r\n".to_owned();
+        for (name, value) in &client.headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        for n in 0..client.connections {
+            let port = ports[(c + n) % ports.len()];
+            let (request, pace) = (request.clone(), client.per_second);
+            let interval =
+                pace.map(|rate| Duration::from_secs(client.connections as u64) / rate as u32);
+            threads.push((
+                c,
+                std::thread::spawn(move || {
+                    let mut connection = KeptAlive::to(port);
+                    let (mut admitted, mut refused) = (0, 0);
+                    let mut next = started;
+                    while started.elapsed() < run {
+                        if let Some(interval) = interval {
+                            next += interval;
+                            if let Some(wait) = next.checked_duration_since(Instant::now()) {
+                                std::thread::sleep(wait);
+                            }
+                        }
+                        match connection.status(&request) {
+                            200 => admitted += 1,
+                            429 => refused += 1,
+                            other => panic!("status {other}"),
+                        }
+                    }
+                    (admitted, refused)
+                }),
+            ));
+        }
+    }
+    let mut totals = vec![(0, 0); clients.len()];
+    for (c, thread) in threads {
+        let (admitted, refused) = thread.join().unwrap();
+        totals[c].0 += admitted;
+        totals[c].1 += refused;
+    }
+    totals
+}
+
+/// The three figures, on the example servers at `ports` (one capacity of
+/// 200/s for all of them).
+fn figures(ports: &[u16], store: &str) {
+    let run = Duration::from_secs(6);
+    let most = (200.0 * 6.0 * 1.1) as u64;
+    // A tenant stays active two windows after it last asked: each case
+    // starts once the last one's tenants have left.
+    let pause = || std::thread::sleep(Duration::from_millis(2_500));
+
+    let seen = load(
+        ports,
+        &[
+            client(&[("x-user-id", "hog")], 6, None),
+            client(&[("x-user-id", "light")], 1, Some(20)),
+        ],
+        run,
+    );
+    println!("{store}: a hog and a light tenant: {seen:?}");
+    let (light_admitted, light_refused) = seen[1];
+    assert!(
+        light_refused * 100 <= light_admitted + light_refused,
+        "{seen:?}"
+    );
+    assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
+    assert!(seen[0].0 >= 600, "the hog gets what is left: {seen:?}");
+    pause();
+
+    let seen = load(
+        ports,
+        &[
+            client(&[("x-user-id", "pro"), ("x-api-key", "pro-demo")], 3, None),
+            client(
+                &[("x-user-id", "free"), ("x-api-key", "free-demo")],
+                3,
+                None,
+            ),
+        ],
+        run,
+    );
+    println!("{store}: a pro hog and a free hog: {seen:?}");
+    let ratio = seen[0].0 as f64 / seen[1].0.max(1) as f64;
+    assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {seen:?}");
+    assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
+    pause();
+
+    let seen = load(
+        ports,
+        &[
+            client(
+                &[("x-user-id", "batch-1"), ("x-priority", "sheddable")],
+                3,
+                None,
+            ),
+            client(
+                &[("x-user-id", "batch-2"), ("x-priority", "sheddable")],
+                3,
+                None,
+            ),
+            client(
+                &[("x-user-id", "pager"), ("x-priority", "critical")],
+                1,
+                Some(50),
+            ),
+        ],
+        run,
+    );
+    println!("{store}: sheddable hogs and a critical client: {seen:?}");
+    let (critical_admitted, critical_refused) = seen[2];
+    assert!(
+        critical_refused * 100 <= critical_admitted + critical_refused,
+        "{seen:?}"
+    );
+    assert!(seen.iter().map(|s| s.0).sum::<u64>() <= most, "{seen:?}");
+}
+
+#[test]
+fn over_http_in_memory_shares_follow_weights_and_classes() {
+    let server = ExampleServer::start(&[]);
+    figures(&[server.port], "memory");
+}
+
+#[test]
+fn over_http_two_servers_on_one_redis_share_one_capacity() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let env = [("REDIS_URL", url.as_str())];
+    let servers = [ExampleServer::start(&env), ExampleServer::start(&env)];
+    figures(&[servers[0].port, servers[1].port], "redis, two servers");
+}
