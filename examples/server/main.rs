@@ -370,6 +370,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             route.about
         );
     }
+    println!(
+        "  GET  /api/shared    {}/s shared by every tenant (x-user-id), weighted by tier (x-api-key), x-priority: critical | default | sheddable",
+        config.shared_capacity
+    );
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
     let serving = Serving {
         timeout: config.request_timeout,

@@ -11,6 +11,7 @@
 //! | [`policies`] | the quota syntax, calendar quotas, policies of several limits, shared budgets, per route, tier, key, tenant and cost |
 //! | [`costs`] | costs known after the response, counting by outcome, requests in flight, limits in bytes |
 //! | [`adaptive`] | limits that follow the service's health, adaptive concurrency, soft shedding |
+//! | [`fairness`] | one capacity divided among tenants by weight, critical requests first |
 //! | [`responses`] | the quota headers and the answers the layer gives |
 //! | [`backends`] | memory and Redis: Valkey, Cluster, Sentinel, TLS, ACL users, key formats, leases |
 //! | [`failures`] | what happens when the store fails |
@@ -31,6 +32,8 @@ pub mod policies {}
 pub mod costs {}
 #[doc = include_str!("adaptive.md")]
 pub mod adaptive {}
+#[doc = include_str!("fairness.md")]
+pub mod fairness {}
 #[doc = include_str!("responses.md")]
 pub mod responses {}
 #[doc = include_str!("backends.md")]

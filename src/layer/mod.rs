@@ -19,6 +19,10 @@
 //! * the service and its future: [`RateLimit`], [`ResponseFuture`],
 //!   [`ResponseBody`].
 //!
+//! Beside it, for all clients together: [`concurrency`] (a limit of
+//! requests in flight found from latency) and [`fair_share`] (one capacity
+//! divided among tenants by weight, critical requests first).
+//!
 //! Metrics (feature `metrics`), through the `metrics` facade:
 //! `ratelimit_requests_total{outcome, route, limit}`,
 //! `ratelimit_near_limit_total{route, limit}` and

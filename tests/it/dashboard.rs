@@ -147,7 +147,7 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
     let queries = panel_queries();
     assert!(queries.len() >= 10, "{queries:?}");
     let rules = alert_rules();
-    assert_eq!(rules.len(), 5, "{rules:?}");
+    assert_eq!(rules.len(), 6, "{rules:?}");
 
     let mut redis = RedisServer::start();
     let url = redis.url();
@@ -155,6 +155,8 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         ("REDIS_URL", url.as_str()),
         ("ADMIN_TOKEN", "s3cret"),
         ("ADAPTIVE_WINDOW_MS", "1000"),
+        // One a second: a second critical request at once is refused.
+        ("SHARED_CAPACITY", "1"),
     ]);
     let prometheus = Prometheus::scraping(server.port);
     // Its first scrape comes seconds after it is ready: a counter must be
@@ -199,6 +201,12 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         }
         for _ in 0..4 {
             server.get("/api/search", &[("x-user-id", "bob")]);
+        }
+        for _ in 0..3 {
+            server.get(
+                "/api/shared",
+                &[("x-user-id", "pager"), ("x-priority", "critical")],
+            );
         }
         std::thread::sleep(Duration::from_millis(1000));
     }

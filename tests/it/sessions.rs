@@ -186,6 +186,11 @@ fn the_example_server_sessions_replay_as_written() {
 }
 
 #[test]
+fn the_fair_share_session_replays_as_written() {
+    replay_all("src/guide/fairness.md");
+}
+
+#[test]
 fn the_client_session_replays_as_written() {
     replay_all("src/guide/beyond_http.md");
 }
