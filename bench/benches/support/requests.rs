@@ -30,8 +30,12 @@ pub fn request(user: &str) -> Request<()> {
 }
 
 /// A service answering "ok" at once.
-pub fn hello(
-) -> impl Service<Request<()>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+pub fn hello() -> impl Service<
+    Request<()>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
+> + Clone {
     service_fn(|_req: Request<()>| {
         ready(Ok::<_, Infallible>(Response::new(Full::new(
             Bytes::from_static(b"ok"),

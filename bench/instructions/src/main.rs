@@ -1,9 +1,11 @@
-//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled> <n>`:
+//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled|shared> <n>`:
 //! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
 //! keys, default headers; `no-headers` without them), each polled to
 //! completion at once. `adaptive` puts the policy behind an `Adaptive`
 //! limit at its full factor (its observer around the service),
-//! `adaptive-scaled` the same pinned at half. With `PROMETHEUS=1` (feature
+//! `adaptive-scaled` the same pinned at half; `shared` puts a `FairShare`
+//! capacity (in memory, every request admitted, the 1,000 users its
+//! tenants) in place of the rate limit. With `PROMETHEUS=1` (feature
 //! `metrics`) a Prometheus recorder is installed first; with `SIZES=1` the
 //! sizes of the request and of the layer's response future are printed
 //! (what each move of them copies).
@@ -16,6 +18,7 @@ use std::hint::black_box;
 
 use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
+use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::{Adaptive, HeaderStyle, Steps};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
@@ -43,7 +46,12 @@ fn main() {
     if which == "adaptive-scaled" {
         adaptive.pin().replace(Some(0.5));
     }
-    if which.starts_with("adaptive") {
+    if which == "shared" {
+        let shared = FairShare::new(Quota::per_second(1_000_000).unwrap())
+            .tenant(Header::new("x-user-id"));
+        let limited = ServiceBuilder::new().layer(shared).service(hello());
+        drive(limited, &users, n, false);
+    } else if which.starts_with("adaptive") {
         let limited = ServiceBuilder::new()
             .layer(RateLimitLayer::new(adaptive.policies(policy)).key(Header::new("x-user-id")))
             .layer(adaptive.observer())
