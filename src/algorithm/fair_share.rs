@@ -54,19 +54,17 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// `limit` per `window` µs, with `reserves` (percent of the depth) for
-    /// critical and default requests.
-    pub(crate) fn new(limit: u32, window: u64, reserves: [u8; 2], max_tenants: usize) -> Self {
+    /// `limit` per `window` µs, each class filling at most its percent of
+    /// the depth (critical, default, sheddable).
+    pub(crate) fn new(limit: u32, window: u64, fills: [u8; 3], max_tenants: usize) -> Self {
         let interval = window.div_ceil(u64::from(limit.max(1))).max(1);
         let depth = (window / 10).max(interval);
-        let below = |percent: u64| (depth * (100 - percent.min(100)) / 100).max(interval);
-        let critical = u64::from(reserves[0]);
-        let default = critical + u64::from(reserves[1]);
+        let fill = |percent: u8| (depth * u64::from(percent.min(100)) / 100).max(interval);
         Self {
             interval,
             depth,
             active_for: window * 2,
-            thresholds: [depth, below(critical), below(default)],
+            thresholds: fills.map(fill),
             max_tenants: max_tenants.max(1),
             limit,
             window,
@@ -240,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_light_tenant_is_served_in_full_beside_a_hog() {
-        let settings = Settings::new(200, SECOND, [20, 10], 1000);
+        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
         let admitted = run(&settings, &[(1, 1, DEFAULT, 2000), (2, 1, DEFAULT, 20)], 10);
         assert_eq!(admitted[1], 200, "{admitted:?}");
         assert!(admitted[0] + admitted[1] <= 2000 + 20, "{admitted:?}");
@@ -252,7 +250,7 @@ mod tests {
 
     #[test]
     fn two_hogs_share_by_weight() {
-        let settings = Settings::new(200, SECOND, [20, 10], 1000);
+        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
         let admitted = run(
             &settings,
             &[(1, 4, DEFAULT, 2000), (2, 1, DEFAULT, 2000)],
@@ -265,7 +263,7 @@ mod tests {
 
     #[test]
     fn critical_requests_pass_sheddable_hogs() {
-        let settings = Settings::new(200, SECOND, [20, 10], 1000);
+        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
         let admitted = run(
             &settings,
             &[
@@ -281,7 +279,7 @@ mod tests {
 
     #[test]
     fn tenants_past_the_cap_share_one_place_and_idle_ones_leave() {
-        let settings = Settings::new(200, SECOND, [20, 10], 2);
+        let settings = Settings::new(200, SECOND, [100, 80, 70], 2);
         let mut shares = Shares::default();
         for tenant in 0..10 {
             shares.decide(&settings, ask(tenant, 1, DEFAULT, SECOND));

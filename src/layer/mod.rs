@@ -51,11 +51,16 @@
 mod adaptive;
 mod answer;
 mod callee;
+mod class;
 pub mod concurrency;
 mod content_bytes;
 pub mod fair_share;
 mod lookup;
 pub(crate) mod rate_limit;
+
+// Who is refused first when a capacity shared by all is short
+// (`fair_share`, `concurrency`).
+pub use class::{Class, Reserves, ReservesError};
 
 // RateLimitLayer's parts (the layer itself is at the crate's root).
 pub use rate_limit::{

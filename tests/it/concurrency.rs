@@ -159,3 +159,65 @@ async fn a_queue_holds_requests_over_the_limit_briefly() {
     assert_eq!(statuses[2], StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(limiter.in_flight(), 0);
 }
+
+/// With classes, a limit of 10 in flight (held by a service that answers
+/// only when told): sheddable requests fill at most 7 places, default ones
+/// 8, critical ones all 10 — the standard reserves — and a request past
+/// its class's part is answered 503 at once, while a more important one
+/// still gets in.
+#[tokio::test]
+async fn classes_fill_their_part_of_the_limit_and_no_more() {
+    use tower_ratelimit::layer::{Class, Reserves};
+    let limiter = AdaptiveConcurrency::new(Gradient::default())
+        .bounds(10, 10)
+        .classes(
+            |req| {
+                req.headers
+                    .get("x-priority")
+                    .map_or(Class::Default, |v| Class::from_header(v.as_bytes()))
+            },
+            Reserves::STANDARD,
+        );
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let service = {
+        let release = release.clone();
+        service_fn(move |_: Request<()>| {
+            let release = release.clone();
+            async move {
+                release.acquire().await.unwrap().forget();
+                Ok::<_, std::convert::Infallible>(Response::new(String::new()))
+            }
+        })
+    };
+    let svc = limiter.layer(service);
+    let request = |class: &str| {
+        Request::builder()
+            .header("x-priority", class)
+            .body(())
+            .unwrap()
+    };
+    let mut held = Vec::new();
+    let mut refused = Vec::new();
+    for class in ["sheddable"; 8]
+        .into_iter()
+        .chain(["default"; 3])
+        .chain(["critical"; 2])
+    {
+        let task = tokio::spawn(svc.clone().oneshot(request(class)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if task.is_finished() {
+            let status = task.await.unwrap().unwrap().status();
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{class}");
+            refused.push(class);
+        } else {
+            held.push(task);
+        }
+    }
+    // 7 sheddable, the 8th refused; 1 default (8), 2 refused; 2 critical (10).
+    assert_eq!(refused, ["sheddable", "default", "default"]);
+    assert_eq!(limiter.in_flight(), 10);
+    release.add_permits(10);
+    for task in held {
+        assert_eq!(task.await.unwrap().unwrap().status(), StatusCode::OK);
+    }
+}

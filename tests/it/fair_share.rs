@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
-use tower_ratelimit::layer::fair_share::{Class, FairShare};
+use tower_ratelimit::layer::fair_share::FairShare;
+use tower_ratelimit::layer::Class;
 use tower_ratelimit::Quota;
 
 use crate::support::example::{ExampleServer, KeptAlive};

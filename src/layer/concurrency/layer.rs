@@ -9,6 +9,8 @@ use tokio::sync::Notify;
 use tower_layer::Layer;
 
 use super::controller::ConcurrencyController;
+use crate::key::RequestHead;
+use crate::layer::{Class, Reserves};
 
 use super::service::ConcurrencyLimited;
 
@@ -40,7 +42,12 @@ struct Shared {
     max: f64,
     queue: usize,
     max_wait: Duration,
+    /// A request's class, and what each class may fill.
+    class: Option<ClassOf>,
+    reserves: Reserves,
 }
+
+type ClassOf = Box<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
 struct State {
     limit: f64,
@@ -64,6 +71,8 @@ impl AdaptiveConcurrency {
                 max: 1000.0,
                 queue: 0,
                 max_wait: Duration::ZERO,
+                class: None,
+                reserves: Reserves::STANDARD,
             }),
         }
     }
@@ -102,6 +111,28 @@ impl AdaptiveConcurrency {
         self.with(|shared| (shared.queue, shared.max_wait) = (length, max_wait))
     }
 
+    /// Classes: when the limit is short, sheddable requests are refused
+    /// first, then default ones; each class may fill the limit up to its
+    /// part by `reserves` ([`Reserves::STANDARD`]: critical requests all of
+    /// it, default ones 80%, sheddable ones 70%). Without it, every request
+    /// is default and may fill all of it.
+    pub fn classes(
+        self,
+        class: impl Fn(&RequestHead<'_>) -> Class + Send + Sync + 'static,
+        reserves: Reserves,
+    ) -> Self {
+        let class: ClassOf = Box::new(class);
+        self.with(|shared| (shared.class, shared.reserves) = (Some(class), reserves))
+    }
+
+    /// The class of `req`, by [`classes`](Self::classes).
+    pub(super) fn class_of(&self, req: &RequestHead<'_>) -> Class {
+        self.shared
+            .class
+            .as_ref()
+            .map_or(Class::Critical, |class| class(req))
+    }
+
     /// How many requests may be in flight now.
     pub fn limit(&self) -> usize {
         self.lock().limit.floor() as usize
@@ -119,9 +150,12 @@ impl AdaptiveConcurrency {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Take a place if one is free.
-    fn try_enter(&self) -> Option<Place> {
+    /// Take a place if one is free for `class`.
+    fn try_enter(&self, class: Class) -> Option<Place> {
         let limit = self.limit();
+        // At least one place for every class, so that none starves at a
+        // limit of 1.
+        let limit = (limit * usize::from(self.shared.reserves.fill(class)) / 100).max(1);
         let entered = self
             .shared
             .in_flight
@@ -136,9 +170,10 @@ impl AdaptiveConcurrency {
         })
     }
 
-    /// A place, waiting in the queue for one if it may.
-    pub(super) async fn enter(&self) -> Option<Place> {
-        if let Some(place) = self.try_enter() {
+    /// A place for a request of `class`, waiting in the queue for one if
+    /// it may.
+    pub(super) async fn enter(&self, class: Class) -> Option<Place> {
+        if let Some(place) = self.try_enter(class) {
             return Some(place);
         }
         let shared = &self.shared;
@@ -154,11 +189,11 @@ impl AdaptiveConcurrency {
         let deadline = tokio::time::Instant::now() + shared.max_wait;
         let place = loop {
             let freed = shared.freed.notified();
-            if let Some(place) = self.try_enter() {
+            if let Some(place) = self.try_enter(class) {
                 break Some(place);
             }
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                break self.try_enter();
+                break self.try_enter(class);
             }
         };
         shared.waiting.fetch_sub(1, Ordering::AcqRel);

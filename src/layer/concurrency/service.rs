@@ -41,8 +41,9 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
+        let class = limiter.class_of(&crate::key::RequestHead::from(&req));
         Box::pin(async move {
-            let Some(mut place) = limiter.enter().await else {
+            let Some(mut place) = limiter.enter(class).await else {
                 return Ok(overloaded());
             };
             let response = inner.call(req).await;

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use sha2::{Digest, Sha256};
 use tower_layer::Layer;
 
-use super::class::Class;
 use super::service::FairShared;
 use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::{ClientIp, Key, KeyExtractor, RequestHead};
+use crate::layer::{Class, Reserves};
 use crate::Quota;
 
 type TenantFn = Arc<dyn Fn(&RequestHead<'_>) -> Option<Key> + Send + Sync>;
@@ -94,7 +94,7 @@ impl FairShare {
                 settings: Settings::new(
                     capacity.limit(),
                     window,
-                    [20, 10],
+                    Class::ALL.map(|class| Reserves::STANDARD.fill(class)),
                     Self::DEFAULT_MAX_TENANTS,
                 ),
                 tenant: Arc::new(move |req| per_ip.extract(req).ok()),
@@ -152,25 +152,18 @@ impl FairShare {
         })
     }
 
-    /// The part of the capacity's depth, in percent, that default and
-    /// sheddable requests leave to critical ones (`critical`, 20 by
-    /// default), and that sheddable requests leave to default ones too
-    /// (`default`, 10 by default). Together at most 90.
-    pub fn reserves(self, critical: u8, default: u8) -> Result<Self, FairShareError> {
-        if u16::from(critical) + u16::from(default) > 90 {
-            return Err(FairShareError(format!(
-                "the reserves take {}% of the capacity: at most 90%",
-                u16::from(critical) + u16::from(default)
-            )));
-        }
-        Ok(self.with(|c| {
+    /// The parts of the capacity's depth the less important classes
+    /// leave to the more important ([`Reserves::STANDARD`] by default).
+    pub fn reserves(self, reserves: Reserves) -> Self {
+        self.with(|c| {
+            let fills = Class::ALL.map(|class| reserves.fill(class));
             c.settings = Settings::new(
                 c.settings.limit,
                 c.settings.window,
-                [critical, default],
+                fills,
                 c.settings.max_tenants,
             )
-        }))
+        })
     }
 
     /// How many tenants are told apart (10,000 by default): past that, new

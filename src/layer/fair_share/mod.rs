@@ -4,7 +4,8 @@
 //!
 //! ```
 //! use tower_ratelimit::key::Header;
-//! use tower_ratelimit::layer::fair_share::{Class, FairShare};
+//! use tower_ratelimit::layer::fair_share::FairShare;
+//! use tower_ratelimit::layer::Reserves;
 //!
 //! let shared = FairShare::new("200/s".parse()?)
 //!     .named("api")?
@@ -14,7 +15,7 @@
 //!         _ => 1,
 //!     })
 //!     .class_header("x-priority")
-//!     .reserves(20, 10)?;
+//!     .reserves(Reserves::new(20, 10)?);
 //! let app: axum::Router = axum::Router::new()
 //!     .route("/", axum::routing::get(|| async { "hello" }))
 //!     .layer(shared);
@@ -23,14 +24,12 @@
 //! ```
 //!
 //! `layer.rs` holds the capacity and its settings, `service.rs` asks it
-//! before each call, `class.rs` names the classes; the decision itself is
+//! before each call (the classes are `layer::Class`); the decision itself is
 //! `algorithm/fair_share.rs` (memory) and `backend/redis/lua/fair_share.lua`
 //! (Redis), step for step the same.
 
-mod class;
 mod layer;
 mod service;
 
-pub use class::Class;
 pub use layer::{FairShare, FairShareError};
 pub use service::{FairShareFuture, FairShared};

@@ -8,11 +8,11 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::class::Class;
 use super::layer::FairShare;
 use crate::algorithm::fair_share::Verdict;
 use crate::key::RequestHead;
 use crate::layer::answer::body::ResponseBody;
+use crate::layer::Class;
 
 /// The service a [`FairShare`] wraps.
 #[derive(Clone, Debug)]
