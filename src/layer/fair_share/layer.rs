@@ -52,6 +52,10 @@ pub(super) struct Config {
     pub(super) class: ClassFn,
     pub(super) store: Store,
     pub(super) clock: Arc<dyn Clock>,
+    /// How long a refused request may wait, and how many at once.
+    pub(super) max_wait: std::time::Duration,
+    pub(super) max_waiting: usize,
+    pub(super) waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Where a capacity's state lives.
@@ -102,6 +106,9 @@ impl FairShare {
                 class: Arc::new(|_| Class::Default),
                 store: Store::Memory(Arc::default()),
                 clock: Arc::new(MonotonicClock::new()),
+                max_wait: std::time::Duration::ZERO,
+                max_waiting: 0,
+                waiting: Arc::default(),
             }),
         }
     }
@@ -164,6 +171,16 @@ impl FairShare {
                 c.settings.max_tenants,
             )
         })
+    }
+
+    /// Instead of refusing at once, a request waits up to `max_wait` for
+    /// its tenant's share (or the capacity) to admit it, at most
+    /// `max_waiting` requests at once (past that, refused at once). It is
+    /// asked again when it could be admitted, holding no place meanwhile:
+    /// each tenant's requests are paced by its own share, so a tenant
+    /// whose burst waits never delays another tenant.
+    pub fn wait_up_to(self, max_wait: std::time::Duration, max_waiting: usize) -> Self {
+        self.with(|c| (c.max_wait, c.max_waiting) = (max_wait, max_waiting))
     }
 
     /// How many tenants are told apart (10,000 by default): past that, new

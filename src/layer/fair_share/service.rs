@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::layer::FairShare;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::layer::{Config, FairShare};
 use crate::algorithm::fair_share::Verdict;
 use crate::key::RequestHead;
 use crate::layer::answer::body::ResponseBody;
@@ -45,8 +47,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = self.share.config.clone();
         Box::pin(async move {
-            let (verdict, class) = config.decide(&RequestHead::from(&req)).await;
-            observe(&config.name, class, &verdict);
+            let verdict = admitted(&config, &RequestHead::from(&req)).await;
             let policy = policy_header(&config.name, verdict.share, config.settings.window);
             if !verdict.admitted {
                 return Ok(refused(policy, verdict.retry_after));
@@ -55,6 +56,48 @@ where
             response.headers_mut().append("ratelimit-policy", policy);
             Ok(response.map(|b| ResponseBody::holding(b, None)))
         })
+    }
+}
+
+/// The capacity's verdict on `req`: at once, or with
+/// [`wait_up_to`](FairShare::wait_up_to), after waiting until its tenant's
+/// share or the capacity admits it — asked again each time, so a waiting
+/// request holds no place and another tenant's waits never lengthen it.
+async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
+    let started = tokio::time::Instant::now();
+    let mut waiting = None;
+    loop {
+        let (verdict, class) = config.decide(req).await;
+        let wait = std::time::Duration::from_micros(verdict.retry_after);
+        let in_time = started.elapsed() + wait <= config.max_wait;
+        if waiting.is_none() && !verdict.admitted && in_time {
+            waiting = Waiting::join(&config.waiting, config.max_waiting);
+        }
+        if verdict.admitted || waiting.is_none() || !in_time {
+            // Counted once, as it ended.
+            observe(&config.name, class, &verdict);
+            return verdict;
+        }
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// A place among the requests waiting for the capacity, given back when
+/// dropped.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn join(waiting: &'a AtomicUsize, max: usize) -> Option<Self> {
+        let joined = waiting.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        });
+        joined.ok().map(|_| Self(waiting))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
