@@ -92,7 +92,12 @@ impl RedisBackend {
 
 fn fair_share_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| Script::new(include_str!("lua/fair_share.lua")))
+    SCRIPT.get_or_init(|| {
+        Script::new(concat!(
+            include_str!("lua/integers.lua"),
+            include_str!("lua/fair_share.lua")
+        ))
+    })
 }
 
 impl RedisBackend {

@@ -104,6 +104,7 @@ impl Shape {
             include_str!("lua/lean_fixed_window.lua").to_owned()
         } else {
             let parts = [
+                (true, include_str!("lua/integers.lua")),
                 (true, include_str!("lua/common.lua")),
                 (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
                 (

@@ -2,7 +2,7 @@
 -- src/algorithm/fair_share.rs, on a hash (KEYS[1]: `tat`, `w` the active
 -- weights, and `t<tenant>` = "tat:weight:seen" each) and a sorted set of
 -- the active tenants by when they last asked (KEYS[2]). Every number is an
--- integer in microseconds, exact below 2^53.
+-- integer in microseconds (integers.lua comes first).
 local H, Z = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local depth = tonumber(ARGV[2])
@@ -19,18 +19,6 @@ else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function int(x) return string.format('%.0f', x) end
-local function floor_div(a, b)
-  local q = math.floor(a / b)
-  while q * b > a do q = q - 1 end
-  while (q + 1) * b <= a do q = q + 1 end
-  return q
-end
-local function ceil_div(a, b)
-  local q = floor_div(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
 local function tenant(field)
   local v = redis.call('HGET', H, field)
   if not v then return nil end
@@ -40,7 +28,7 @@ end
 
 local weights = tonumber(redis.call('HGET', H, 'w') or '0')
 -- Tenants idle for longer than active_for leave, oldest first, 64 at most.
-local idle = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. int(now - active_for), 'LIMIT', 0, 64)
+local idle = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. num(now - active_for), 'LIMIT', 0, 64)
 for _, gone in ipairs(idle) do
   local t = tenant('t' .. gone)
   if t then weights = weights - t.weight end
@@ -59,15 +47,15 @@ if known then t_tat, t_weight = known.tat, known.weight end
 weights = weights - t_weight + weight
 local active = count
 if not known then active = count + 1 end
-redis.call('ZADD', Z, int(now), id)
+redis.call('ZADD', Z, num(now), id)
 
 local tenant_interval = ceil_div(interval * weights, weight)
-local tenant_depth = math.max(tenant_interval, floor_div(depth, 2))
+local tenant_depth = math.max(tenant_interval, idiv(depth, 2))
 local capacity_tat = math.max(tonumber(redis.call('HGET', H, 'tat') or '0'), now) + interval
 local filled = capacity_tat - now
 local tenant_tat = math.max(t_tat, now) + tenant_interval
 local within_share = tenant_tat - now <= tenant_depth
-local share = math.max(floor_div(limit * weight, weights), 1)
+local share = math.max(idiv(limit * weight, weights), 1)
 local admitted, retry_after = 0, 0
 if filled > threshold then
   retry_after = filled - threshold
@@ -77,10 +65,10 @@ else
   retry_after = math.min(tenant_tat - now - tenant_depth, filled - interval)
 end
 if admitted == 1 then
-  redis.call('HSET', H, 'tat', int(capacity_tat))
+  redis.call('HSET', H, 'tat', num(capacity_tat))
   t_tat = math.min(tenant_tat, now + tenant_depth)
 end
-redis.call('HSET', H, 'w', int(weights), 't' .. id, int(t_tat) .. ':' .. int(weight) .. ':' .. int(now))
+redis.call('HSET', H, 'w', num(weights), 't' .. id, num(t_tat) .. ':' .. num(weight) .. ':' .. num(now))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)
