@@ -12,6 +12,7 @@ pub fn capacity(config: &Config) -> FairShare {
     let per_second = tower_ratelimit::Quota::per_second(config.shared_capacity)
         .expect("SHARED_CAPACITY is checked when read");
     FairShare::new(per_second)
+        .expect("a second's capacity")
         .named("api_shared")
         .expect("a valid name")
         .tenant(Header::new("x-user-id").or(client_ip(config)))

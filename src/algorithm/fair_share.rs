@@ -28,6 +28,18 @@ use std::collections::{BTreeSet, HashMap};
 /// At most this many expired tenants leave per decision: a bounded cost.
 pub(crate) const EXPIRE_AT_ONCE: usize = 64;
 
+/// A tenant's weight is at most this (larger ones count as it).
+pub(crate) const MAX_WEIGHT: u32 = 1_000;
+
+/// A tenant's interval is at most this, µs (35 years: a tenant whose
+/// share rounds to nothing). Every number stays below 2^53, where the
+/// Redis script's doubles are exact.
+pub(crate) const MAX_TENANT_INTERVAL: u64 = 1 << 50;
+
+/// The longest window a capacity may have: with [`MAX_WEIGHT`] it keeps
+/// `interval · weight` exact in doubles.
+pub(crate) const MAX_WINDOW_US: u64 = 86_400_000_000;
+
 /// A tenant, as the capacity knows it: 16 bytes of a hash of its key.
 pub(crate) type TenantId = [u8; 16];
 
@@ -129,7 +141,7 @@ impl Shares {
         } else {
             OVERFLOW
         };
-        let weight = ask.weight.max(1);
+        let weight = ask.weight.clamp(1, MAX_WEIGHT);
         let mut tenant = self.tenants.get(&id).copied().unwrap_or(Tenant {
             tat: 0,
             weight: 0,
@@ -144,7 +156,7 @@ impl Shares {
             u32::try_from(self.tenants.len() + usize::from(!self.tenants.contains_key(&id)))
                 .unwrap_or(u32::MAX);
 
-        let tenant_interval = (settings.interval * self.weights).div_ceil(u64::from(weight));
+        let tenant_interval = tenant_interval(settings.interval, self.weights, u64::from(weight));
         let tenant_depth = tenant_interval.max(settings.depth / 2);
         let threshold = settings.thresholds[ask.class.min(2)];
         let capacity_tat = self.tat.max(now) + settings.interval;
@@ -191,6 +203,16 @@ impl Shares {
             }
         }
     }
+}
+
+/// `⌈interval · weights / weight⌉`, at most [`MAX_TENANT_INTERVAL`],
+/// without a product past 2^53: `weights = q · weight + r`.
+fn tenant_interval(interval: u64, weights: u64, weight: u64) -> u64 {
+    let (q, r) = (weights / weight, weights % weight);
+    if q >= MAX_TENANT_INTERVAL / interval {
+        return MAX_TENANT_INTERVAL;
+    }
+    (interval * q + (interval * r).div_ceil(weight)).min(MAX_TENANT_INTERVAL)
 }
 
 #[cfg(test)]
@@ -275,6 +297,23 @@ mod tests {
         );
         assert_eq!(admitted[2], 500, "{admitted:?}");
         assert!(admitted.iter().sum::<u64>() <= 2020, "{admitted:?}");
+    }
+
+    #[test]
+    fn huge_weights_and_many_tenants_stay_exact_and_never_overflow() {
+        let settings = Settings::new(1, MAX_WINDOW_US, [100, 80, 70], 1_000_000);
+        let mut shares = Shares::default();
+        for tenant in 0..=255u8 {
+            let verdict = shares.decide(&settings, ask(tenant, u32::MAX, DEFAULT, SECOND));
+            assert!(verdict.share >= 1);
+        }
+        assert_eq!(shares.weights, 256 * u64::from(MAX_WEIGHT));
+        assert_eq!(
+            tenant_interval(MAX_WINDOW_US, u64::MAX / 2, 1),
+            MAX_TENANT_INTERVAL
+        );
+        assert_eq!(tenant_interval(5_000, 7, 2), 17_500);
+        assert_eq!(tenant_interval(5_000, 7, 3), 11_667);
     }
 
     #[test]

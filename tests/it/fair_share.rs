@@ -42,6 +42,7 @@ proptest! {
             let name = format!("conformance{}", NEXT.fetch_add(1, Ordering::Relaxed));
             let capacity = |quota: &str| {
                 FairShare::new(quota.parse::<Quota>().unwrap())
+                    .unwrap()
                     .named(&name)
                     .unwrap()
                     .max_tenants(4)
@@ -95,7 +96,10 @@ proptest! {
         rt.block_on(async {
             let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
             let name = format!("concurrent{}", NEXT.fetch_add(1, Ordering::Relaxed));
-            let capacity = FairShare::new(Quota::per_second(100).unwrap()).named(&name).unwrap();
+            let capacity = FairShare::new(Quota::per_second(100).unwrap())
+                .unwrap()
+                .named(&name)
+                .unwrap();
             for fair in [capacity.clone(), capacity.redis(backend)] {
                 let admitted = Arc::new(AtomicU64::new(0));
                 let started = Instant::now();
@@ -306,6 +310,7 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
 async fn a_waiting_hog_does_not_delay_a_light_tenant() {
     use tower::{service_fn, Layer, ServiceExt};
     let shared = FairShare::new(Quota::per_second(200).unwrap())
+        .unwrap()
         .tenant(tower_ratelimit::key::Header::new("x-user-id"))
         .wait_up_to(Duration::from_millis(500), 1000);
     let svc = shared.layer(service_fn(|_: http::Request<()>| async {
@@ -365,4 +370,29 @@ async fn a_waiting_hog_does_not_delay_a_light_tenant() {
         hog as f64 >= 90.0 * run.as_secs_f64(),
         "the hog gets its share: {hog}"
     );
+}
+
+/// A capacity over more than a day is refused with what is wrong; weights
+/// past 1,000 count as 1,000 on both backends (the conformance above
+/// draws weights up to 10; here the decisions at the extremes agree).
+#[tokio::test]
+async fn a_capacity_s_bounds_are_checked_and_kept_on_both_backends() {
+    let err = FairShare::new("100/week".parse::<Quota>().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("at most a day"), "{err}");
+    let redis = shared_redis();
+    let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
+    let name = format!("bounds{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let capacity = FairShare::new("1/day".parse::<Quota>().unwrap())
+        .unwrap()
+        .named(&name)
+        .unwrap();
+    let (memory, on_redis) = (capacity.clone(), capacity.redis(backend));
+    let mut now = 1_700_000_000_000_000u64;
+    for (i, weight) in [u32::MAX, 1, 0, 1_000, 1_001, 7].into_iter().enumerate() {
+        now += 1_000_000;
+        let tenant = [i as u8];
+        let expected = memory.decide_at(&tenant, weight, Class::Default, now).await.unwrap();
+        let seen = on_redis.decide_at(&tenant, weight, Class::Default, now).await.unwrap();
+        assert_eq!(expected, seen, "weight {weight}");
+    }
 }

@@ -48,6 +48,7 @@ fn main() {
     }
     if which == "shared" {
         let shared = FairShare::new(Quota::per_second(1_000_000).unwrap())
+            .unwrap()
             .tenant(Header::new("x-user-id"));
         let limited = ServiceBuilder::new().layer(shared).service(hello());
         drive(limited, &users, n, false);

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use tower_layer::Layer;
 
 use super::service::FairShared;
-use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict};
+use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict, MAX_WINDOW_US};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::{ClientIp, Key, KeyExtractor, RequestHead};
 use crate::layer::{Class, Reserves};
@@ -88,11 +88,16 @@ impl FairShare {
 
     /// `capacity` (`"200/s"`) shared by tenants keyed by client IP, each of
     /// weight 1, every request of class default; in memory. Its burst is a
-    /// tenth of its window's.
-    pub fn new(capacity: Quota) -> Self {
+    /// tenth of its window's. A window longer than a day is refused.
+    pub fn new(capacity: Quota) -> Result<Self, FairShareError> {
         let window = crate::clock::Micros::from(capacity.window()).as_u64();
+        if window > MAX_WINDOW_US {
+            return Err(FairShareError(format!(
+                "a shared capacity's window is at most a day (it divides a rate among the tenants of the last two windows): {capacity}"
+            )));
+        }
         let per_ip = ClientIp::new();
-        Self {
+        Ok(Self {
             config: Arc::new(Config {
                 name: "shared".into(),
                 settings: Settings::new(
@@ -110,7 +115,7 @@ impl FairShare {
                 max_waiting: 0,
                 waiting: Arc::default(),
             }),
-        }
+        })
     }
 
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
@@ -136,8 +141,9 @@ impl FairShare {
         self.with(|c| c.tenant = Arc::new(move |req| tenant.extract(req).ok()))
     }
 
-    /// A tenant's weight (at least 1): from its tier, its plan, a header
-    /// set by your auth. The latest request's weight is the tenant's.
+    /// A tenant's weight (1 to 1,000; others count as the nearest): from
+    /// its tier, its plan, a header set by your auth. The latest request's
+    /// weight is the tenant's.
     pub fn weight(self, weight: impl Fn(&RequestHead<'_>) -> u32 + Send + Sync + 'static) -> Self {
         self.with(|c| c.weight = Arc::new(weight))
     }

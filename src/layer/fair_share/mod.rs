@@ -7,7 +7,7 @@
 //! use tower_ratelimit::layer::fair_share::FairShare;
 //! use tower_ratelimit::layer::Reserves;
 //!
-//! let shared = FairShare::new("200/s".parse()?)
+//! let shared = FairShare::new("200/s".parse()?)?
 //!     .named("api")?
 //!     .tenant(Header::new("x-user-id"))
 //!     .weight(|req| match req.headers.get("x-plan").map(|v| v.as_bytes()) {

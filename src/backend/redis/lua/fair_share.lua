@@ -11,7 +11,8 @@ local threshold = tonumber(ARGV[4])
 local max_tenants = tonumber(ARGV[5])
 local limit = tonumber(ARGV[6])
 local id = ARGV[7]
-local weight = math.max(tonumber(ARGV[8]), 1)
+local weight = math.min(math.max(tonumber(ARGV[8]), 1), 1000)
+local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
 local now
 if ARGV[9] ~= '' then
   now = tonumber(ARGV[9])
@@ -49,7 +50,14 @@ local active = count
 if not known then active = count + 1 end
 redis.call('ZADD', Z, num(now), id)
 
-local tenant_interval = ceil_div(interval * weights, weight)
+-- ceil(interval * weights / weight), at most 2^50, without a product past
+-- 2^53: weights = q * weight + r.
+local q = idiv(weights, weight)
+local r = weights - q * weight
+local tenant_interval = MAX_TENANT_INTERVAL
+if q < idiv(MAX_TENANT_INTERVAL, interval) then
+  tenant_interval = math.min(interval * q + ceil_div(interval * r, weight), MAX_TENANT_INTERVAL)
+end
 local tenant_depth = math.max(tenant_interval, idiv(depth, 2))
 local capacity_tat = math.max(tonumber(redis.call('HGET', H, 'tat') or '0'), now) + interval
 local filled = capacity_tat - now
