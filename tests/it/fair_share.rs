@@ -391,8 +391,70 @@ async fn a_capacity_s_bounds_are_checked_and_kept_on_both_backends() {
     for (i, weight) in [u32::MAX, 1, 0, 1_000, 1_001, 7].into_iter().enumerate() {
         now += 1_000_000;
         let tenant = [i as u8];
-        let expected = memory.decide_at(&tenant, weight, Class::Default, now).await.unwrap();
-        let seen = on_redis.decide_at(&tenant, weight, Class::Default, now).await.unwrap();
+        let expected = memory
+            .decide_at(&tenant, weight, Class::Default, now)
+            .await
+            .unwrap();
+        let seen = on_redis
+            .decide_at(&tenant, weight, Class::Default, now)
+            .await
+            .unwrap();
         assert_eq!(expected, seen, "weight {weight}");
     }
+}
+
+/// On a cluster, the capacity's two keys share one slot and decide as
+/// memory does; with Redis gone, each server decides on a capacity of its
+/// own at once instead of failing the request.
+#[cfg(feature = "redis-cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
+    use tower::{service_fn, Layer, ServiceExt};
+    let cluster = crate::support::RedisCluster::start();
+    let backend = RedisBackend::cluster_builder(cluster.urls())
+        .connect()
+        .await
+        .unwrap();
+    let capacity = FairShare::new(Quota::per_second(5).unwrap())
+        .unwrap()
+        .named("cluster")
+        .unwrap();
+    let (memory, on_redis) = (capacity.clone(), capacity.redis(backend));
+    let mut now = 1_700_000_000_000_000u64;
+    for i in 0..40u64 {
+        now += 37_000 * (i % 3);
+        let tenant = [(i % 4) as u8];
+        let class = CLASSES[(i % 3) as usize];
+        let expected = memory
+            .decide_at(&tenant, 1 + (i % 5) as u32, class, now)
+            .await
+            .unwrap();
+        let seen = on_redis
+            .decide_at(&tenant, 1 + (i % 5) as u32, class, now)
+            .await
+            .unwrap();
+        assert_eq!(expected, seen, "request {i}");
+    }
+
+    let redis = RedisServer::start();
+    let lost = RedisBackend::builder(&redis.url())
+        .timeout(Duration::from_millis(100))
+        .connect()
+        .await
+        .unwrap();
+    let svc = FairShare::new(Quota::per_second(2).unwrap())
+        .unwrap()
+        .redis(lost)
+        .layer(service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }));
+    drop(redis);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    // 2 a second, a depth of one: the local capacity admits the first and
+    // refuses the rest of this instant.
+    assert_eq!(statuses, [200, 429, 429, 429]);
 }
