@@ -483,12 +483,8 @@ enum Written {
 /// it, and it asks anyway every [`POLL_EVERY`]. Its subscription is made
 /// again when it ends, and behind Sentinel when another master is named.
 async fn follow(inner: Weak<Inner>, subscribed: tokio::sync::oneshot::Sender<()>) {
-    let Some(redis) = inner.upgrade().map(|inner| inner.redis.clone()) else {
+    let Some((redis, name)) = inner.upgrade().map(|i| (i.redis.clone(), i.name.clone())) else {
         return;
-    };
-    let name = match inner.upgrade() {
-        Some(inner) => inner.name.clone(),
-        None => return,
     };
     let mut subscribed = Some(subscribed);
     loop {
