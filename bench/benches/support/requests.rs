@@ -3,7 +3,7 @@
 //! `benches/instructions`.
 
 use std::convert::Infallible;
-use std::future::{ready, Future};
+use std::future::{ready, Future, Ready};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
@@ -30,11 +30,14 @@ pub fn request(user: &str) -> Request<()> {
 }
 
 /// A service answering "ok" at once.
+/// `hello`'s answer.
+type Answer = Result<Response<Full<Bytes>>, Infallible>;
+
 pub fn hello() -> impl Service<
     Request<()>,
     Response = Response<Full<Bytes>>,
     Error = Infallible,
-    Future = std::future::Ready<Result<Response<Full<Bytes>>, Infallible>>,
+    Future = Ready<Answer>,
 > + Clone {
     service_fn(|_req: Request<()>| {
         ready(Ok::<_, Infallible>(Response::new(Full::new(

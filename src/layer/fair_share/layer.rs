@@ -56,6 +56,7 @@ pub(super) struct Config {
     pub(super) max_wait: std::time::Duration,
     pub(super) max_waiting: usize,
     pub(super) waiting: Arc<std::sync::atomic::AtomicUsize>,
+    pub(super) observed: Arc<super::observe::Observed>,
 }
 
 /// Where a capacity's state lives.
@@ -114,6 +115,7 @@ impl FairShare {
                 max_wait: std::time::Duration::ZERO,
                 max_waiting: 0,
                 waiting: Arc::default(),
+                observed: Arc::default(),
             }),
         })
     }

@@ -24,11 +24,12 @@
 //! ```
 //!
 //! `layer.rs` holds the capacity and its settings, `service.rs` asks it
-//! before each call (the classes are `layer::Class`); the decision itself is
+//! before each call, `observe.rs` reports it (the classes are `layer::Class`); the decision itself is
 //! `algorithm/fair_share.rs` (memory) and `backend/redis/lua/fair_share.lua`
 //! (Redis), step for step the same.
 
 mod layer;
+mod observe;
 mod service;
 
 pub use layer::{FairShare, FairShareError};

@@ -14,7 +14,6 @@ use super::layer::{Config, FairShare};
 use crate::algorithm::fair_share::Verdict;
 use crate::key::RequestHead;
 use crate::layer::answer::body::ResponseBody;
-use crate::layer::Class;
 
 /// The service a [`FairShare`] wraps.
 #[derive(Clone, Debug)]
@@ -75,7 +74,10 @@ async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
         }
         if verdict.admitted || waiting.is_none() || !in_time {
             // Counted once, as it ended.
-            observe(&config.name, class, &verdict);
+            let now = config.clock.now().as_u64();
+            config
+                .observed
+                .record(&config.name, class, &verdict, now, config.settings.window);
             return verdict;
         }
         tokio::time::sleep(wait).await;
@@ -122,26 +124,4 @@ fn refused<B>(policy: HeaderValue, retry_after_us: u64) -> Response<ResponseBody
     );
     headers.insert("ratelimit-policy", policy);
     response
-}
-
-/// Counted by capacity, class and outcome; the active tenants as a gauge.
-fn observe(name: &str, class: Class, verdict: &Verdict) {
-    #[cfg(feature = "metrics")]
-    {
-        let outcome = if verdict.admitted {
-            "admitted"
-        } else {
-            "refused"
-        };
-        metrics::counter!(
-            "ratelimit_shared_requests_total",
-            "capacity" => name.to_owned(),
-            "class" => class.as_str(),
-            "outcome" => outcome
-        )
-        .increment(1);
-        metrics::gauge!("ratelimit_shared_active_tenants", "capacity" => name.to_owned())
-            .set(f64::from(verdict.active));
-    }
-    let _ = (name, class, verdict);
 }
