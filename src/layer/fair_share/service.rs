@@ -2,13 +2,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
-
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::layer::{Config, FairShare};
 use crate::algorithm::fair_share::Verdict;
