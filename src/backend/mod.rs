@@ -51,7 +51,7 @@
 //! layer then does what it was told ([`OnBackendError`]).
 
 mod breaker;
-mod circuit;
+pub(crate) mod circuit;
 #[cfg(feature = "redis")]
 mod denials;
 mod either;

@@ -458,3 +458,54 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
     // refuses the rest of this instant.
     assert_eq!(statuses, [200, 429, 429, 429]);
 }
+
+/// Redis frozen (SIGSTOP) under a shared capacity: five requests wait the
+/// timeout, then the rest are decided locally at once; once Redis answers
+/// again it decides within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_redis_costs_the_timeout_a_few_times_then_nothing() {
+    use tower::{service_fn, Layer, ServiceExt};
+    let redis = RedisServer::start();
+    let timeout = Duration::from_millis(200);
+    let backend = RedisBackend::builder(&redis.url())
+        .timeout(timeout)
+        .connect()
+        .await
+        .unwrap();
+    let svc = FairShare::new(Quota::per_second(1_000).unwrap())
+        .unwrap()
+        .redis(backend)
+        .layer(service_fn(|_: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }));
+    let ask = || async {
+        let started = Instant::now();
+        let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+        (response.status(), started.elapsed())
+    };
+    assert_eq!(ask().await.0, 200);
+    redis.pause();
+    let mut slow = 0;
+    for _ in 0..50 {
+        let (status, took) = ask().await;
+        assert_eq!(status, 200);
+        assert!(took < timeout + Duration::from_millis(100), "{took:?}");
+        slow += usize::from(took >= timeout);
+    }
+    // Five to open, and at most a probe or two in the 50 (each waits
+    // 100 ms or more apart).
+    assert!((5..=7).contains(&slow), "{slow} waited the timeout");
+    redis.resume();
+    // The calls that timed out reach Redis as it wakes: counted first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = redis.evalsha_calls();
+    let resumed = Instant::now();
+    while redis.evalsha_calls() == before {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(1),
+            "Redis was not asked again"
+        );
+        ask().await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -63,11 +63,14 @@ pub(super) struct Config {
 #[derive(Clone)]
 pub(super) enum Store {
     Memory(Arc<Mutex<Shares>>),
-    /// On Redis, decided locally while Redis fails.
+    /// On Redis, decided locally while Redis fails: after 5 failures in
+    /// a row Redis is not asked for 100 ms, then once (that request waits
+    /// for it), the pause doubling to 400 ms while it fails.
     #[cfg(feature = "redis")]
     Redis {
         redis: crate::backend::RedisBackend,
         local: Arc<Mutex<Shares>>,
+        circuit: Arc<crate::backend::circuit::Circuit>,
     },
 }
 
@@ -201,7 +204,9 @@ impl FairShare {
     }
 
     /// Keep the capacity on Redis, shared by every server on it; while
-    /// Redis fails, each server decides on a capacity of its own.
+    /// Redis fails, each server decides on a capacity of its own (after five
+    /// failures in a row without asking Redis, one request asking it again
+    /// every 100 to 400 ms).
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(self, redis: crate::backend::RedisBackend) -> Self {
@@ -209,6 +214,7 @@ impl FairShare {
             c.store = Store::Redis {
                 redis,
                 local: Arc::default(),
+                circuit: Arc::new(crate::backend::circuit::Circuit::new(Default::default())),
             }
         })
     }
@@ -284,13 +290,31 @@ impl Config {
                 lock(shares).decide(&self.settings, ask)
             }
             #[cfg(feature = "redis")]
-            Store::Redis { redis, local } => {
+            Store::Redis {
+                redis,
+                local,
+                circuit,
+            } => {
+                use crate::backend::circuit::Pass;
                 ask.tenant = tenant_id(tenant);
-                let shared = redis.fair_share(&self.name, &self.settings, &ask, true);
-                match shared.await {
-                    Ok(verdict) => verdict,
-                    Err(_) => lock(local).decide(&self.settings, ask),
-                }
+                let shared = || redis.fair_share(&self.name, &self.settings, &ask, true);
+                let asked = match circuit.pass() {
+                    Pass::Open => None,
+                    Pass::Closed => {
+                        let answer = shared().await;
+                        match &answer {
+                            Ok(_) => circuit.succeeded(),
+                            Err(_) => circuit.failed(false),
+                        }
+                        answer.ok()
+                    }
+                    Pass::Probe(probe) => {
+                        let answer = shared().await;
+                        probe.finished(&answer);
+                        answer.ok()
+                    }
+                };
+                asked.unwrap_or_else(|| lock(local).decide(&self.settings, ask))
             }
         };
         (verdict, class)
