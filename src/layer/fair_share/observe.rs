@@ -3,6 +3,7 @@
 //! this server admitted over the last window.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::algorithm::fair_share::Verdict;
 use crate::layer::Class;
@@ -20,7 +21,7 @@ impl Observed {
     /// class's share of the admissions in it.
     pub(super) fn record(
         &self,
-        name: &str,
+        name: &Arc<str>,
         class: Class,
         verdict: &Verdict,
         now: u64,
@@ -33,14 +34,16 @@ impl Observed {
             } else {
                 "refused"
             };
+            // The capacity's name is shared, not copied, on every request.
+            let capacity = || metrics::SharedString::from_shared(Arc::clone(name));
             metrics::counter!(
                 "ratelimit_shared_requests_total",
-                "capacity" => name.to_owned(),
+                "capacity" => capacity(),
                 "class" => class.as_str(),
                 "outcome" => outcome
             )
             .increment(1);
-            metrics::gauge!("ratelimit_shared_active_tenants", "capacity" => name.to_owned())
+            metrics::gauge!("ratelimit_shared_active_tenants", "capacity" => capacity())
                 .set(f64::from(verdict.active));
         }
         if verdict.admitted {
@@ -67,7 +70,7 @@ impl Observed {
                 };
                 metrics::gauge!(
                     "ratelimit_shared_class_share",
-                    "capacity" => name.to_owned(),
+                    "capacity" => metrics::SharedString::from_shared(Arc::clone(name)),
                     "class" => class.as_str()
                 )
                 .set(share);
