@@ -23,6 +23,9 @@ pub fn binary() -> PathBuf {
 pub struct ExampleServer {
     child: Child,
     lines: Receiver<String>,
+    /// Lines printed before it said it serves (a fleet joined at once,
+    /// say): read first.
+    earlier: std::sync::Mutex<std::collections::VecDeque<String>>,
     pub port: u16,
 }
 
@@ -64,20 +67,37 @@ impl ExampleServer {
                 let _ = sender.send(line);
             }
         });
-        let mut server = Self { child, lines, port };
-        let started = server.line_starting("tower-ratelimit demo on");
-        assert!(started.is_some(), "{} did not start", binary().display());
-        server
+        let mut earlier = std::collections::VecDeque::new();
+        let started = loop {
+            match lines.recv_timeout(Duration::from_secs(10)) {
+                Ok(line) if line.starts_with("tower-ratelimit demo on") => break true,
+                Ok(line) => earlier.push_back(line),
+                Err(_) => break false,
+            }
+        };
+        assert!(started, "{} did not start", binary().display());
+        Self {
+            child,
+            lines,
+            earlier: std::sync::Mutex::new(earlier),
+            port,
+        }
     }
 
     /// Its next line, within 10 s.
     pub fn next_line(&self) -> Option<String> {
-        self.lines.recv_timeout(Duration::from_secs(10)).ok()
+        self.earlier_line()
+            .or_else(|| self.lines.recv_timeout(Duration::from_secs(10)).ok())
     }
 
     /// A line it has printed and not yet been read, without waiting.
     pub fn printed_line(&self) -> Option<String> {
-        self.lines.try_recv().ok()
+        self.earlier_line().or_else(|| self.lines.try_recv().ok())
+    }
+
+    fn earlier_line(&self) -> Option<String> {
+        let mut earlier = self.earlier.lock().unwrap_or_else(|p| p.into_inner());
+        earlier.pop_front()
     }
 
     /// Its next line that starts with `prefix`, within 10 s a line.
