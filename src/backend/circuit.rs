@@ -98,6 +98,31 @@ impl Circuit {
         Micros::from(self.epoch.elapsed()).as_u64().max(1)
     }
 
+    /// `call` made through the circuit, how it went recorded: `None`
+    /// while the circuit is open (a probe is made inline, by this call).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) async fn guard<T, E>(
+        self: &Arc<Self>,
+        call: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Option<Result<T, E>> {
+        match self.pass() {
+            Pass::Open => None,
+            Pass::Closed => {
+                let result = call.await;
+                match &result {
+                    Ok(_) => self.succeeded(),
+                    Err(_) => self.failed(false),
+                }
+                Some(result)
+            }
+            Pass::Probe(probe) => {
+                let result = call.await;
+                probe.finished(&result);
+                Some(result)
+            }
+        }
+    }
+
     pub(crate) fn succeeded(&self) {
         self.failures.store(0, Ordering::Release);
         self.opened_for.store(0, Ordering::Release);

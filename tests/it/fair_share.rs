@@ -131,6 +131,18 @@ proptest! {
     }
 }
 
+/// A service that answers 200 at once.
+fn ok() -> impl tower::Service<
+    http::Request<()>,
+    Response = http::Response<String>,
+    Error = std::convert::Infallible,
+    Future = std::future::Ready<Result<http::Response<String>, std::convert::Infallible>>,
+> + Clone {
+    tower::service_fn(|_: http::Request<()>| {
+        std::future::ready(Ok(http::Response::new(String::new())))
+    })
+}
+
 /// µs on a clock every caller shares (the test's, for both backends).
 fn now_us() -> u64 {
     std::time::SystemTime::now()
@@ -308,14 +320,12 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
 /// timer); the total stays within the capacity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_hog_does_not_delay_a_light_tenant() {
-    use tower::{service_fn, Layer, ServiceExt};
+    use tower::{Layer, ServiceExt};
     let shared = FairShare::new(Quota::per_second(200).unwrap())
         .unwrap()
         .tenant(tower_ratelimit::key::Header::new("x-user-id"))
         .wait_up_to(Duration::from_millis(500), 1000);
-    let svc = shared.layer(service_fn(|_: http::Request<()>| async {
-        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-    }));
+    let svc = shared.layer(ok());
     let request = |user: &str| {
         http::Request::builder()
             .header("x-user-id", user)
@@ -409,7 +419,7 @@ async fn a_capacity_s_bounds_are_checked_and_kept_on_both_backends() {
 #[cfg(feature = "redis-cluster")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
-    use tower::{service_fn, Layer, ServiceExt};
+    use tower::{Layer, ServiceExt};
     let cluster = crate::support::RedisCluster::start();
     let backend = RedisBackend::cluster_builder(cluster.urls())
         .connect()
@@ -445,9 +455,7 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
     let svc = FairShare::new(Quota::per_second(2).unwrap())
         .unwrap()
         .redis(lost)
-        .layer(service_fn(|_: http::Request<()>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-        }));
+        .layer(ok());
     drop(redis);
     let mut statuses = Vec::new();
     for _ in 0..4 {
@@ -464,7 +472,7 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
 /// again it decides within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_costs_the_timeout_a_few_times_then_nothing() {
-    use tower::{service_fn, Layer, ServiceExt};
+    use tower::{Layer, ServiceExt};
     let redis = RedisServer::start();
     let timeout = Duration::from_millis(200);
     let backend = RedisBackend::builder(&redis.url())
@@ -475,9 +483,7 @@ async fn a_frozen_redis_costs_the_timeout_a_few_times_then_nothing() {
     let svc = FairShare::new(Quota::per_second(1_000).unwrap())
         .unwrap()
         .redis(backend)
-        .layer(service_fn(|_: http::Request<()>| async {
-            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
-        }));
+        .layer(ok());
     let ask = || async {
         let started = Instant::now();
         let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();

@@ -273,8 +273,9 @@ impl FairShare {
 }
 
 impl Config {
-    /// Decide `req`: the verdict, and the class it was decided in.
-    pub(super) async fn decide(&self, req: &RequestHead<'_>) -> (Verdict, Class) {
+    /// Decide `req`: the verdict, the class it was decided in, and when
+    /// (µs on the capacity's clock).
+    pub(super) async fn decide(&self, req: &RequestHead<'_>) -> (Verdict, Class, u64) {
         let class = (self.class)(req);
         let tenant = (self.tenant)(req);
         let tenant = tenant.as_ref().map_or(&[][..], Key::as_bytes);
@@ -295,29 +296,13 @@ impl Config {
                 local,
                 circuit,
             } => {
-                use crate::backend::circuit::Pass;
                 ask.tenant = tenant_id(tenant);
-                let shared = || redis.fair_share(&self.name, &self.settings, &ask, true);
-                let asked = match circuit.pass() {
-                    Pass::Open => None,
-                    Pass::Closed => {
-                        let answer = shared().await;
-                        match &answer {
-                            Ok(_) => circuit.succeeded(),
-                            Err(_) => circuit.failed(false),
-                        }
-                        answer.ok()
-                    }
-                    Pass::Probe(probe) => {
-                        let answer = shared().await;
-                        probe.finished(&answer);
-                        answer.ok()
-                    }
-                };
+                let shared = redis.fair_share(&self.name, &self.settings, &ask, true);
+                let asked = circuit.guard(shared).await.and_then(Result::ok);
                 asked.unwrap_or_else(|| lock(local).decide(&self.settings, ask))
             }
         };
-        (verdict, class)
+        (verdict, class, ask.now)
     }
 }
 

@@ -65,7 +65,7 @@ async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
     let started = tokio::time::Instant::now();
     let mut waiting = None;
     loop {
-        let (verdict, class) = config.decide(req).await;
+        let (verdict, class, now) = config.decide(req).await;
         let wait = std::time::Duration::from_micros(verdict.retry_after);
         let in_time = started.elapsed() + wait <= config.max_wait;
         if waiting.is_none() && !verdict.admitted && in_time {
@@ -73,7 +73,6 @@ async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
         }
         if verdict.admitted || waiting.is_none() || !in_time {
             // Counted once, as it ended.
-            let now = config.clock.now().as_u64();
             config
                 .observed
                 .record(&config.name, class, &verdict, now, config.settings.window);
