@@ -2,6 +2,8 @@
 //! health of the (simulated) service behind it — over 10% of its responses
 //! failing in the last window (10 s, at least 20 responses), half the limit;
 //! over 5%, three quarters; a step back up each window once it recovers.
+//! While it is reduced, `x-priority: sheddable` requests stop at 70% of
+//! it and default ones at 80%; critical ones have all of it.
 //! `PUT /admin/backend` sets how often that service fails and how slow it
 //! is (`error_rate=<0..1>&latency_ms=<n>`).
 
@@ -14,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
 use tower_ratelimit::config::Limits;
-use tower_ratelimit::layer::{Adaptive, Steps};
+use tower_ratelimit::layer::{Adaptive, Class, Reserves, Steps};
 
 use super::{Common, Config};
 
@@ -37,6 +39,7 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
         .named("/api/report")
         .window(config.adaptive_window)
         .min_responses(20)
+        .classes(Class::by_header("x-priority"), Reserves::STANDARD)
         .on_change(|change| println!("adaptive: {change}"));
     let limiter = common.layer(limits.keys(), adaptive.policies(limits.policies()));
     get(move || report(service.clone()))

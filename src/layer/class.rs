@@ -1,6 +1,7 @@
-//! [`Class`]: who is refused first when a capacity shared by every
-//! client is short ([`FairShare`](super::fair_share::FairShare),
-//! [`AdaptiveConcurrency`](super::concurrency::AdaptiveConcurrency)).
+//! [`Class`]: who is refused first when a capacity is short
+//! ([`FairShare`](super::fair_share::FairShare),
+//! [`AdaptiveConcurrency`](super::concurrency::AdaptiveConcurrency), and
+//! an [`Adaptive`](super::Adaptive) limit below its whole).
 
 /// A request's class: when the shared capacity is short, sheddable
 /// requests are refused first, then default ones; critical requests keep a
@@ -37,6 +38,21 @@ impl Class {
             .into_iter()
             .find(|class| value.eq_ignore_ascii_case(class.as_str().as_bytes()))
             .unwrap_or_default()
+    }
+
+    /// A request's class from its header `name` (by
+    /// [`from_header`](Self::from_header); none: default), for
+    /// `classes(Class::by_header("x-priority"), …)`. Only where the header
+    /// is set by something you trust, or where any client may ask for
+    /// `critical`.
+    pub fn by_header(
+        name: &'static str,
+    ) -> impl Fn(&crate::key::RequestHead<'_>) -> Class + Clone + Send + Sync + 'static {
+        move |req| {
+            req.headers
+                .get(name)
+                .map_or(Class::Default, |v| Class::from_header(v.as_bytes()))
+        }
     }
 
     /// Its position in [`ALL`](Self::ALL).

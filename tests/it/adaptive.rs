@@ -148,9 +148,47 @@ async fn scaling_keeps_state_and_the_brownout_switch_wins() {
     assert_eq!(left, 20, "ann's 40 were kept through the scaling");
 }
 
+/// Classes under a reduced limit: at half of 60/min a client's sheddable
+/// requests stop at 21 (70% of 30), its default ones at 24 and its
+/// critical ones at 30, all counted in one state; at the whole limit a
+/// sheddable request has all 60.
+#[tokio::test]
+async fn a_reduced_limit_refuses_sheddable_requests_first() {
+    use tower_ratelimit::layer::{Class, Reserves};
+    let adaptive =
+        Adaptive::new(Steps::default()).classes(Class::by_header("x-priority"), Reserves::STANDARD);
+    let app = app(&adaptive, Arc::new(AtomicU32::new(0)));
+    let admitted = |user: &'static str, class: &'static str| {
+        let app = app.clone();
+        async move {
+            let mut n = 0;
+            loop {
+                let req = Request::get("/api/report")
+                    .header("x-user-id", user)
+                    .header("x-priority", class)
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                if app.clone().oneshot(req).await.unwrap().status() != StatusCode::OK {
+                    return n;
+                }
+                n += 1;
+            }
+        }
+    };
+    adaptive.pin().replace(Some(0.5));
+    assert_eq!(admitted("ann", "sheddable").await, 21);
+    assert_eq!(admitted("ann", "default").await, 3, "24 in all");
+    assert_eq!(admitted("ann", "sheddable").await, 0);
+    assert_eq!(admitted("ann", "critical").await, 6, "30 in all");
+    adaptive.pin().replace(None);
+    assert_eq!(admitted("bob", "sheddable").await, 60, "the whole limit");
+    assert_eq!(admitted("ann", "sheddable").await, 30, "ann's 30 were kept");
+}
+
 /// The example server's session: `/api/report` at q=60; the report
-/// service set failing 20% (`PUT /admin/backend`), q=30; healthy again,
-/// back to q=60 by a step.
+/// service set failing 20% (`PUT /admin/backend`), q=24 for a default
+/// request (80% of half), 30 for a critical one, 21 for a sheddable one;
+/// healthy again, back to q=60 by a step.
 #[tokio::test]
 async fn the_example_report_follows_its_service() {
     use crate::support::send;
@@ -200,7 +238,13 @@ async fn the_example_report_follows_its_service() {
     }
     let failed = statuses.iter().filter(|(s, _)| *s == 503).count();
     assert!((10..=14).contains(&failed), "{failed} of 60 failed");
-    assert_eq!(statuses.last().unwrap().1, r#""report";q=30;w=60"#);
+    assert_eq!(statuses.last().unwrap().1, r#""report";q=24;w=60"#);
+    for (class, policy) in [("critical", "q=30"), ("sheddable", "q=21")] {
+        let headers = [("x-user-id", "reader-0"), ("x-priority", class)];
+        let (_, headers, _) = send(addr, Method::GET, "/api/report", &headers, "").await;
+        let said = headers["ratelimit-policy"].to_str().unwrap();
+        assert_eq!(said, format!("\"report\";{policy};w=60"), "{class}");
+    }
 
     set("error_rate=0").await;
     let mut seen: Vec<String> = Vec::new();
@@ -217,8 +261,8 @@ async fn the_example_report_follows_its_service() {
     assert_eq!(
         seen,
         [
-            r#""report";q=30;w=60"#,
-            r#""report";q=45;w=60"#,
+            r#""report";q=24;w=60"#,
+            r#""report";q=36;w=60"#,
             r#""report";q=60;w=60"#
         ]
     );

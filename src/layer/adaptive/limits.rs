@@ -14,6 +14,7 @@ use super::window::ServiceHealth;
 
 use super::window::Window;
 use crate::layer::rate_limit::select::PolicyResolver;
+use crate::layer::{Class, Reserves};
 use crate::{key::RequestHead, Live, Policy};
 
 /// An adaptive limit: policies checked at `limit × factor`, where the
@@ -76,15 +77,20 @@ pub(super) struct Inner {
     /// The factor the controller set, as f64 bits.
     factor: AtomicU64,
     pinned: Live<Option<f64>>,
-    /// The last policy scaled: (base, factor bits, scaled). A request of
-    /// the same policy at the same factor reads it without a lock (the
-    /// base is kept, so its address is never another policy's meanwhile).
-    last: ArcSwapOption<(Policy, u64, Policy)>,
+    /// The last policy scaled for each class: (base, factor bits,
+    /// scaled). A request of the same policy at the same factor reads it
+    /// without a lock (the base is kept, so its address is never another
+    /// policy's meanwhile).
+    last: [ArcSwapOption<(Policy, u64, Policy)>; 3],
+    /// A request's class, and what each class may fill while the factor
+    /// is below 1.
+    classes: Option<(ClassOf, Reserves)>,
     state: Mutex<State>,
     on_change: Option<Box<Tell>>,
 }
 
 type Tell = dyn Fn(&FactorChange) + Send + Sync;
+type ClassOf = Box<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
 /// The window and when the factor last moved.
 struct State {
@@ -147,7 +153,8 @@ impl Adaptive {
             start: Instant::now(),
             factor: AtomicU64::new(1.0f64.to_bits()),
             pinned: Live::new(None),
-            last: ArcSwapOption::empty(),
+            last: Default::default(),
+            classes: None,
             state: Mutex::new(State {
                 window: Window::new(length),
                 evaluated_ms: 0,
@@ -210,6 +217,24 @@ impl Adaptive {
     /// Which responses are failures (default: 5xx).
     pub fn classifier(self, classifier: Classifier) -> Self {
         self.with(|i| i.classifier = classifier)
+    }
+
+    /// Classes: while the factor is below 1 (the service is struggling),
+    /// sheddable requests are refused first, then default ones. A request
+    /// is checked at `factor × fill` of each limit, its class's fill by
+    /// `reserves` ([`Reserves::STANDARD`]: critical requests 100%, default
+    /// ones 80%, sheddable ones 70%); every class counts in the same
+    /// state, so once a client has used 70% of its reduced limit only its
+    /// default and critical requests pass, and past 80% only its critical
+    /// ones. At a factor of 1 every class has the whole limit. Without it,
+    /// every request is checked at the factor.
+    pub fn classes(
+        self,
+        class: impl Fn(&RequestHead<'_>) -> Class + Send + Sync + 'static,
+        reserves: Reserves,
+    ) -> Self {
+        let class: ClassOf = Box::new(class);
+        self.with(|i| i.classes = Some((class, reserves)))
     }
 
     /// Told of every change of the factor.
@@ -335,19 +360,25 @@ impl Adaptive {
         }
     }
 
-    /// `base` at the factor in force.
-    fn scale(&self, base: Policy) -> Policy {
-        let factor = self.factor();
+    /// `base` at the factor in force for a request of `req`'s class.
+    fn scale(&self, base: Policy, req: &RequestHead<'_>) -> Policy {
+        let mut factor = self.factor();
+        let mut class = Class::Critical;
+        if let Some((class_of, reserves)) = &self.inner.classes {
+            class = class_of(req);
+            if factor < 1.0 {
+                factor *= f64::from(reserves.fill(class)) / 100.0;
+            }
+        }
         let bits = factor.to_bits();
-        if let Some((last, at, scaled)) = self.inner.last.load().as_deref() {
+        let last = &self.inner.last[class.index()];
+        if let Some((last, at, scaled)) = last.load().as_deref() {
             if *at == bits && last.address() == base.address() {
                 return scaled.clone();
             }
         }
         let scaled = self.scale_locked(&base, factor);
-        self.inner
-            .last
-            .store(Some(Arc::new((base, bits, scaled.clone()))));
+        last.store(Some(Arc::new((base, bits, scaled.clone()))));
         scaled
     }
 
@@ -414,6 +445,6 @@ pub struct AdaptivePolicies<P> {
 
 impl<P: PolicyResolver> PolicyResolver for AdaptivePolicies<P> {
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
-        Some(self.adaptive.scale(self.resolver.resolve(req)?))
+        Some(self.adaptive.scale(self.resolver.resolve(req)?, req))
     }
 }

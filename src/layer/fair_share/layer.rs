@@ -163,11 +163,7 @@ impl FairShare {
     /// is set by something you trust, or where any client may ask for
     /// `critical`.
     pub fn class_header(self, name: &'static str) -> Self {
-        self.class(move |req| {
-            req.headers
-                .get(name)
-                .map_or(Class::Default, |v| Class::from_header(v.as_bytes()))
-        })
+        self.class(Class::by_header(name))
     }
 
     /// The parts of the capacity's depth the less important classes
