@@ -37,6 +37,7 @@
 //! they admit exactly the same requests. All three are here because users
 //! reason in all three; they share [`Gcra`]'s arithmetic.
 
+pub(crate) mod fair_flight;
 pub(crate) mod fair_share;
 mod fixed_window;
 mod gcra;

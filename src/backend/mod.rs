@@ -81,6 +81,8 @@ pub use fallback::{Fallback, FallbackFuture};
 pub use health::StoreHealth;
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
 #[cfg(feature = "redis")]
+pub(crate) use redis::FlightPermit;
+#[cfg(feature = "redis")]
 pub use redis::{KeyFormat, RedisBackend, RedisBackendBuilder};
 pub use store::{KeyStates, StateStore, StoreBackend};
 

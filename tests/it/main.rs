@@ -27,6 +27,7 @@ mod content_bytes;
 mod dashboard;
 mod demotion;
 mod distributed;
+mod fair_flight;
 mod fair_share;
 mod faults;
 mod fleet;

@@ -25,6 +25,7 @@ use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::connection::Connection;
+pub(crate) use self::control::FlightPermit;
 use self::leases::Leases;
 pub use self::script::KeyFormat;
 use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};

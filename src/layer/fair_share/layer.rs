@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use sha2::{Digest, Sha256};
 use tower_layer::Layer;
 
+use super::place::Holding;
 use super::service::FairShared;
+use crate::algorithm::fair_flight::{FlightSettings, Flights};
 use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict, MAX_WINDOW_US};
 use crate::clock::{Clock, MonotonicClock};
 use crate::key::{ClientIp, Key, KeyExtractor, RequestHead};
@@ -18,7 +20,8 @@ type TenantFn = Arc<dyn Fn(&RequestHead<'_>) -> Option<Key> + Send + Sync>;
 type WeightFn = Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
 type ClassFn = Arc<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
-/// One capacity — a rate such as `200/s` — shared by every tenant that
+/// One capacity — a rate such as `200/s`, or a number of requests in
+/// flight ([`in_flight`](Self::in_flight)) — shared by every tenant that
 /// asked in the last two windows, max-min fair by weight: a tenant asking
 /// less than its share gets all it asks, and the rest is split among the
 /// others in proportion to their weights. A request's [`Class`] says who
@@ -46,6 +49,8 @@ pub struct FairShare {
 #[derive(Clone)]
 pub(super) struct Config {
     pub(super) name: Arc<str>,
+    /// A capacity in flight's numbers; `None` for a rate's (`settings`).
+    pub(super) flight: Option<FlightSettings>,
     pub(super) settings: Settings,
     pub(super) tenant: TenantFn,
     pub(super) weight: WeightFn,
@@ -56,20 +61,31 @@ pub(super) struct Config {
     pub(super) max_wait: std::time::Duration,
     pub(super) max_waiting: usize,
     pub(super) waiting: Arc<std::sync::atomic::AtomicUsize>,
+    /// Told when a place in flight ends here: waiting requests ask again.
+    pub(super) freed: Arc<tokio::sync::Notify>,
+    /// How long a place in flight counts on Redis at most, µs.
+    pub(super) lease: u64,
     pub(super) observed: Arc<super::observe::Observed>,
+}
+
+/// A capacity's state in this process.
+#[derive(Debug, Default)]
+pub(super) struct Local {
+    pub(super) shares: Mutex<Shares>,
+    pub(super) flights: Mutex<Flights>,
 }
 
 /// Where a capacity's state lives.
 #[derive(Clone)]
 pub(super) enum Store {
-    Memory(Arc<Mutex<Shares>>),
+    Memory(Arc<Local>),
     /// On Redis, decided locally while Redis fails: after 5 failures in
     /// a row Redis is not asked for 100 ms, then once (that request waits
     /// for it), the pause doubling to 400 ms while it fails.
     #[cfg(feature = "redis")]
     Redis {
         redis: crate::backend::RedisBackend,
-        local: Arc<Mutex<Shares>>,
+        local: Arc<Local>,
         circuit: Arc<crate::backend::circuit::Circuit>,
     },
 }
@@ -104,6 +120,7 @@ impl FairShare {
         Ok(Self {
             config: Arc::new(Config {
                 name: "shared".into(),
+                flight: None,
                 settings: Settings::new(
                     capacity.limit(),
                     window,
@@ -118,9 +135,41 @@ impl FairShare {
                 max_wait: std::time::Duration::ZERO,
                 max_waiting: 0,
                 waiting: Arc::default(),
+                freed: Arc::default(),
+                lease: 60_000_000,
                 observed: Arc::default(),
             }),
         })
+    }
+
+    /// `capacity` requests in flight at once, shared by the tenants that
+    /// asked or had a request end in the last second: a tenant's share is
+    /// `capacity · weight / Σ weights` (at least 1), and a tenant over its
+    /// share borrows only places no tenant within its share is waiting
+    /// for — a place that ends while one waits goes to it. A request holds
+    /// its place until its response body has been sent or dropped. On
+    /// Redis a place counts for at most its [`lease`](Self::lease) (60 s):
+    /// a server that stops without giving its places back loses them
+    /// then. Zero is refused.
+    pub fn in_flight(capacity: u32) -> Result<Self, FairShareError> {
+        if capacity == 0 {
+            return Err(FairShareError(
+                "a capacity of requests in flight is at least 1".into(),
+            ));
+        }
+        let fills = Class::ALL.map(|class| Reserves::STANDARD.fill(class));
+        let flight = FlightSettings::new(capacity, fills, Self::DEFAULT_MAX_TENANTS);
+        let rate = Quota::per_second(capacity).map_err(|e| FairShareError(e.to_string()))?;
+        Ok(Self::new(rate)?.with(|c| c.flight = Some(flight)))
+    }
+
+    /// How long a place in flight counts on Redis at most (60 s by
+    /// default; at least a second): longer requests stop counting then,
+    /// and a server that stopped without giving its places back loses
+    /// them.
+    pub fn lease(self, lease: std::time::Duration) -> Self {
+        let lease = lease.max(std::time::Duration::from_secs(1));
+        self.with(|c| c.lease = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX / 4))
     }
 
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
@@ -176,7 +225,10 @@ impl FairShare {
                 c.settings.window,
                 fills,
                 c.settings.max_tenants,
-            )
+            );
+            if let Some(flight) = &mut c.flight {
+                *flight = FlightSettings::new(flight.capacity, fills, flight.max_tenants);
+            }
         })
     }
 
@@ -196,6 +248,9 @@ impl FairShare {
     pub fn max_tenants(self, max: usize) -> Self {
         self.with(|c| {
             c.settings.max_tenants = max.max(1);
+            if let Some(flight) = &mut c.flight {
+                flight.max_tenants = max.max(1);
+            }
         })
     }
 
@@ -223,7 +278,18 @@ impl FairShare {
     /// Tenants active now on this server's memory store (none on Redis).
     pub fn active_tenants(&self) -> usize {
         match &self.config.store {
-            Store::Memory(shares) => lock(shares).active(),
+            Store::Memory(local) if self.config.flight.is_some() => lock(&local.flights).active(),
+            Store::Memory(local) => lock(&local.shares).active(),
+            #[cfg(feature = "redis")]
+            Store::Redis { .. } => 0,
+        }
+    }
+
+    /// Requests in flight now on this server's memory store (none on
+    /// Redis, or for a rate).
+    pub fn in_flight_now(&self) -> u32 {
+        match &self.config.store {
+            Store::Memory(local) => lock(&local.flights).in_flight(),
             #[cfg(feature = "redis")]
             Store::Redis { .. } => 0,
         }
@@ -251,7 +317,7 @@ impl FairShare {
             now,
         };
         let verdict = match &config.store {
-            Store::Memory(shares) => lock(shares).decide(&config.settings, ask),
+            Store::Memory(local) => lock(&local.shares).decide(&config.settings, ask),
             #[cfg(feature = "redis")]
             Store::Redis { redis, .. } => {
                 redis
@@ -268,10 +334,54 @@ impl FairShare {
     }
 }
 
+impl FairShare {
+    /// A capacity in flight's decision for a request of `tenant` at `now`
+    /// (µs; on Redis too, instead of its clock), without a request: for
+    /// the conformance tests. Admitted, the tenant's share, the active
+    /// tenants, and the place it holds if admitted. Redis's failures are
+    /// returned.
+    #[doc(hidden)]
+    pub async fn acquire_at(
+        &self,
+        tenant: &[u8],
+        weight: u32,
+        class: Class,
+        now: u64,
+    ) -> Result<(bool, u32, u32, Option<super::Place>), crate::backend::BackendError> {
+        let config = &self.config;
+        let flight = config.flight.as_ref().ok_or_else(|| {
+            crate::backend::BackendError::new("acquire_at asks a capacity in flight")
+        })?;
+        let ask = Ask {
+            tenant: tenant_id(tenant),
+            weight: weight.max(1),
+            class: class.index(),
+            now,
+        };
+        let (verdict, holding) = match &config.store {
+            Store::Memory(local) => config.decide_locally(local, ask),
+            #[cfg(feature = "redis")]
+            Store::Redis { redis, .. } => {
+                let (verdict, permit) = redis
+                    .fair_flight_acquire(&config.name, flight, &ask, config.lease, Some(now))
+                    .await?;
+                (verdict, permit.map(Holding::Redis))
+            }
+        };
+        let _ = flight;
+        let place = holding.map(|holding| super::Place::new(config.clone(), holding));
+        Ok((verdict.admitted, verdict.share, verdict.active, place))
+    }
+}
+
 impl Config {
-    /// Decide `req`: the verdict, the class it was decided in, and when
-    /// (µs on the capacity's clock).
-    pub(super) async fn decide(&self, req: &RequestHead<'_>) -> (Verdict, Class, u64) {
+    /// Decide `req`: the verdict, the class it was decided in, when (µs
+    /// on the capacity's clock), and the place in flight it holds if
+    /// admitted to a capacity in flight.
+    pub(super) async fn decide(
+        &self,
+        req: &RequestHead<'_>,
+    ) -> (Verdict, Class, u64, Option<Holding>) {
         let class = (self.class)(req);
         let tenant = (self.tenant)(req);
         let tenant = tenant.as_ref().map_or(&[][..], Key::as_bytes);
@@ -281,10 +391,10 @@ impl Config {
             class: class.index(),
             now: self.clock.now().as_u64(),
         };
-        let verdict = match &self.store {
-            Store::Memory(shares) => {
+        let (verdict, holding) = match &self.store {
+            Store::Memory(local) => {
                 ask.tenant = local_id(tenant);
-                lock(shares).decide(&self.settings, ask)
+                self.decide_locally(local, ask)
             }
             #[cfg(feature = "redis")]
             Store::Redis {
@@ -293,17 +403,51 @@ impl Config {
                 circuit,
             } => {
                 ask.tenant = tenant_id(tenant);
-                let shared = redis.fair_share(&self.name, &self.settings, &ask, true);
-                let asked = circuit.guard(shared).await.and_then(Result::ok);
-                asked.unwrap_or_else(|| lock(local).decide(&self.settings, ask))
+                let asked = match &self.flight {
+                    None => {
+                        let shared = redis.fair_share(&self.name, &self.settings, &ask, true);
+                        circuit
+                            .guard(shared)
+                            .await
+                            .and_then(Result::ok)
+                            .map(|v| (v, None))
+                    }
+                    Some(flight) => {
+                        let shared =
+                            redis.fair_flight_acquire(&self.name, flight, &ask, self.lease, None);
+                        let asked = circuit.guard(shared).await.and_then(Result::ok);
+                        asked.map(|(v, permit)| (v, permit.map(Holding::Redis)))
+                    }
+                };
+                asked.unwrap_or_else(|| self.decide_locally(local, ask))
             }
         };
-        (verdict, class, ask.now)
+        (verdict, class, ask.now, holding)
+    }
+
+    /// Decide `ask` on this process's state.
+    pub(super) fn decide_locally(&self, local: &Local, ask: Ask) -> (Verdict, Option<Holding>) {
+        match &self.flight {
+            None => (lock(&local.shares).decide(&self.settings, ask), None),
+            Some(flight) => {
+                let (verdict, id) = lock(&local.flights).acquire(flight, ask);
+                (verdict, verdict.admitted.then_some(Holding::Local(id)))
+            }
+        }
+    }
+
+    /// The window a capacity's class shares are reported over, µs.
+    pub(super) fn window(&self) -> u64 {
+        if self.flight.is_some() {
+            1_000_000
+        } else {
+            self.settings.window
+        }
     }
 }
 
-fn lock(shares: &Mutex<Shares>) -> std::sync::MutexGuard<'_, Shares> {
-    shares.lock().unwrap_or_else(PoisonError::into_inner)
+pub(super) fn lock<T>(state: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A tenant's id in this process: 128 bits of two SipHashes under keys

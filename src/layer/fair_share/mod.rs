@@ -30,7 +30,10 @@
 
 mod layer;
 mod observe;
+mod place;
 mod service;
 
 pub use layer::{FairShare, FairShareError};
+#[doc(hidden)]
+pub use place::Place;
 pub use service::{FairShareFuture, FairShared};

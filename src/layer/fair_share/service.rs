@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
 use super::layer::{Config, FairShare};
+use super::place::Place;
 use crate::algorithm::fair_share::Verdict;
 use crate::key::RequestHead;
 use crate::layer::answer::body::ResponseBody;
@@ -45,27 +47,33 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = self.share.config.clone();
         Box::pin(async move {
-            let verdict = admitted(&config, &RequestHead::from(&req)).await;
-            let policy = policy_header(&config.name, verdict.share, config.settings.window);
+            let (verdict, place) = admitted(&config, &RequestHead::from(&req)).await;
+            let window = config.flight.is_none().then_some(config.settings.window);
+            let policy = policy_header(&config.name, verdict.share, window);
             if !verdict.admitted {
                 return Ok(refused(policy, verdict.retry_after));
             }
             let mut response = inner.call(req).await?;
             response.headers_mut().append("ratelimit-policy", policy);
-            Ok(response.map(|b| ResponseBody::holding(b, None)))
+            let held = place.map(|place| Box::new(place) as _);
+            Ok(response.map(|b| ResponseBody::holding(b, held)))
         })
     }
 }
 
-/// The capacity's verdict on `req`: at once, or with
-/// [`wait_up_to`](FairShare::wait_up_to), after waiting until its tenant's
-/// share or the capacity admits it — asked again each time, so a waiting
-/// request holds no place and another tenant's waits never lengthen it.
-async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
+/// The capacity's verdict on `req`, and its place if it holds one in
+/// flight: at once, or with [`wait_up_to`](FairShare::wait_up_to), after
+/// waiting until its tenant's share or the capacity admits it — asked
+/// again each time (at once when a place in flight ends here), so a
+/// waiting request holds no place and another tenant's waits never
+/// lengthen it.
+async fn admitted(config: &Arc<Config>, req: &RequestHead<'_>) -> (Verdict, Option<Place>) {
     let started = tokio::time::Instant::now();
     let mut waiting = None;
     loop {
-        let (verdict, class, now) = config.decide(req).await;
+        let freed = config.freed.notified();
+        let (verdict, class, now, holding) = config.decide(req).await;
+        let place = holding.map(|holding| Place::new(config.clone(), holding));
         let wait = std::time::Duration::from_micros(verdict.retry_after);
         let in_time = started.elapsed() + wait <= config.max_wait;
         if waiting.is_none() && !verdict.admitted && in_time {
@@ -75,10 +83,10 @@ async fn admitted(config: &Config, req: &RequestHead<'_>) -> Verdict {
             // Counted once, as it ended.
             config
                 .observed
-                .record(&config.name, class, &verdict, now, config.settings.window);
-            return verdict;
+                .record(&config.name, class, &verdict, now, config.window());
+            return (verdict, place);
         }
-        tokio::time::sleep(wait).await;
+        let _ = tokio::time::timeout(wait, freed).await;
     }
 }
 
@@ -101,11 +109,17 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// `"<name>";q=<share>;w=<window in seconds>`.
-fn policy_header(name: &str, share: u32, window_us: u64) -> HeaderValue {
-    let seconds = window_us.div_ceil(1_000_000).max(1);
-    HeaderValue::try_from(format!("\"{name}\";q={share};w={seconds}"))
-        .unwrap_or_else(|_| HeaderValue::from_static("\"shared\""))
+/// `"<name>";q=<share>;w=<window in seconds>`, without `w` for a
+/// capacity in flight.
+fn policy_header(name: &str, share: u32, window_us: Option<u64>) -> HeaderValue {
+    let text = match window_us {
+        Some(window) => format!(
+            "\"{name}\";q={share};w={}",
+            window.div_ceil(1_000_000).max(1)
+        ),
+        None => format!("\"{name}\";q={share}"),
+    };
+    HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("\"shared\""))
 }
 
 /// The answer to a request the capacity refused.

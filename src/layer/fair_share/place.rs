@@ -1,0 +1,105 @@
+//! `Place`: a request's place in a capacity in flight, given back when
+//! its response body has been sent or dropped.
+
+use std::sync::Arc;
+
+use super::layer::{lock, Config, Store};
+use crate::algorithm::fair_share::TenantId;
+
+/// Where a place is counted.
+#[derive(Debug)]
+pub(crate) enum Holding {
+    /// In this process's state, as this tenant.
+    Local(TenantId),
+    /// On Redis, as this permit.
+    #[cfg(feature = "redis")]
+    Redis(crate::backend::FlightPermit),
+}
+
+/// A place in flight: dropping it gives it back (on Redis, on the
+/// runtime; without one, its lease ends it).
+#[doc(hidden)]
+pub struct Place {
+    config: Arc<Config>,
+    holding: Option<Holding>,
+}
+
+impl std::fmt::Debug for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Place")
+            .field("holding", &self.holding)
+            .finish()
+    }
+}
+
+impl Place {
+    pub(super) fn new(config: Arc<Config>, holding: Holding) -> Self {
+        Self {
+            config,
+            holding: Some(holding),
+        }
+    }
+
+    /// Give the place back at `now` (µs; on Redis too, instead of its
+    /// clock): for the conformance tests.
+    #[doc(hidden)]
+    pub async fn release_at(mut self, now: u64) -> Result<(), crate::backend::BackendError> {
+        let Some(holding) = self.holding.take() else {
+            return Ok(());
+        };
+        release(&self.config, holding, Some(now)).await
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        match self.holding.take() {
+            None => {}
+            Some(Holding::Local(id)) => release_locally(&self.config, id, None),
+            #[cfg(feature = "redis")]
+            Some(holding) => {
+                let config = self.config.clone();
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        // Failed: the place's lease ends it.
+                        let _ = release(&config, holding, None).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Give back a place counted in this process's state, at `now` or the
+/// capacity's clock.
+fn release_locally(config: &Config, id: TenantId, now: Option<u64>) {
+    let now = now.unwrap_or_else(|| config.clock.now().as_u64());
+    #[cfg(feature = "redis")]
+    let (Store::Memory(local) | Store::Redis { local, .. }) = &config.store;
+    #[cfg(not(feature = "redis"))]
+    let Store::Memory(local) = &config.store;
+    if let Some(flight) = &config.flight {
+        lock(&local.flights).release(flight, id, now);
+    }
+    config.freed.notify_waiters();
+}
+
+async fn release(
+    config: &Config,
+    holding: Holding,
+    now: Option<u64>,
+) -> Result<(), crate::backend::BackendError> {
+    match holding {
+        Holding::Local(id) => release_locally(config, id, now),
+        #[cfg(feature = "redis")]
+        Holding::Redis(permit) => {
+            if let (Store::Redis { redis, .. }, Some(flight)) = (&config.store, &config.flight) {
+                redis
+                    .fair_flight_release(&config.name, flight, &permit, config.lease, now)
+                    .await?;
+                config.freed.notify_waiters();
+            }
+        }
+    }
+    Ok(())
+}
