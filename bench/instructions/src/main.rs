@@ -1,11 +1,12 @@
-//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled|shared> <n>`:
+//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled|shared|shared-in-flight> <n>`:
 //! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
 //! keys, default headers; `no-headers` without them), each polled to
 //! completion at once. `adaptive` puts the policy behind an `Adaptive`
 //! limit at its full factor (its observer around the service),
 //! `adaptive-scaled` the same pinned at half; `shared` puts a `FairShare`
 //! capacity (in memory, every request admitted, the 1,000 users its
-//! tenants) in place of the rate limit. With `PROMETHEUS=1` (feature
+//! tenants) in place of the rate limit, `shared-in-flight` a capacity of
+//! requests in flight (each place given back as its response ends). With `PROMETHEUS=1` (feature
 //! `metrics`) a Prometheus recorder is installed first; with `SIZES=1` the
 //! sizes of the request and of the layer's response future are printed
 //! (what each move of them copies).
@@ -46,10 +47,13 @@ fn main() {
     if which == "adaptive-scaled" {
         adaptive.pin().replace(Some(0.5));
     }
-    if which == "shared" {
-        let shared = FairShare::new(Quota::per_second(1_000_000).unwrap())
-            .unwrap()
-            .tenant(Header::new("x-user-id"));
+    if which.starts_with("shared") {
+        let shared = if which == "shared" {
+            FairShare::new(Quota::per_second(1_000_000).unwrap())
+        } else {
+            FairShare::in_flight(1_000_000)
+        };
+        let shared = shared.unwrap().tenant(Header::new("x-user-id"));
         let limited = ServiceBuilder::new().layer(shared).service(hello());
         drive(limited, &users, n, false);
     } else if which.starts_with("adaptive") {

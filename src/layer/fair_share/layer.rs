@@ -143,11 +143,14 @@ impl FairShare {
     }
 
     /// `capacity` requests in flight at once, shared by the tenants that
-    /// asked or had a request end in the last second: a tenant's share is
-    /// `capacity · weight / Σ weights` (at least 1), and a tenant over its
-    /// share borrows only places no tenant within its share is waiting
-    /// for — a place that ends while one waits goes to it. A request holds
-    /// its place until its response body has been sent or dropped. On
+    /// had a request in flight, or began or ended one, in the last second:
+    /// a tenant's share is `θ · weight / Σ weights` (at least 1) of what
+    /// its request's class may fill (`θ`), and a tenant over its share
+    /// borrows only places nobody holds — each tenant keeps the places it
+    /// used within its share in the last second, and one more, so a place
+    /// a tenant's request just left stays its own. A request holds its
+    /// place until its response body has been sent or dropped; a refused
+    /// one is answered `429` with `Retry-After: 1`. On
     /// Redis a place counts for at most its [`lease`](Self::lease) (60 s):
     /// a server that stops without giving its places back loses them
     /// then. Zero is refused.
