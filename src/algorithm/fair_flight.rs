@@ -27,9 +27,7 @@
 //! - nothing admits more than `θ ≤ C`: the decision and the count are one
 //!   step (a lock in memory, one script call on Redis).
 
-use std::collections::{BTreeSet, HashMap};
-
-use super::fair_share::{Ask, TenantId, Verdict, EXPIRE_AT_ONCE, MAX_WEIGHT, OVERFLOW};
+use super::fair_share::{Ask, TenantId, Tenants, Verdict};
 
 /// When a refused request may ask again, µs: places end at any moment.
 pub(crate) const ASK_AGAIN_US: u64 = 10_000;
@@ -70,17 +68,14 @@ pub(crate) struct Flights {
     in_flight: u32,
     /// `R`: places held for tenants within their shares.
     held: u64,
-    tenants: HashMap<TenantId, Flier>,
-    /// Active tenants by when they last began or ended a request.
-    seen: BTreeSet<(u64, TenantId)>,
-    weights: u64,
+    /// Seen when they began or ended a request.
+    tenants: Tenants<Flier>,
 }
 
-#[derive(Clone, Copy, Debug)]
+/// What a tenant has in flight and keeps.
+#[derive(Clone, Copy, Debug, Default)]
 struct Flier {
     in_flight: u32,
-    weight: u32,
-    seen: u64,
     /// The most in flight within its share lately, and when it was last
     /// reached.
     peak: u32,
@@ -118,11 +113,6 @@ impl Flier {
 }
 
 impl Flights {
-    /// Requests in flight now.
-    pub(crate) fn in_flight(&self) -> u32 {
-        self.in_flight
-    }
-
     /// Tenants active now.
     pub(crate) fn active(&self) -> usize {
         self.tenants.len()
@@ -133,35 +123,21 @@ impl Flights {
     /// takes it.
     pub(crate) fn acquire(&mut self, settings: &FlightSettings, ask: Ask) -> (Verdict, TenantId) {
         let now = ask.now;
-        self.expire(settings, now);
-        let id = if self.tenants.contains_key(&ask.tenant)
-            || self.tenants.len() < settings.max_tenants
-        {
-            ask.tenant
-        } else {
-            OVERFLOW
-        };
-        let weight = ask.weight.clamp(1, MAX_WEIGHT);
-        let known = self.tenants.get(&id).copied();
-        let mut tenant = known.unwrap_or(Flier {
-            in_flight: 0,
-            weight: 0,
-            seen: now,
-            peak: 0,
-            peak_at: now,
-            share: 0,
-        });
-        self.weights = self.weights - u64::from(tenant.weight) + u64::from(weight);
-        tenant.weight = weight;
-        self.touch(id, &mut tenant, now);
+        let held = &mut self.held;
+        self.tenants.expire(
+            settings.active_for,
+            now,
+            |tenant| tenant.in_flight > 0,
+            |tenant| *held -= tenant.held(),
+        );
+        let (id, mut member, active) = self.tenants.enter(&ask, settings.max_tenants);
+        let tenant = &mut member.own;
         let was_held = tenant.held();
         tenant.settle(now, settings.active_for);
-        let active =
-            u32::try_from(self.tenants.len() + usize::from(known.is_none())).unwrap_or(u32::MAX);
 
         let threshold = settings.thresholds[ask.class.min(2)];
-        let share = (u64::from(threshold) * u64::from(weight) / self.weights).max(1);
-        let share = u32::try_from(share).unwrap_or(u32::MAX);
+        let share = u64::from(threshold) * u64::from(member.weight) / self.tenants.weights();
+        let share = u32::try_from(share.max(1)).unwrap_or(u32::MAX);
         tenant.share = share;
         let within_share = tenant.in_flight < share;
         let others_hold = self.held - was_held;
@@ -177,7 +153,7 @@ impl Flights {
             tenant.reached(tenant.in_flight + 1, now);
         }
         self.held = others_hold + tenant.held();
-        self.tenants.insert(id, tenant);
+        self.tenants.put(id, member);
         let verdict = Verdict {
             admitted,
             share,
@@ -190,52 +166,19 @@ impl Flights {
     /// A request of `tenant` (as [`acquire`](Self::acquire) counted it)
     /// ended.
     pub(crate) fn release(&mut self, settings: &FlightSettings, tenant: TenantId, now: u64) {
-        let Some(mut flier) = self.tenants.get(&tenant).copied() else {
+        let Some(mut member) = self.tenants.get(&tenant) else {
             return;
         };
+        let flier: &mut Flier = &mut member.own;
         let was_held = flier.held();
         flier.settle(now, settings.active_for);
         if flier.in_flight > 0 {
             flier.in_flight -= 1;
             self.in_flight = self.in_flight.saturating_sub(1);
         }
-        self.touch(tenant, &mut flier, now);
         self.held = self.held - was_held + flier.held();
-        self.tenants.insert(tenant, flier);
-    }
-
-    /// `tenant` was seen at `now`.
-    fn touch(&mut self, id: TenantId, tenant: &mut Flier, now: u64) {
-        self.seen.remove(&(tenant.seen, id));
-        tenant.seen = now;
-        self.seen.insert((now, id));
-    }
-
-    /// Tenants not seen for more than `active_for` leave, oldest first, at
-    /// most [`EXPIRE_AT_ONCE`]; one with a request still in flight stays
-    /// (seen again now).
-    fn expire(&mut self, settings: &FlightSettings, now: u64) {
-        for _ in 0..EXPIRE_AT_ONCE {
-            let Some(&(seen, id)) = self.seen.first() else {
-                return;
-            };
-            if seen + settings.active_for >= now {
-                return;
-            }
-            self.seen.pop_first();
-            match self.tenants.get_mut(&id) {
-                Some(tenant) if tenant.in_flight > 0 => {
-                    tenant.seen = now;
-                    self.seen.insert((now, id));
-                }
-                Some(tenant) => {
-                    self.weights -= u64::from(tenant.weight);
-                    self.held -= tenant.held();
-                    self.tenants.remove(&id);
-                }
-                None => {}
-            }
-        }
+        self.tenants.touch(tenant, &mut member, now);
+        self.tenants.put(tenant, member);
     }
 }
 
@@ -292,7 +235,7 @@ mod tests {
         flights.release(&settings, hog.pop().unwrap(), 6);
         assert!(!flights.acquire(&settings, ask(1, 1, 7)).0.admitted);
         assert!(flights.acquire(&settings, ask(2, 1, 8)).0.admitted);
-        assert_eq!(flights.in_flight(), 10);
+        assert_eq!(flights.in_flight, 10);
         // Unused for longer than active_for, the light tenant's peak
         // falls to what it uses, and the hog borrows again.
         for at in [9, 9, 9] {
@@ -315,7 +258,7 @@ mod tests {
         assert_eq!(verdict.active, 2, "the busy one stays, the idle one left");
         assert_eq!(verdict.share, 2, "10 · 1 / (3 + 1)");
         flights.release(&settings, busy, 5_000_001);
-        assert_eq!(flights.in_flight(), 1);
+        assert_eq!(flights.in_flight, 1);
         assert_eq!(
             flights.held, 3,
             "the busy one's ended request and one more; one more for the third"

@@ -107,21 +107,12 @@ pub(crate) struct Verdict {
     pub active: u32,
 }
 
-/// A capacity's state: its own time of arrival, each active tenant's.
+/// A capacity's state: its own time of arrival, and each active
+/// tenant's.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
     tat: u64,
-    tenants: HashMap<TenantId, Tenant>,
-    /// Active tenants by when they last asked: the oldest leave first.
-    seen: BTreeSet<(u64, TenantId)>,
-    weights: u64,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Tenant {
-    tat: u64,
-    weight: u32,
-    seen: u64,
+    tenants: Tenants<u64>,
 }
 
 impl Shares {
@@ -133,37 +124,19 @@ impl Shares {
     /// Decide `ask` and record it.
     pub(crate) fn decide(&mut self, settings: &Settings, ask: Ask) -> Verdict {
         let now = ask.now;
-        self.expire(settings, now);
-        let id = if self.tenants.contains_key(&ask.tenant)
-            || self.tenants.len() < settings.max_tenants
-        {
-            ask.tenant
-        } else {
-            OVERFLOW
-        };
-        let weight = ask.weight.clamp(1, MAX_WEIGHT);
-        let mut tenant = self.tenants.get(&id).copied().unwrap_or(Tenant {
-            tat: 0,
-            weight: 0,
-            seen: now,
-        });
-        self.seen.remove(&(tenant.seen, id));
-        self.weights = self.weights - u64::from(tenant.weight) + u64::from(weight);
-        tenant.weight = weight;
-        tenant.seen = now;
-        self.seen.insert((now, id));
-        let active =
-            u32::try_from(self.tenants.len() + usize::from(!self.tenants.contains_key(&id)))
-                .unwrap_or(u32::MAX);
+        self.tenants
+            .expire(settings.active_for, now, |_| false, |_| {});
+        let (id, mut tenant, active) = self.tenants.enter(&ask, settings.max_tenants);
+        let (weight, weights) = (tenant.weight, self.tenants.weights());
 
-        let tenant_interval = tenant_interval(settings.interval, self.weights, u64::from(weight));
+        let tenant_interval = tenant_interval(settings.interval, weights, u64::from(weight));
         let tenant_depth = tenant_interval.max(settings.depth / 2);
         let threshold = settings.thresholds[ask.class.min(2)];
         let capacity_tat = self.tat.max(now) + settings.interval;
         let filled = capacity_tat - now;
-        let tenant_tat = tenant.tat.max(now) + tenant_interval;
+        let tenant_tat = tenant.own.max(now) + tenant_interval;
         let within_share = tenant_tat - now <= tenant_depth;
-        let share = (u64::from(settings.limit) * u64::from(weight) / self.weights).max(1);
+        let share = (u64::from(settings.limit) * u64::from(weight) / weights).max(1);
         let share = u32::try_from(share).unwrap_or(u32::MAX);
         let (admitted, retry_after) = if filled > threshold {
             (false, filled - threshold)
@@ -176,9 +149,9 @@ impl Shares {
         if admitted {
             self.tat = capacity_tat;
             // Borrowing leaves the tenant at most a full share behind.
-            tenant.tat = tenant_tat.min(now + tenant_depth);
+            tenant.own = tenant_tat.min(now + tenant_depth);
         }
-        self.tenants.insert(id, tenant);
+        self.tenants.put(id, tenant);
         Verdict {
             admitted,
             share,
@@ -186,20 +159,118 @@ impl Shares {
             active,
         }
     }
+}
 
-    /// Tenants that last asked more than `active_for` ago leave, oldest
-    /// first, at most [`EXPIRE_AT_ONCE`].
-    fn expire(&mut self, settings: &Settings, now: u64) {
+/// A capacity's active tenants — the rate's (`Shares`, each tenant's own
+/// state its time of arrival) and the capacity in flight's (`Flights`) —
+/// with their weights' sum and who was seen longest ago (the first to
+/// leave).
+#[derive(Debug)]
+pub(crate) struct Tenants<T> {
+    members: HashMap<TenantId, Member<T>>,
+    /// By when they were last seen.
+    seen: BTreeSet<(u64, TenantId)>,
+    weights: u64,
+}
+
+impl<T> Default for Tenants<T> {
+    fn default() -> Self {
+        Self {
+            members: HashMap::new(),
+            seen: BTreeSet::new(),
+            weights: 0,
+        }
+    }
+}
+
+/// One active tenant: its weight, when it was last seen, and what its
+/// capacity keeps for it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Member<T> {
+    pub weight: u32,
+    pub seen: u64,
+    pub own: T,
+}
+
+impl<T: Copy + Default> Tenants<T> {
+    /// Tenants active now.
+    pub(crate) fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The active tenants' weights together.
+    pub(crate) fn weights(&self) -> u64 {
+        self.weights
+    }
+
+    pub(crate) fn get(&self, id: &TenantId) -> Option<Member<T>> {
+        self.members.get(id).copied()
+    }
+
+    /// `ask`'s tenant — [`OVERFLOW`] once `max` others are active — seen
+    /// now at its weight (1 to [`MAX_WEIGHT`]): its id, its state (new if
+    /// it was not active), and how many are active counting it. The state
+    /// goes back with [`put`](Self::put).
+    pub(crate) fn enter(&mut self, ask: &Ask, max: usize) -> (TenantId, Member<T>, u32) {
+        let id = if self.members.contains_key(&ask.tenant) || self.members.len() < max {
+            ask.tenant
+        } else {
+            OVERFLOW
+        };
+        let known = self.get(&id);
+        let mut member = known.unwrap_or(Member {
+            weight: 0,
+            seen: ask.now,
+            own: T::default(),
+        });
+        let weight = ask.weight.clamp(1, MAX_WEIGHT);
+        self.weights = self.weights - u64::from(member.weight) + u64::from(weight);
+        member.weight = weight;
+        self.touch(id, &mut member, ask.now);
+        let active = self.members.len() + usize::from(known.is_none());
+        (id, member, u32::try_from(active).unwrap_or(u32::MAX))
+    }
+
+    pub(crate) fn put(&mut self, id: TenantId, member: Member<T>) {
+        self.members.insert(id, member);
+    }
+
+    /// `member`, the tenant `id`, was seen at `now`.
+    pub(crate) fn touch(&mut self, id: TenantId, member: &mut Member<T>, now: u64) {
+        self.seen.remove(&(member.seen, id));
+        member.seen = now;
+        self.seen.insert((now, id));
+    }
+
+    /// Tenants not seen for more than `active_for` leave, oldest first, at
+    /// most [`EXPIRE_AT_ONCE`]: each is handed to `left`, unless `stays`
+    /// keeps it (seen again now).
+    pub(crate) fn expire(
+        &mut self,
+        active_for: u64,
+        now: u64,
+        stays: impl Fn(&T) -> bool,
+        mut left: impl FnMut(&T),
+    ) {
         for _ in 0..EXPIRE_AT_ONCE {
             let Some(&(seen, id)) = self.seen.first() else {
                 return;
             };
-            if seen + settings.active_for >= now {
+            if seen + active_for >= now {
                 return;
             }
             self.seen.pop_first();
-            if let Some(tenant) = self.tenants.remove(&id) {
-                self.weights -= u64::from(tenant.weight);
+            match self.members.get_mut(&id) {
+                Some(member) if stays(&member.own) => {
+                    member.seen = now;
+                    self.seen.insert((now, id));
+                }
+                Some(member) => {
+                    self.weights -= u64::from(member.weight);
+                    left(&member.own);
+                    self.members.remove(&id);
+                }
+                None => {}
             }
         }
     }
@@ -307,7 +378,7 @@ mod tests {
             let verdict = shares.decide(&settings, ask(tenant, u32::MAX, DEFAULT, SECOND));
             assert!(verdict.share >= 1);
         }
-        assert_eq!(shares.weights, 256 * u64::from(MAX_WEIGHT));
+        assert_eq!(shares.tenants.weights(), 256 * u64::from(MAX_WEIGHT));
         assert_eq!(
             tenant_interval(MAX_WINDOW_US, u64::MAX / 2, 1),
             MAX_TENANT_INTERVAL
@@ -326,6 +397,6 @@ mod tests {
         assert_eq!(shares.active(), 3, "two, and the overflow");
         shares.decide(&settings, ask(0, 1, DEFAULT, 4 * SECOND));
         assert_eq!(shares.active(), 1, "the idle ones left");
-        assert_eq!(shares.weights, 1);
+        assert_eq!(shares.tenants.weights(), 1);
     }
 }

@@ -8,7 +8,7 @@
 //! with their lease.
 #![cfg(feature = "redis")]
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,19 +19,12 @@ use tower_ratelimit::key::Header;
 use tower_ratelimit::layer::fair_share::{FairShare, Place};
 use tower_ratelimit::layer::Class;
 
-use crate::support::RedisServer;
+use crate::support::{epoch_micros, unique_name, RedisServer};
 
 const CLASSES: [Class; 3] = [Class::Critical, Class::Default, Class::Sheddable];
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-fn shared_redis() -> &'static RedisServer {
-    static REDIS: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
-    REDIS.get_or_init(RedisServer::start)
-}
-
 async fn redis_backend() -> RedisBackend {
-    RedisBackend::builder(&shared_redis().url())
+    RedisBackend::builder(&RedisServer::per_thread_url())
         .timeout(Duration::from_secs(2))
         .connect()
         .await
@@ -39,7 +32,7 @@ async fn redis_backend() -> RedisBackend {
 }
 
 fn capacity(n: u32) -> FairShare {
-    let name = format!("flight{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let name = unique_name("flight");
     FairShare::in_flight(n)
         .unwrap()
         .named(&name)
@@ -146,7 +139,7 @@ proptest! {
                     tasks.spawn(async move {
                         while started.elapsed() < Duration::from_millis(300) {
                             let (yes, _, _, place) = fair
-                                .acquire_at(&[tenant], weight, CLASSES[class], now_us())
+                                .acquire_at(&[tenant], weight, CLASSES[class], epoch_micros())
                                 .await
                                 .unwrap();
                             if yes {
@@ -155,7 +148,7 @@ proptest! {
                                 most.fetch_max(now, Ordering::SeqCst);
                                 tokio::time::sleep(Duration::from_millis(2)).await;
                                 holding.fetch_sub(1, Ordering::SeqCst);
-                                place.unwrap().release_at(now_us()).await.unwrap();
+                                place.unwrap().release_at(epoch_micros()).await.unwrap();
                             } else {
                                 tokio::task::yield_now().await;
                             }
@@ -170,14 +163,6 @@ proptest! {
             Ok(())
         })?;
     }
-}
-
-/// µs on a clock every caller shares (the test's, for both backends).
-fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
 }
 
 /// A service that takes 20 ms and counts how many it serves at once (and

@@ -17,7 +17,7 @@ use tower_ratelimit::layer::Class;
 use tower_ratelimit::Quota;
 
 use crate::support::example::{ExampleServer, KeptAlive};
-use crate::support::RedisServer;
+use crate::support::{epoch_micros, unique_name, RedisServer};
 
 const CLASSES: [Class; 3] = [Class::Critical, Class::Default, Class::Sheddable];
 
@@ -36,10 +36,9 @@ proptest! {
     /// runs: full, within share, borrowing, over share, overflow, expiry).
     #[test]
     fn redis_decides_as_memory_does(steps in steps()) {
-        let redis = shared_redis();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
-            let name = format!("conformance{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            let name = unique_name("conformance");
             let capacity = |quota: &str| {
                 FairShare::new(quota.parse::<Quota>().unwrap())
                     .unwrap()
@@ -48,7 +47,7 @@ proptest! {
                     .max_tenants(4)
             };
             let memory = capacity("50/s");
-            let backend = RedisBackend::builder(&redis.url())
+            let backend = RedisBackend::builder(&RedisServer::per_thread_url())
                 .timeout(Duration::from_secs(2))
                 .connect()
                 .await
@@ -68,14 +67,6 @@ proptest! {
     }
 }
 
-static NEXT: AtomicU64 = AtomicU64::new(0);
-
-/// One Redis for the conformance cases (each on a capacity of its own).
-fn shared_redis() -> &'static RedisServer {
-    static REDIS: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
-    REDIS.get_or_init(RedisServer::start)
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
@@ -87,15 +78,14 @@ proptest! {
     fn concurrent_callers_never_take_more_than_the_capacity(
         mix in prop::collection::vec((0u8..20, 1u32..11, 0usize..3), 8)
     ) {
-        let redis = shared_redis();
-        let rt = tokio::runtime::Builder::new_multi_thread()
+                let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
-            let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
-            let name = format!("concurrent{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            let backend = RedisBackend::builder(&RedisServer::per_thread_url()).connect().await.unwrap();
+            let name = unique_name("concurrent");
             let capacity = FairShare::new(Quota::per_second(100).unwrap())
                 .unwrap()
                 .named(&name)
@@ -108,7 +98,7 @@ proptest! {
                     let (fair, admitted) = (fair.clone(), admitted.clone());
                     tasks.spawn(async move {
                         while started.elapsed() < Duration::from_millis(300) {
-                            let now = now_us();
+                            let now = epoch_micros();
                             let (yes, ..) = fair
                                 .decide_at(&[tenant], weight, CLASSES[class], now)
                                 .await
@@ -141,14 +131,6 @@ fn ok() -> impl tower::Service<
     tower::service_fn(|_: http::Request<()>| {
         std::future::ready(Ok(http::Response::new(String::new())))
     })
-}
-
-/// µs on a clock every caller shares (the test's, for both backends).
-fn now_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_micros() as u64
 }
 
 /// A client of `/api/shared`: its headers, how many connections, and its
@@ -389,9 +371,11 @@ async fn a_waiting_hog_does_not_delay_a_light_tenant() {
 async fn a_capacity_s_bounds_are_checked_and_kept_on_both_backends() {
     let err = FairShare::new("100/week".parse::<Quota>().unwrap()).unwrap_err();
     assert!(err.to_string().contains("at most a day"), "{err}");
-    let redis = shared_redis();
-    let backend = RedisBackend::builder(&redis.url()).connect().await.unwrap();
-    let name = format!("bounds{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+        .connect()
+        .await
+        .unwrap();
+    let name = unique_name("bounds");
     let capacity = FairShare::new("1/day".parse::<Quota>().unwrap())
         .unwrap()
         .named(&name)

@@ -186,10 +186,7 @@ mod on_redis {
         /// Redis's script decides as the reference does, every algorithm.
         #[test]
         fn redis_decides_as_the_reference(case in case()) {
-            thread_local! {
-                static SERVER: RedisServer = RedisServer::start();
-            }
-            let url = SERVER.with(RedisServer::url);
+            let url = RedisServer::per_thread_url();
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let backend = rt
                 .block_on(RedisBackend::builder(&url).timeout(Duration::from_secs(5)).connect())

@@ -92,24 +92,19 @@ impl RedisBackend {
     }
 }
 
+/// A script of `integers.lua` and `body`, made once in `cell`.
+fn with_integers(cell: &'static OnceLock<Script>, body: &str) -> &'static Script {
+    cell.get_or_init(|| Script::new(&[include_str!("lua/integers.lua"), body].concat()))
+}
+
 fn fair_share_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        Script::new(concat!(
-            include_str!("lua/integers.lua"),
-            include_str!("lua/fair_share.lua")
-        ))
-    })
+    with_integers(&SCRIPT, include_str!("lua/fair_share.lua"))
 }
 
 fn fair_flight_script() -> &'static Script {
     static SCRIPT: OnceLock<Script> = OnceLock::new();
-    SCRIPT.get_or_init(|| {
-        Script::new(concat!(
-            include_str!("lua/integers.lua"),
-            include_str!("lua/fair_flight.lua")
-        ))
-    })
+    with_integers(&SCRIPT, include_str!("lua/fair_flight.lua"))
 }
 
 /// A permit of a capacity in flight on Redis: its tenant and number.
@@ -150,14 +145,14 @@ impl RedisBackend {
     }
 
     /// Decide `ask` on the capacity `name` (letters, digits, `_-.:`),
-    /// within the backend's timeout; `ask.now` is used only when `at_now`
-    /// is false (the conformance tests' clock), else Redis's own `TIME`.
+    /// within the backend's timeout, at `now` (µs: the conformance tests'
+    /// clock) or, when `None`, Redis's own `TIME`.
     pub(crate) async fn fair_share(
         &self,
         name: &str,
         settings: &Settings,
         ask: &Ask,
-        at_now: bool,
+        now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
         let hash = self.capacity_key("fair", name);
         let mut cmd = ::redis::cmd("EVALSHA");
@@ -173,7 +168,7 @@ impl RedisBackend {
             .arg(settings.limit)
             .arg(hex(&ask.tenant))
             .arg(ask.weight)
-            .arg(at((!at_now).then_some(ask.now)));
+            .arg(at(now));
         let reply = self.scripted(fair_share_script(), &cmd).await?;
         let [admitted, share, retry_after, active] = reply[..] else {
             return Err(BackendError::new(format!(

@@ -49,9 +49,7 @@ pub struct FairShare {
 #[derive(Clone)]
 pub(super) struct Config {
     pub(super) name: Arc<str>,
-    /// A capacity in flight's numbers; `None` for a rate's (`settings`).
-    pub(super) flight: Option<FlightSettings>,
-    pub(super) settings: Settings,
+    pub(super) capacity: Capacity,
     pub(super) tenant: TenantFn,
     pub(super) weight: WeightFn,
     pub(super) class: ClassFn,
@@ -68,7 +66,26 @@ pub(super) struct Config {
     pub(super) observed: Arc<super::observe::Observed>,
 }
 
-/// A capacity's state in this process.
+/// What a capacity shares, with its numbers.
+#[derive(Clone, Debug)]
+pub(super) enum Capacity {
+    /// Admissions per window.
+    Rate(Settings),
+    /// Requests in flight at once.
+    InFlight(FlightSettings),
+}
+
+impl Capacity {
+    /// The window a share is per, µs (`w` in headers); none in flight.
+    pub(super) fn window(&self) -> Option<u64> {
+        match self {
+            Capacity::Rate(settings) => Some(settings.window),
+            Capacity::InFlight(_) => None,
+        }
+    }
+}
+
+/// A capacity's state in this process (the ledger of its kind is used).
 #[derive(Debug, Default)]
 pub(super) struct Local {
     pub(super) shares: Mutex<Shares>,
@@ -116,17 +133,26 @@ impl FairShare {
                 "a shared capacity's window is at most a day (it divides a rate among the tenants of the last two windows): {capacity}"
             )));
         }
+        Ok(Self::sharing(Capacity::Rate(Settings::new(
+            capacity.limit(),
+            window,
+            Self::standard_fills(),
+            Self::DEFAULT_MAX_TENANTS,
+        ))))
+    }
+
+    fn standard_fills() -> [u8; 3] {
+        Class::ALL.map(|class| Reserves::STANDARD.fill(class))
+    }
+
+    /// `capacity` shared by tenants keyed by client IP, each of weight 1,
+    /// every request of class default; in memory.
+    fn sharing(capacity: Capacity) -> Self {
         let per_ip = ClientIp::new();
-        Ok(Self {
+        Self {
             config: Arc::new(Config {
                 name: "shared".into(),
-                flight: None,
-                settings: Settings::new(
-                    capacity.limit(),
-                    window,
-                    Class::ALL.map(|class| Reserves::STANDARD.fill(class)),
-                    Self::DEFAULT_MAX_TENANTS,
-                ),
+                capacity,
                 tenant: Arc::new(move |req| per_ip.extract(req).ok()),
                 weight: Arc::new(|_| 1),
                 class: Arc::new(|_| Class::Default),
@@ -139,7 +165,7 @@ impl FairShare {
                 lease: 60_000_000,
                 observed: Arc::default(),
             }),
-        })
+        }
     }
 
     /// `capacity` requests in flight at once, shared by the tenants that
@@ -160,10 +186,11 @@ impl FairShare {
                 "a capacity of requests in flight is at least 1".into(),
             ));
         }
-        let fills = Class::ALL.map(|class| Reserves::STANDARD.fill(class));
-        let flight = FlightSettings::new(capacity, fills, Self::DEFAULT_MAX_TENANTS);
-        let rate = Quota::per_second(capacity).map_err(|e| FairShareError(e.to_string()))?;
-        Ok(Self::new(rate)?.with(|c| c.flight = Some(flight)))
+        Ok(Self::sharing(Capacity::InFlight(FlightSettings::new(
+            capacity,
+            Self::standard_fills(),
+            Self::DEFAULT_MAX_TENANTS,
+        ))))
     }
 
     /// How long a place in flight counts on Redis at most (60 s by
@@ -221,16 +248,15 @@ impl FairShare {
     /// The parts of the capacity's depth the less important classes
     /// leave to the more important ([`Reserves::STANDARD`] by default).
     pub fn reserves(self, reserves: Reserves) -> Self {
+        let fills = Class::ALL.map(|class| reserves.fill(class));
         self.with(|c| {
-            let fills = Class::ALL.map(|class| reserves.fill(class));
-            c.settings = Settings::new(
-                c.settings.limit,
-                c.settings.window,
-                fills,
-                c.settings.max_tenants,
-            );
-            if let Some(flight) = &mut c.flight {
-                *flight = FlightSettings::new(flight.capacity, fills, flight.max_tenants);
+            c.capacity = match &c.capacity {
+                Capacity::Rate(s) => {
+                    Capacity::Rate(Settings::new(s.limit, s.window, fills, s.max_tenants))
+                }
+                Capacity::InFlight(s) => {
+                    Capacity::InFlight(FlightSettings::new(s.capacity, fills, s.max_tenants))
+                }
             }
         })
     }
@@ -249,11 +275,9 @@ impl FairShare {
     /// tenants share one place until others leave. Memory per tenant is
     /// about 100 bytes.
     pub fn max_tenants(self, max: usize) -> Self {
-        self.with(|c| {
-            c.settings.max_tenants = max.max(1);
-            if let Some(flight) = &mut c.flight {
-                flight.max_tenants = max.max(1);
-            }
+        self.with(|c| match &mut c.capacity {
+            Capacity::Rate(s) => s.max_tenants = max.max(1),
+            Capacity::InFlight(s) => s.max_tenants = max.max(1),
         })
     }
 
@@ -281,29 +305,22 @@ impl FairShare {
     /// Tenants active now on this server's memory store (none on Redis).
     pub fn active_tenants(&self) -> usize {
         match &self.config.store {
-            Store::Memory(local) if self.config.flight.is_some() => lock(&local.flights).active(),
-            Store::Memory(local) => lock(&local.shares).active(),
-            #[cfg(feature = "redis")]
-            Store::Redis { .. } => 0,
-        }
-    }
-
-    /// Requests in flight now on this server's memory store (none on
-    /// Redis, or for a rate).
-    pub fn in_flight_now(&self) -> u32 {
-        match &self.config.store {
-            Store::Memory(local) => lock(&local.flights).in_flight(),
+            Store::Memory(local) => match self.config.capacity {
+                Capacity::Rate(_) => lock(&local.shares).active(),
+                Capacity::InFlight(_) => lock(&local.flights).active(),
+            },
             #[cfg(feature = "redis")]
             Store::Redis { .. } => 0,
         }
     }
 }
 
+/// The conformance tests' entries: a decision at a given time (µs; on
+/// Redis too, instead of its clock), without a request, Redis's failures
+/// returned.
 impl FairShare {
-    /// The decision for a request of `tenant` at `now` (µs; on Redis too,
-    /// instead of its clock), without a request: for the conformance
-    /// tests. Admitted, the tenant's share, the retry-after (µs), the
-    /// active tenants. Redis's failures are returned.
+    /// A rate's decision: admitted, the tenant's share, the retry-after
+    /// (µs), the active tenants.
     #[doc(hidden)]
     pub async fn decide_at(
         &self,
@@ -312,37 +329,12 @@ impl FairShare {
         class: Class,
         now: u64,
     ) -> Result<(bool, u32, u64, u32), crate::backend::BackendError> {
-        let config = &self.config;
-        let ask = Ask {
-            tenant: tenant_id(tenant),
-            weight: weight.max(1),
-            class: class.index(),
-            now,
-        };
-        let verdict = match &config.store {
-            Store::Memory(local) => lock(&local.shares).decide(&config.settings, ask),
-            #[cfg(feature = "redis")]
-            Store::Redis { redis, .. } => {
-                redis
-                    .fair_share(&config.name, &config.settings, &ask, false)
-                    .await?
-            }
-        };
-        Ok((
-            verdict.admitted,
-            verdict.share,
-            verdict.retry_after,
-            verdict.active,
-        ))
+        let (v, _) = self.decided_at(tenant, weight, class, now).await?;
+        Ok((v.admitted, v.share, v.retry_after, v.active))
     }
-}
 
-impl FairShare {
-    /// A capacity in flight's decision for a request of `tenant` at `now`
-    /// (µs; on Redis too, instead of its clock), without a request: for
-    /// the conformance tests. Admitted, the tenant's share, the active
-    /// tenants, and the place it holds if admitted. Redis's failures are
-    /// returned.
+    /// A capacity in flight's decision: admitted, the tenant's share, the
+    /// active tenants, and the place it holds if admitted.
     #[doc(hidden)]
     pub async fn acquire_at(
         &self,
@@ -351,10 +343,18 @@ impl FairShare {
         class: Class,
         now: u64,
     ) -> Result<(bool, u32, u32, Option<super::Place>), crate::backend::BackendError> {
+        let (v, place) = self.decided_at(tenant, weight, class, now).await?;
+        Ok((v.admitted, v.share, v.active, place))
+    }
+
+    async fn decided_at(
+        &self,
+        tenant: &[u8],
+        weight: u32,
+        class: Class,
+        now: u64,
+    ) -> Result<(Verdict, Option<super::Place>), crate::backend::BackendError> {
         let config = &self.config;
-        let flight = config.flight.as_ref().ok_or_else(|| {
-            crate::backend::BackendError::new("acquire_at asks a capacity in flight")
-        })?;
         let ask = Ask {
             tenant: tenant_id(tenant),
             weight: weight.max(1),
@@ -364,16 +364,10 @@ impl FairShare {
         let (verdict, holding) = match &config.store {
             Store::Memory(local) => config.decide_locally(local, ask),
             #[cfg(feature = "redis")]
-            Store::Redis { redis, .. } => {
-                let (verdict, permit) = redis
-                    .fair_flight_acquire(&config.name, flight, &ask, config.lease, Some(now))
-                    .await?;
-                (verdict, permit.map(Holding::Redis))
-            }
+            Store::Redis { redis, .. } => config.decide_on(redis, &ask, Some(now)).await?,
         };
-        let _ = flight;
         let place = holding.map(|holding| super::Place::new(config.clone(), holding));
-        Ok((verdict.admitted, verdict.share, verdict.active, place))
+        Ok((verdict, place))
     }
 }
 
@@ -406,22 +400,8 @@ impl Config {
                 circuit,
             } => {
                 ask.tenant = tenant_id(tenant);
-                let asked = match &self.flight {
-                    None => {
-                        let shared = redis.fair_share(&self.name, &self.settings, &ask, true);
-                        circuit
-                            .guard(shared)
-                            .await
-                            .and_then(Result::ok)
-                            .map(|v| (v, None))
-                    }
-                    Some(flight) => {
-                        let shared =
-                            redis.fair_flight_acquire(&self.name, flight, &ask, self.lease, None);
-                        let asked = circuit.guard(shared).await.and_then(Result::ok);
-                        asked.map(|(v, permit)| (v, permit.map(Holding::Redis)))
-                    }
-                };
+                let shared = self.decide_on(redis, &ask, None);
+                let asked = circuit.guard(shared).await.and_then(Result::ok);
                 asked.unwrap_or_else(|| self.decide_locally(local, ask))
             }
         };
@@ -429,22 +409,35 @@ impl Config {
     }
 
     /// Decide `ask` on this process's state.
-    pub(super) fn decide_locally(&self, local: &Local, ask: Ask) -> (Verdict, Option<Holding>) {
-        match &self.flight {
-            None => (lock(&local.shares).decide(&self.settings, ask), None),
-            Some(flight) => {
+    fn decide_locally(&self, local: &Local, ask: Ask) -> (Verdict, Option<Holding>) {
+        match &self.capacity {
+            Capacity::Rate(settings) => (lock(&local.shares).decide(settings, ask), None),
+            Capacity::InFlight(flight) => {
                 let (verdict, id) = lock(&local.flights).acquire(flight, ask);
                 (verdict, verdict.admitted.then_some(Holding::Local(id)))
             }
         }
     }
 
-    /// The window a capacity's class shares are reported over, µs.
-    pub(super) fn window(&self) -> u64 {
-        if self.flight.is_some() {
-            1_000_000
-        } else {
-            self.settings.window
+    /// Decide `ask` on Redis, at `now` (µs) or on Redis's clock.
+    #[cfg(feature = "redis")]
+    async fn decide_on(
+        &self,
+        redis: &crate::backend::RedisBackend,
+        ask: &Ask,
+        now: Option<u64>,
+    ) -> Result<(Verdict, Option<Holding>), crate::backend::BackendError> {
+        match &self.capacity {
+            Capacity::Rate(settings) => {
+                let verdict = redis.fair_share(&self.name, settings, ask, now).await?;
+                Ok((verdict, None))
+            }
+            Capacity::InFlight(flight) => {
+                let (verdict, permit) = redis
+                    .fair_flight_acquire(&self.name, flight, ask, self.lease, now)
+                    .await?;
+                Ok((verdict, permit.map(Holding::Redis)))
+            }
         }
     }
 }
@@ -480,8 +473,7 @@ impl fmt::Debug for FairShare {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairShare")
             .field("name", &self.config.name)
-            .field("limit", &self.config.settings.limit)
-            .field("window_us", &self.config.settings.window)
+            .field("capacity", &self.config.capacity)
             .finish_non_exhaustive()
     }
 }

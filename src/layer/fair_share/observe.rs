@@ -17,16 +17,18 @@ pub(super) struct Observed {
 }
 
 impl Observed {
-    /// Count one ended request; when a window has passed, report each
-    /// class's share of the admissions in it.
+    /// Count one ended request; when a window (the capacity's, or a
+    /// second for a capacity in flight) has passed, report each class's
+    /// share of the admissions in it.
     pub(super) fn record(
         &self,
         name: &Arc<str>,
         class: Class,
         verdict: &Verdict,
         now: u64,
-        window: u64,
+        window: Option<u64>,
     ) {
+        let window = window.unwrap_or(1_000_000);
         #[cfg(feature = "metrics")]
         {
             let outcome = if verdict.admitted {

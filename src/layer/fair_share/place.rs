@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::layer::{lock, Config, Store};
+use super::layer::{lock, Capacity, Config, Store};
 use crate::algorithm::fair_share::TenantId;
 
 /// Where a place is counted.
@@ -78,7 +78,7 @@ fn release_locally(config: &Config, id: TenantId, now: Option<u64>) {
     let (Store::Memory(local) | Store::Redis { local, .. }) = &config.store;
     #[cfg(not(feature = "redis"))]
     let Store::Memory(local) = &config.store;
-    if let Some(flight) = &config.flight {
+    if let Capacity::InFlight(flight) = &config.capacity {
         lock(&local.flights).release(flight, id, now);
     }
     config.freed.notify_waiters();
@@ -93,7 +93,9 @@ async fn release(
         Holding::Local(id) => release_locally(config, id, now),
         #[cfg(feature = "redis")]
         Holding::Redis(permit) => {
-            if let (Store::Redis { redis, .. }, Some(flight)) = (&config.store, &config.flight) {
+            if let (Store::Redis { redis, .. }, Capacity::InFlight(flight)) =
+                (&config.store, &config.capacity)
+            {
                 redis
                     .fair_flight_release(&config.name, flight, &permit, config.lease, now)
                     .await?;

@@ -48,8 +48,7 @@ where
         let config = self.share.config.clone();
         Box::pin(async move {
             let (verdict, place) = admitted(&config, &RequestHead::from(&req)).await;
-            let window = config.flight.is_none().then_some(config.settings.window);
-            let policy = policy_header(&config.name, verdict.share, window);
+            let policy = policy_header(&config.name, verdict.share, config.capacity.window());
             if !verdict.admitted {
                 return Ok(refused(policy, verdict.retry_after));
             }
@@ -71,7 +70,6 @@ async fn admitted(config: &Arc<Config>, req: &RequestHead<'_>) -> (Verdict, Opti
     let started = tokio::time::Instant::now();
     let mut waiting = None;
     loop {
-        let freed = config.freed.notified();
         let (verdict, class, now, holding) = config.decide(req).await;
         let place = holding.map(|holding| Place::new(config.clone(), holding));
         let wait = std::time::Duration::from_micros(verdict.retry_after);
@@ -83,10 +81,12 @@ async fn admitted(config: &Arc<Config>, req: &RequestHead<'_>) -> (Verdict, Opti
             // Counted once, as it ended.
             config
                 .observed
-                .record(&config.name, class, &verdict, now, config.window());
+                .record(&config.name, class, &verdict, now, config.capacity.window());
             return (verdict, place);
         }
-        let _ = tokio::time::timeout(wait, freed).await;
+        // A place that ends here meanwhile wakes it; one ending elsewhere
+        // (or between the decision and this line), the timer.
+        let _ = tokio::time::timeout(wait, config.freed.notified()).await;
     }
 }
 

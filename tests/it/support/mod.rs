@@ -39,6 +39,23 @@ impl tower_ratelimit::backend::Backend for Broken {
     }
 }
 
+/// µs since the epoch: a clock every caller of a test shares, for
+/// backends told the time.
+pub fn epoch_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
+}
+
+/// `prefix` and a number no other call in this process returned: a name
+/// of its own for a case sharing a store with others.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}{n}")
+}
+
 /// Waits, if need be, until at least 10 s are left in the clock's current
 /// minute: a test of a `/min` sliding window counter that crossed into the
 /// next minute would see the last one's count weigh less.

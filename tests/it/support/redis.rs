@@ -104,6 +104,16 @@ impl RedisServer {
         Self::spawn("redis-server", port, temp_dir("redis"), &[])
     }
 
+    /// The URL of a server that the cases of the calling test share
+    /// (each on keys of its own): started on first use, stopped when the
+    /// test's thread ends.
+    pub fn per_thread_url() -> String {
+        thread_local! {
+            static SERVER: RedisServer = RedisServer::start();
+        }
+        SERVER.with(RedisServer::url)
+    }
+
     /// A port nothing listens on (yet).
     pub fn unused_port() -> u16 {
         free_port()
