@@ -1,6 +1,7 @@
 //! Settling by the response, on the memory backend and on Redis: failed
 //! logins counted alone, costs known after the response.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -432,4 +433,106 @@ fn overruns_are_debt_on_every_algorithm() {
         assert!(total <= 3 * 11_000, "{algorithm}: {total} in three minutes");
         assert!(total >= 10_000, "{algorithm}: the first request is served");
     }
+}
+
+/// The memory backend, but a renewal's answer comes only when `gate`
+/// opens (the store has renewed already): a renewal under way, as a
+/// networked store's is while its answer travels.
+#[derive(Clone)]
+struct SlowRenewal {
+    memory: MemoryBackend,
+    gate: Arc<tokio::sync::Semaphore>,
+    renewing: Arc<tokio::sync::Notify>,
+}
+
+type Answer = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<tower_ratelimit::Decision, tower_ratelimit::backend::BackendError>,
+            > + Send,
+    >,
+>;
+
+impl Backend for SlowRenewal {
+    type Future = Answer;
+    fn check(&self, key: &tower_ratelimit::key::Key, policy: &Policy, cost: u32) -> Answer {
+        Box::pin(self.memory.check(key, policy, cost))
+    }
+    fn release(
+        &self,
+        key: &tower_ratelimit::key::Key,
+        policy: &Policy,
+        permit: tower_ratelimit::clock::Micros,
+        cost: u32,
+    ) -> Answer {
+        Box::pin(self.memory.release(key, policy, permit, cost))
+    }
+    fn renew(
+        &self,
+        key: &tower_ratelimit::key::Key,
+        policy: &Policy,
+        permit: tower_ratelimit::clock::Micros,
+        cost: u32,
+    ) -> Answer {
+        let renewed = self.memory.renew(key, policy, permit, cost);
+        let (gate, renewing) = (self.gate.clone(), self.renewing.clone());
+        Box::pin(async move {
+            renewing.notify_one();
+            let _open = gate.acquire().await;
+            renewed.await
+        })
+    }
+}
+
+/// A response that ends while its permit's renewal is under way (the
+/// store renewed it; the answer, with the permit's new name, not yet
+/// back): the renewed permit is given back when that answer comes, not
+/// held until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_under_way_as_the_response_ends_gives_its_permit_back() {
+    use tower_ratelimit::Limit;
+
+    let policy = Policy::builder()
+        .with(
+            Limit::concurrent("flight", 1)
+                .and_then(|l| l.lease(Duration::from_secs(2)))
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let backend = SlowRenewal {
+        memory: MemoryBackend::new(),
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        renewing: Arc::new(tokio::sync::Notify::new()),
+    };
+    let layer = RateLimitLayer::new(policy)
+        .key(Header::new("x-user-id"))
+        .backend(backend.clone());
+    let streaming = || async { streamed(2, Duration::from_millis(5_000)) };
+    let app = Router::new().route("/", get(streaming).layer(layer));
+    let req = || {
+        Request::get("/")
+            .header("x-user-id", "alice")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(req()).await.unwrap();
+    assert_eq!(first.status(), 200);
+    // The first renewal (after half the lease) is under way: end the
+    // response, then let its answer come.
+    tokio::time::timeout(Duration::from_secs(3), backend.renewing.notified())
+        .await
+        .expect("a renewal after half the lease");
+    drop(first);
+    backend.gate.add_permits(1);
+    // Well within the renewed lease (2 s).
+    let mut status = 0;
+    for _ in 0..50 {
+        status = app.clone().oneshot(req()).await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, 200, "the renewed permit was given back");
 }

@@ -4,13 +4,18 @@
 //! While it is held, a task renews the lease every half lease, so a long
 //! response keeps its permit and a crashed server's permits end with their
 //! lease. Dropping the permit gives it back: at once with a backend that
-//! answers at once (memory), else on the runtime.
+//! answers at once (memory), else on the runtime; and stops the renewing
+//! task, which, if a renewal is under way, gives back the name that
+//! renewal took (the drop could only see the one before).
 
 use std::any::Any;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
 use std::task::{Context, Waker};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 use crate::backend::Backend;
 use crate::key::Key;
@@ -27,7 +32,8 @@ struct Permit<B: Backend> {
     cost: u32,
     /// The permit's current name: renewing takes a new one.
     name: Arc<Mutex<Micros>>,
-    renewing: Option<tokio::task::JoinHandle<()>>,
+    /// Set, and the renewing task told, when the permit is dropped.
+    dropped: Arc<(AtomicBool, Notify)>,
 }
 
 /// Hold the permit `decision` took, if the policy has limits of requests
@@ -40,6 +46,7 @@ pub(crate) fn hold<B: Backend>(
     name: Micros,
 ) -> Held {
     let name = Arc::new(Mutex::new(name));
+    let dropped = Arc::new((AtomicBool::new(false), Notify::new()));
     let lease = policy
         .limits()
         .iter()
@@ -47,12 +54,20 @@ pub(crate) fn hold<B: Backend>(
         .map(|l| l.quota().window())
         .min()
         .unwrap_or(Duration::from_secs(30));
-    let renewing = tokio::runtime::Handle::try_current().ok().map(|runtime| {
-        let (backend, key, policy, name) =
-            (backend.clone(), key.clone(), policy.clone(), name.clone());
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let (backend, key, policy, name, dropped) = (
+            backend.clone(),
+            key.clone(),
+            policy.clone(),
+            name.clone(),
+            dropped.clone(),
+        );
         runtime.spawn(async move {
             loop {
-                tokio::time::sleep(lease / 2).await;
+                let stopped = tokio::time::timeout(lease / 2, dropped.1.notified()).await;
+                if stopped.is_ok() {
+                    return;
+                }
                 let current = *name.lock().unwrap_or_else(PoisonError::into_inner);
                 // The store down: try again next time; the lease ends by
                 // itself if it stays down.
@@ -61,25 +76,31 @@ pub(crate) fn hold<B: Backend>(
                         return; // lost: its lease ended first
                     };
                     *name.lock().unwrap_or_else(PoisonError::into_inner) = renewed;
+                    // Dropped while this renewal was under way: the name
+                    // it gave back was the old one.
+                    if dropped.0.load(Ordering::SeqCst) {
+                        let _ = backend.release(&key, &policy, renewed, cost).await;
+                        return;
+                    }
                 }
             }
-        })
-    });
+        });
+    }
     Box::new(Permit {
         backend: backend.clone(),
         key: key.clone(),
         policy: policy.clone(),
         cost,
         name,
-        renewing,
+        dropped,
     })
 }
 
 impl<B: Backend> Drop for Permit<B> {
     fn drop(&mut self) {
-        if let Some(renewing) = self.renewing.take() {
-            renewing.abort();
-        }
+        self.dropped.0.store(true, Ordering::SeqCst);
+        // Stored if the task is not waiting now: it stops at its next wait.
+        self.dropped.1.notify_one();
         let name = *self.name.lock().unwrap_or_else(PoisonError::into_inner);
         let mut release = Box::pin(
             self.backend
