@@ -49,6 +49,10 @@ pub struct Config {
     /// `packed:<shards>`, many clients' states in one hash. Every server
     /// sharing a Redis must say the same.
     pub redis_key_format: RedisKeyFormat,
+    /// `REDIS_BATCH`: `on` (the default) sends decisions in flight at the
+    /// same moment to Redis in one call (`RedisBackendBuilder::max_batch`);
+    /// `off`, each in a call of its own.
+    pub redis_batch: bool,
     /// `SHARED_CAPACITY`: `/api/shared`'s capacity per second, shared by
     /// every tenant.
     pub shared_capacity: u32,
@@ -102,6 +106,7 @@ impl Default for Config {
             limits_file: None,
             adaptive_window: std::time::Duration::from_secs(10),
             redis_key_format: RedisKeyFormat::Compact,
+            redis_batch: true,
             shared_capacity: 200,
             max_connections: serve::default_max_connections(),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
@@ -206,6 +211,12 @@ impl Config {
             .map_err(|e| {
                 format!("{e} (expected compact, packed or packed:<shards>, 1 to 65535)")
             })?,
+            redis_batch: env_or("REDIS_BATCH", true, |v| match v {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            })
+            .map_err(|e| format!("{e} (expected on or off)"))?,
             max_connections: env_or("MAX_CONNECTIONS", serve::default_max_connections(), |v| {
                 v.parse().ok().filter(|n| *n > 0)
             })?,

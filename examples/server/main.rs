@@ -28,6 +28,10 @@
 //! same) many clients' states share one Redis hash: under a third of the
 //! memory a key of their own takes (`KeyFormat::Packed`).
 //!
+//! With `REDIS_BATCH=off` each decision is a Redis call of its own; by
+//! default (`on`) decisions in flight at the same moment share one call
+//! (`RedisBackendBuilder::max_batch`), which costs Redis far less CPU.
+//!
 //! Why Redis is not deciding is printed when it starts, changes and ends
 //! (`redis: failing (authentication): …`, `redis: deciding`).
 //!
@@ -452,6 +456,9 @@ pub async fn redis_app_with(
     };
     if config.leased {
         redis = redis.leased(config.servers);
+    }
+    if !config.redis_batch {
+        redis = redis.max_batch(1);
     }
     if redis.is_cluster() {
         // The backend keeps a circuit per node (a whole-backend breaker

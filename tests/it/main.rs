@@ -16,6 +16,7 @@ mod backend_of_our_own;
 mod basic;
 #[path = "../../examples/basic.rs"]
 mod basic_example;
+mod batching;
 mod breaker;
 mod calendar;
 mod client;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::batch::Batches;
 use super::connection::Connection;
 #[cfg(feature = "config")]
 use super::control::Listen;
@@ -30,6 +31,7 @@ pub struct RedisBackendBuilder {
     pub(super) timeout: Duration,
     cached_denials: usize,
     leased_by: Option<u32>,
+    max_batch: usize,
     #[cfg(feature = "redis-tls")]
     pub(super) tls: super::tls::Tls,
     on_health_change: Option<OnChange>,
@@ -119,6 +121,9 @@ impl RedisBackendBuilder {
         Self::new(Topology::ClusterConnection(connection))
     }
 
+    /// The most decisions one call takes by default.
+    pub const DEFAULT_MAX_BATCH: usize = 64;
+
     fn new(topology: Topology) -> Self {
         Self {
             topology,
@@ -127,6 +132,7 @@ impl RedisBackendBuilder {
             timeout: RedisBackend::DEFAULT_TIMEOUT,
             cached_denials: 100_000,
             leased_by: None,
+            max_batch: Self::DEFAULT_MAX_BATCH,
             #[cfg(feature = "redis-tls")]
             tls: super::tls::Tls::default(),
             on_health_change: None,
@@ -203,6 +209,46 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Send decisions in flight at the same moment to Redis together, at
+    /// most `max` in one script call (default 64; 1 sends each alone, as
+    /// it comes, in a call of its own). At most 256 (one call's work must
+    /// stay far below Redis's busy-script threshold: 256 decisions of the
+    /// largest policy take a few milliseconds).
+    ///
+    /// A decision that finds no call of its kind in flight is sent at
+    /// once, so a quiet server adds no latency. While one is in flight,
+    /// the decisions that arrive wait for it to end (or for a fifth of the
+    /// [timeout](Self::timeout) since the last call was sent, for a far or
+    /// slow Redis: a decision waits at most that long before it is sent),
+    /// and the next call takes them all: one call of a script that decides
+    /// each in turn, in the order they came, exactly as its own call would
+    /// (all or nothing per request). Most of a call's Redis CPU is the call's, not the
+    /// decision's: under load a decision costs Redis about a third of its
+    /// own call (BENCHMARKS.md). "Of its kind": of the same script (the
+    /// policy's shape), and on a cluster of the same slot, so one call's
+    /// keys never cross slots.
+    ///
+    /// Each decision keeps its timeout, its circuit and the failure rule:
+    /// one that waited past its timeout fails as a timeout (and is left out
+    /// of the batch if it was not sent yet); a batch that fails fails each
+    /// of its decisions; a decision whose own script failed fails alone.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_ratelimit::backend::RedisBackend;
+    ///
+    /// // Every decision in a call of its own.
+    /// let redis = RedisBackend::builder("redis://127.0.0.1:6379")
+    ///     .max_batch(1)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_batch(mut self, max: usize) -> Self {
+        self.max_batch = max;
+        self
+    }
+
     /// Be told when Redis starts failing, when the cause changes, and when
     /// it decides again: with the cause (a wrong password, a certificate
     /// that does not verify, a refused connection, …) so that a mistyped
@@ -249,7 +295,7 @@ impl RedisBackendBuilder {
     /// before its first call, and its calls fail with that error, cause
     /// `unknown_command`, until a server answers it).
     pub async fn connect(self) -> Result<RedisBackend, BackendError> {
-        self.check_prefix()?;
+        self.check_settings()?;
         let conn = match &self.topology {
             Topology::Standalone(_) | Topology::Client(_) => {
                 let client = self.open()?;
@@ -289,7 +335,7 @@ impl RedisBackendBuilder {
     /// cluster to learn its slots: use [`connect`](Self::connect)). Call it
     /// inside a Tokio runtime.
     pub fn connect_lazy(self) -> Result<RedisBackend, BackendError> {
-        self.check_prefix()?;
+        self.check_settings()?;
         let conn = match &self.topology {
             Topology::Standalone(_) | Topology::Client(_) => Connection::Standalone(
                 ConnectionManager::new_lazy_with_config(self.open()?, self.manager_config())
@@ -317,7 +363,7 @@ impl RedisBackendBuilder {
         Ok(self.finish(conn))
     }
 
-    fn check_prefix(&self) -> Result<(), BackendError> {
+    fn check_settings(&self) -> Result<(), BackendError> {
         if self.prefix.contains(['{', '}']) {
             return Err(BackendError::new(
                 "the key prefix must not contain '{' or '}'",
@@ -327,6 +373,12 @@ impl RedisBackendBuilder {
             return Err(BackendError::new(
                 "leased(servers): the number of servers must be at least 1",
             ));
+        }
+        if !(1..=256).contains(&self.max_batch) {
+            return Err(BackendError::new(format!(
+                "max_batch({}): a call takes from 1 to 256 decisions",
+                self.max_batch
+            )));
         }
         Ok(())
     }
@@ -406,6 +458,8 @@ impl RedisBackendBuilder {
         RedisBackend {
             conn,
             scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            batches: (self.max_batch > 1)
+                .then(|| Arc::new(Batches::new(self.max_batch, self.timeout / 5))),
             names: KeyNames {
                 prefix: self.prefix.into(),
                 format: self.key_format,

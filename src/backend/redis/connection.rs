@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ::redis::aio::ConnectionManager;
-use ::redis::{RedisError, Script};
+use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::backend::BackendError;
 
@@ -89,6 +89,22 @@ impl Connection {
             Route::One(mut conn) => pipe.query_async(&mut conn).await,
             #[cfg(feature = "redis-cluster")]
             Route::Cluster(mut conn) => pipe.query_async(&mut conn).await,
+        }
+    }
+
+    /// `cmd`, an `EVALSHA` of `script`; a server that lost the script (a
+    /// restart, a failover) gets it again, and the command once more.
+    pub(super) async fn run(
+        &self,
+        script: &Script,
+        cmd: &::redis::Cmd,
+    ) -> Result<Value, RedisError> {
+        match self.query::<Value>(cmd).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.load(script).await?;
+                self.query(cmd).await
+            }
+            reply => reply,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The Redis backend: one limit across any number of servers.
 
+mod batch;
 mod builder;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
@@ -10,7 +11,6 @@ mod leases;
 mod script;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
-mod shape;
 #[cfg(feature = "redis-tls")]
 mod tls;
 mod url;
@@ -24,6 +24,7 @@ use std::time::Duration;
 use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
+use self::batch::{Batches, Call};
 use self::connection::Connection;
 pub(crate) use self::control::FlightPermit;
 use self::leases::Leases;
@@ -77,8 +78,11 @@ pub use self::builder::RedisBackendBuilder;
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisBackend {
     conn: Connection,
-    /// The script of each policy shape, made when first needed.
-    scripts: Arc<[OnceLock<Script>; Shape::COUNT]>,
+    /// The script of each policy shape, made when first needed: one
+    /// decision's, then a batch's.
+    scripts: Arc<[OnceLock<Script>; 2 * Shape::COUNT]>,
+    /// Decisions in flight at once, sent together (`None`: each alone).
+    batches: Option<Arc<Batches>>,
     names: KeyNames,
     timeout: Duration,
     denials: Option<Arc<Denials>>,
@@ -200,6 +204,12 @@ impl RedisBackend {
         self.scripts[shape.index()].get_or_init(|| Script::new(&shape.source()))
     }
 
+    /// The script of a batch of `shape`, made the first time it is needed.
+    fn batch_script(&self, shape: Shape) -> &Script {
+        self.scripts[Shape::COUNT + shape.index()]
+            .get_or_init(|| Script::new(&shape.batch_source()))
+    }
+
     /// `ask` (a settlement or a permit) as a boxed future, forgetting any
     /// denial remembered for the key: what is given back makes room.
     fn ask(
@@ -256,7 +266,8 @@ impl RedisBackend {
         self.call_now(key, policy, ask, now).await
     }
 
-    /// One script call: the decision and the reply's last number.
+    /// One script call (or a part of one, batched): the decision and the
+    /// reply's last number.
     async fn call_now(
         &self,
         key: &Key,
@@ -265,24 +276,18 @@ impl RedisBackend {
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
         self.check_format().await?;
-        // The command built at once, numbers written as numbers: no string
-        // per argument. A server that lost the script (a restart, a
-        // failover) gets it again, and the command once more.
+        // Numbers written as numbers: no string per argument.
         let shape = Shape::of(policy, ask, self.names.format);
-        let script = self.script(shape);
-        let mut cmd = ::redis::Cmd::with_capacity(16, 256);
-        cmd.arg("EVALSHA").arg(script.get_hash());
-        invocation(&self.names, key, policy, (ask, shape), now, &mut cmd);
-        let call = async {
-            match self.conn.query::<Value>(&cmd).await {
-                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    self.conn.load(script).await?;
-                    self.conn.query(&cmd).await
-                }
-                reply => reply,
+        let mut call = Call::default();
+        invocation(&self.names, key, policy, (ask, shape), now, &mut call);
+        let reply = match &self.batches {
+            Some(batches) => {
+                let lane = self.lane(shape, key);
+                self.batched(batches, lane, call).await?
             }
+            None => self.send_alone(shape, &call).await?,
         };
-        decision_from(policy, &self.answered(call).await?)
+        decision_from(policy, &reply)
     }
 
     /// `call`'s answer within the timeout, its failure given a cause, and
@@ -303,13 +308,15 @@ impl RedisBackend {
     ) -> Result<T, BackendError> {
         let answer = tokio::time::timeout(self.timeout, call)
             .await
-            .map_err(|_| {
-                BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
-                    .with_cause(Cause::Timeout)
-            })
+            .map_err(|_| self.timed_out())
             .and_then(|answer| answer.map_err(error));
         self.report(&answer);
         answer
+    }
+
+    fn timed_out(&self) -> BackendError {
+        BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
+            .with_cause(Cause::Timeout)
     }
 }
 

@@ -1,11 +1,12 @@
--- tower-ratelimit: the first part of every script. `now` in microseconds:
--- ARGV[1] when given (tests replaying a trace), else Redis's own TIME, so
--- application servers' clocks never matter. Keys live `slack_ms` longer
--- than their state matters: a minute with an explicit `now` (virtual time is
--- not real time; expired state is ignored anyway), else not at all.
+-- tower-ratelimit: the first part of every decision (the script declares
+-- `now` and `slack_ms`). `now` in microseconds: ARGV[1] when given (tests
+-- replaying a trace), else Redis's own TIME, so application servers'
+-- clocks never matter. Keys live `slack_ms` longer than their state
+-- matters: a minute with an explicit `now` (virtual time is not real time;
+-- expired state is ignored anyway), else not at all.
 
-local now = tonumber(ARGV[1])
-local slack_ms = 0
+now = tonumber(ARGV[1])
+slack_ms = 0
 if now then
   slack_ms = 60000
 else

@@ -14,7 +14,9 @@ use crate::key::Key;
 use crate::policy::MAX_LIMITS;
 use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
 
-pub(super) use super::shape::Shape;
+mod shape;
+
+pub(super) use self::shape::Shape;
 
 /// How a backend writes its Redis keys. The format's version is part of
 /// every key, so servers of two formats never read each other's state, nor

@@ -2,7 +2,7 @@
 //! uses, for its key format), and the script's text, assembled from the
 //! Lua parts in `lua/` with their placeholders filled in.
 
-use super::script::{Ask, KeyFormat};
+use super::{Ask, KeyFormat};
 use crate::algorithm::{FixedRule, Form};
 use crate::Policy;
 
@@ -12,8 +12,8 @@ use crate::Policy;
 /// policy does not use would cost it on each decision. A check under one
 /// fixed-size limit (no penalty box, denials not counted), the common case,
 /// gets a lean script of its own (`lean_*.lua`), with fewer arguments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Shape(u8);
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(in crate::backend::redis) struct Shape(u8);
 
 impl Shape {
     const FIXED_WINDOW: u8 = 1;
@@ -29,9 +29,9 @@ impl Shape {
     /// (always with compact values).
     const PACKED: u8 = 128;
     /// How many shapes there are.
-    pub(super) const COUNT: usize = 256;
+    pub(in crate::backend::redis) const COUNT: usize = 256;
 
-    pub(super) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
+    pub(in crate::backend::redis) fn of(policy: &Policy, ask: Ask, format: KeyFormat) -> Self {
         let mut bits = 0;
         for limit in policy.limits() {
             bits |= match limit.rule().form() {
@@ -62,28 +62,57 @@ impl Shape {
     }
 
     /// Whether the call takes a lean script, with the lean arguments.
-    pub(super) fn is_lean(self) -> bool {
+    pub(in crate::backend::redis) fn is_lean(self) -> bool {
         self.0 & Self::LEAN != 0
     }
 
     /// Its index among the [`COUNT`](Self::COUNT) shapes.
-    pub(super) fn index(self) -> usize {
+    pub(in crate::backend::redis) fn index(self) -> usize {
         usize::from(self.0)
     }
 
-    /// The script's text: the time, the helpers, the parts, then the
-    /// driver; or, for a lean check under one GCRA limit or one fixed
+    /// The script of one decision: the time, the helpers, the parts, then
+    /// the driver; or, for a lean check under one GCRA limit or one fixed
     /// window, the time and its script written out whole. The parts name
     /// what the format decides as placeholders (`{{read}}`, …), filled in
     /// here ([`state_calls`]), and where the arguments are ([`CHECK_ARGS`],
     /// [`LEAN_ARGS`]).
-    pub(super) fn source(self) -> String {
-        const NOW: &str = include_str!("lua/now.lua");
+    pub(in crate::backend::redis) fn source(self) -> String {
+        let parts = self.parts();
+        [parts.head, &parts.prelude, &parts.helpers, &parts.driver].concat()
+    }
+
+    /// The script of a batch of decisions of this shape (`batch.lua`): the
+    /// helpers made once, and the time, the client's field and the driver
+    /// run per decision as the [`source`](Self::source) runs them for one
+    /// (Lua makes a script's every function on every call: made once a
+    /// batch, they cost a decision nothing).
+    pub(in crate::backend::redis) fn batch_source(self) -> String {
+        let parts = self.parts();
+        // The helpers' cache of states read is one decision's.
+        let fresh = match parts.helpers.is_empty() {
+            true => "",
+            false => "states = {}\n",
+        };
+        [
+            parts.head,
+            &parts.helpers,
+            "local function decide(KEYS, ARGV)\n",
+            &parts.prelude,
+            fresh,
+            &parts.driver,
+            "end\n",
+            include_str!("../lua/batch.lua"),
+        ]
+        .concat()
+    }
+
+    fn parts(self) -> Parts {
         let has = |bit: u8| self.0 & bit != 0;
-        let compact = if has(Self::COMPACT) {
-            "local compact_state = true\n"
+        let head = if has(Self::COMPACT) {
+            "local compact_state = true\nlocal now, slack_ms, field\n"
         } else {
-            "local compact_state = false\n"
+            "local compact_state = false\nlocal now, slack_ms, field\n"
         };
         // The client's field follows the fixed arguments, and the limits
         // follow it.
@@ -92,45 +121,63 @@ impl Shape {
         } else {
             CHECK_ARGS.len()
         };
-        let field = match has(Self::PACKED) {
-            true => format!("local field = ARGV[{}]\n", fixed + 1),
-            false => String::new(),
-        };
+        let mut prelude = include_str!("../lua/now.lua").to_owned();
+        if has(Self::PACKED) {
+            prelude.push_str(&format!("field = ARGV[{}]\n", fixed + 1));
+        }
         let first_limit_arg = (fixed + 1 + usize::from(has(Self::PACKED))).to_string();
+        let mut values = state_calls(has(Self::PACKED)).to_vec();
+        values.push(("first_limit_arg", &first_limit_arg));
         let shape = self.0 & !(Self::COMPACT | Self::PACKED);
-        let body: String = if shape == Self::LEAN | Self::GCRA {
-            include_str!("lua/lean_gcra.lua").to_owned()
+        let (helpers, driver): (String, &str) = if shape == Self::LEAN | Self::GCRA {
+            (String::new(), include_str!("../lua/lean_gcra.lua"))
         } else if shape == Self::LEAN | Self::FIXED_WINDOW {
-            include_str!("lua/lean_fixed_window.lua").to_owned()
+            (String::new(), include_str!("../lua/lean_fixed_window.lua"))
         } else {
             let parts = [
-                (true, include_str!("lua/integers.lua")),
-                (true, include_str!("lua/common.lua")),
-                (has(Self::SLIDING_WINDOW), include_str!("lua/exact.lua")),
+                (true, include_str!("../lua/integers.lua")),
+                (true, include_str!("../lua/common.lua")),
+                (has(Self::SLIDING_WINDOW), include_str!("../lua/exact.lua")),
                 (
                     has(Self::FIXED_WINDOW),
-                    include_str!("lua/fixed_window.lua"),
+                    include_str!("../lua/fixed_window.lua"),
                 ),
-                (has(Self::GCRA), include_str!("lua/gcra.lua")),
+                (has(Self::GCRA), include_str!("../lua/gcra.lua")),
                 (
                     has(Self::SLIDING_WINDOW),
-                    include_str!("lua/sliding_window.lua"),
+                    include_str!("../lua/sliding_window.lua"),
                 ),
-                (has(Self::LOG), include_str!("lua/sliding_log.lua")),
-                (has(Self::PENALTY), include_str!("lua/penalty.lua")),
-                (has(Self::LEAN), include_str!("lua/lean_sliding_window.lua")),
-                (!has(Self::LEAN), include_str!("lua/check.lua")),
+                (has(Self::LOG), include_str!("../lua/sliding_log.lua")),
+                (has(Self::PENALTY), include_str!("../lua/penalty.lua")),
             ];
-            parts
+            let helpers: String = parts
                 .iter()
                 .filter(|(used, _)| *used)
                 .map(|(_, text)| *text)
-                .collect()
+                .collect();
+            let driver = match has(Self::LEAN) {
+                true => include_str!("../lua/lean_sliding_window.lua"),
+                false => include_str!("../lua/check.lua"),
+            };
+            (fill(&helpers, &values), driver)
         };
-        let mut values = state_calls(has(Self::PACKED)).to_vec();
-        values.push(("first_limit_arg", &first_limit_arg));
-        [compact, &field, NOW, &fill(&body, &values)].concat()
+        Parts {
+            head,
+            prelude,
+            helpers,
+            driver: fill(driver, &values),
+        }
     }
+}
+
+/// A script's text in the order it runs: what every decision declares,
+/// what it runs first (the time, the client's field), the functions it
+/// calls, and the driver that decides.
+struct Parts {
+    head: &'static str,
+    prelude: String,
+    helpers: String,
+    driver: String,
 }
 
 /// The arguments a script call passes before the client's field (under
@@ -139,12 +186,12 @@ impl Shape {
 /// (whether denials count), `s` (settle), `r`/`n` and a permit (release,
 /// renew), or `l<want>:<back>` (lease); the penalty box's four are zeros
 /// for none.
-pub(super) const CHECK_ARGS: [&str; 7] =
+pub(in crate::backend::redis) const CHECK_ARGS: [&str; 7] =
     ["now", "cost", "mode", "strikes", "within", "ban", "max_ban"];
 
 /// The lean scripts' arguments (a check under one fixed-size limit): the
 /// one span each needs, a bucket's interval or a window's length.
-pub(super) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limit", "span"];
+pub(in crate::backend::redis) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limit", "span"];
 
 /// The state calls the scripts' placeholders stand for: a key of its own
 /// per state (the compact and readable formats), or the client's field of
@@ -152,8 +199,8 @@ pub(super) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limit", "span"];
 /// packed_write.lua, in place of each SET, not as a function: Lua makes a
 /// script's every function on every call). The scripts are otherwise the
 /// same, so the compact scripts carry nothing of the packed format's.
-pub(super) fn state_calls(packed: bool) -> [(&'static str, &'static str); 4] {
-    const PACKED_WRITE: &str = include_str!("lua/packed_write.lua");
+pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'static str); 4] {
+    const PACKED_WRITE: &str = include_str!("../lua/packed_write.lua");
     if !packed {
         return [
             ("read", "redis.call('GET', key)"),
@@ -172,7 +219,7 @@ pub(super) fn state_calls(packed: bool) -> [(&'static str, &'static str); 4] {
     // common.lua's keeps the ends in `states`.
     let write = concat!(
         "local was, ends = (states[key] or { 0 })[1], e\n",
-        include_str!("lua/packed_write.lua")
+        include_str!("../lua/packed_write.lua")
     );
     [
         ("read", "redis.call('HGET', key, field)"),
@@ -205,7 +252,7 @@ fn fill(template: &str, values: &[(&str, &str)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::script::{invocation, KeyNames};
+    use super::super::{invocation, KeyNames};
     use super::*;
     use crate::key::Key;
 

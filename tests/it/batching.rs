@@ -1,0 +1,475 @@
+//! Decisions in flight at the same moment sent to Redis together
+//! (`RedisBackendBuilder::max_batch`): each decided exactly as alone, in
+//! the order it arrived; a failure fails each decision of a batch by its
+//! own timeout and error; batches on a cluster never cross slots.
+#![cfg(feature = "redis")]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy};
+use crate::support::RedisServer;
+use proptest::prelude::*;
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::backend::{Backend, BackendError, Cause, KeyFormat, MemoryBackend};
+use tower_ratelimit::clock::Micros;
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Decision, Policy, Quota};
+
+type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+type Answer = Result<Decision, BackendError>;
+
+/// Run `futures` at once, each first polled in the order given (so each
+/// joins its lane in that order), and their outputs in that order.
+async fn at_once<T>(futures: Vec<Pending<'_, T>>) -> Vec<T> {
+    let mut futures: Vec<Option<Pending<'_, T>>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (future, output) in futures.iter_mut().zip(&mut outputs) {
+            if let Some(f) = future {
+                if let Poll::Ready(out) = f.as_mut().poll(cx) {
+                    *output = Some(out);
+                    *future = None;
+                }
+            }
+        }
+        match futures.iter().all(Option::is_none) {
+            true => Poll::Ready(()),
+            false => Poll::Pending,
+        }
+    })
+    .await;
+    outputs.into_iter().map(Option::unwrap).collect()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Script calls the server answered so far (EVALSHA, and EVAL: a batch
+/// script is sent whole the first time).
+fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    ["cmdstat_evalsha:calls=", "cmdstat_eval:calls="]
+        .iter()
+        .filter_map(|prefix| {
+            let rest = stats.lines().find_map(|l| l.strip_prefix(prefix))?;
+            rest.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// A policy of the given limits, each named for the policy (`p<n>l<i>`):
+/// two policies never share a limit's state, so only the order within
+/// one policy matters.
+fn named_policy(
+    n: usize,
+    limits: &[(usize, u32, u64, Option<u32>)],
+    banning: Option<(u32, u64, u64, u32)>,
+    count_denied: bool,
+) -> Policy {
+    let mut builder = Policy::builder().count_denied(count_denied);
+    for (i, &(alg, limit, secs, burst)) in limits.iter().enumerate() {
+        let algorithm = Algorithm::ALL[alg];
+        let mut quota = Quota::new(limit, Duration::from_secs(secs)).unwrap();
+        if let (Some(b), true) = (burst, algorithm.takes_burst()) {
+            quota = quota.with_burst(b).unwrap();
+        }
+        builder = builder.limit(format!("p{n}l{i}"), algorithm, quota);
+    }
+    if let Some(banning) = banning {
+        builder = builder.penalty(penalty(banning));
+    }
+    builder.build().unwrap()
+}
+
+/// A round of decisions made at once: (client, policy, cost), or settles
+/// (client, policy, reserved, actual); then the microseconds to the next.
+#[derive(Clone, Debug)]
+enum Round {
+    Checks(Vec<(usize, usize, u32)>),
+    Settles(Vec<(usize, usize, u32, u32)>),
+}
+
+fn rounds() -> impl Strategy<Value = Vec<(Round, u64)>> {
+    let checks =
+        prop::collection::vec((0usize..4, 0usize..3, 0u32..4), 1..24).prop_map(Round::Checks);
+    let settles = prop::collection::vec((0usize..4, 0usize..3, 0u32..4, 0u32..4), 1..12)
+        .prop_map(Round::Settles);
+    let round = prop_oneof![4 => checks, 1 => settles];
+    prop::collection::vec((round, 0u64..3_000_000), 1..12)
+}
+
+fn formats() -> impl Strategy<Value = KeyFormat> {
+    prop_oneof![
+        Just(KeyFormat::Compact),
+        Just(KeyFormat::Readable),
+        Just(KeyFormat::PACKED),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(24),
+        ..ProptestConfig::default()
+    })]
+
+    /// Concurrent callers, batched: every decision is the one the memory
+    /// backend makes replaying the same decisions one by one in the order
+    /// they arrived, under policies of every shape (one limit or several,
+    /// a penalty box, counted denials), checks and settles, in each key
+    /// format.
+    #[test]
+    fn concurrent_callers_batched_decide_as_memory_does(
+        format in formats(),
+        policies in prop::collection::vec(
+            (prop::collection::vec(limit_strategy(), 1..=3), penalty_strategy(), any::<bool>()),
+            3,
+        ),
+        rounds in rounds(),
+    ) {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let redis = rt
+            .block_on(RedisBackend::builder(&server.url()).key_format(format).connect())
+            .unwrap();
+        let memory = MemoryBackend::new();
+        let policies: Vec<Policy> = policies
+            .iter()
+            .enumerate()
+            .map(|(n, (limits, banning, counted))| named_policy(n, limits, *banning, *counted))
+            .collect();
+        let keys: Vec<Key> = (0..4).map(|i| Key::new("user", format!("client-{i}"))).collect();
+        let mut now = 1_700_000_000_000_000u64;
+        // The scripts loaded (a first call is refused, then sent again
+        // after what came behind it).
+        let warm = Key::new("user", "warm");
+        for policy in &policies {
+            rt.block_on(redis.check_at(&warm, policy, 0, Micros::new(now))).unwrap();
+            rt.block_on(redis.settle_at(&warm, policy, 0, 0, Micros::new(now))).unwrap();
+        }
+        for (round, gap) in &rounds {
+            now += gap;
+            let at = Micros::new(now);
+            let (expected, actual): (Vec<Decision>, Vec<Result<Decision, BackendError>>) = match round {
+                Round::Checks(checks) => (
+                    checks.iter().map(|&(k, p, c)| memory.check_at(&keys[k], &policies[p], c, at)).collect(),
+                    rt.block_on(at_once(checks.iter().map(|&(k, p, c)| {
+                        Box::pin(redis.check_at(&keys[k], &policies[p], c, at)) as Pending<'_, Answer>
+                    }).collect())),
+                ),
+                Round::Settles(settles) => (
+                    settles.iter().map(|&(k, p, r, a)| memory.settle_at(&keys[k], &policies[p], r, a, at)).collect(),
+                    rt.block_on(at_once(settles.iter().map(|&(k, p, r, a)| {
+                        Box::pin(redis.settle_at(&keys[k], &policies[p], r, a, at)) as Pending<'_, Answer>
+                    }).collect())),
+                ),
+            };
+            for (i, (expected, actual)) in expected.iter().zip(actual).enumerate() {
+                let actual = actual.unwrap();
+                prop_assert_eq!(observed(expected), observed(&actual), "decision {} of {:?} at {}", i, round, now);
+            }
+        }
+    }
+}
+
+/// A batch's decisions, the same decisions made one by one (a backend
+/// that sends each alone, on keys of another prefix of the same server):
+/// the same answers, and the same states left in Redis. 200 decisions at
+/// once take a handful of calls.
+#[test]
+fn a_batch_decides_as_the_same_decisions_one_by_one() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let connect = |prefix: &str, max: usize| {
+        rt.block_on(
+            RedisBackend::builder(&server.url())
+                .prefix(prefix)
+                .max_batch(max)
+                .connect(),
+        )
+        .unwrap()
+    };
+    let (batched, alone) = (connect("a:", 64), connect("b:", 1));
+    let sliding: Policy = "5/s".parse().unwrap();
+    let two = Policy::builder()
+        .limit("burst", Algorithm::Gcra, Quota::per_second(3).unwrap())
+        .limit("hour", Algorithm::SlidingLog, Quota::per_hour(7).unwrap())
+        .build()
+        .unwrap();
+    let asks: Vec<(Key, &Policy, u32)> = (0..200)
+        .map(|i| {
+            let key = Key::new("user", format!("client-{}", i % 20));
+            let policy = if i % 3 == 0 { &two } else { &sliding };
+            (key, policy, (i % 4) as u32)
+        })
+        .collect();
+    let at = Micros::new(1_700_000_000_000_000);
+    // The scripts loaded: a first call is refused, then sent again after
+    // what came behind it.
+    for backend in [&batched, &alone] {
+        for policy in [&sliding, &two] {
+            rt.block_on(backend.check(&Key::new("user", "warm"), policy, 0))
+                .unwrap();
+        }
+    }
+    let before = script_calls(&server);
+    let together = rt.block_on(at_once(
+        asks.iter()
+            .map(|(k, p, c)| Box::pin(batched.check_at(k, p, *c, at)) as Pending<'_, Answer>)
+            .collect(),
+    ));
+    let calls = script_calls(&server) - before;
+    for (i, ((key, policy, cost), together)) in asks.iter().zip(together).enumerate() {
+        let one = rt.block_on(alone.check_at(key, policy, *cost, at)).unwrap();
+        assert_eq!(observed(&together.unwrap()), observed(&one), "decision {i}");
+    }
+    // 200 decisions of two shapes: a lone call each, then batches of 64.
+    assert!(calls <= 10, "{calls} script calls for 200 decisions");
+    for (key, policy, _) in &asks[..20] {
+        for limit in policy.limits() {
+            let (a, b) = (batched.redis_keys(key, limit), alone.redis_keys(key, limit));
+            for (a, b) in a.iter().zip(&b) {
+                let dump = |k: &str| {
+                    server.cli(&["EVAL", "return redis.call('TYPE', KEYS[1]).ok == 'string' and redis.call('GET', KEYS[1]) or redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')", "1", k])
+                };
+                assert_eq!(dump(a), dump(b), "{a} and {b}");
+            }
+        }
+    }
+}
+
+/// One decision whose own script fails (its key holds another type) fails
+/// alone; the others of its batch are decided.
+#[test]
+fn a_decision_whose_script_fails_fails_alone() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let policy: Policy = "5/min".parse().unwrap();
+    let spoiled = Key::new("user", "spoiled");
+    let state = &redis.redis_keys(&spoiled, &policy.limits()[0])[0];
+    server.cli(&["HSET", state, "a", "b"]);
+    let keys: Vec<Key> = (0..12)
+        .map(|i| match i {
+            6 => spoiled.clone(),
+            i => Key::new("user", format!("client-{i}")),
+        })
+        .collect();
+    // The script loaded: its first call is refused, then sent again.
+    rt.block_on(redis.check(&keys[0], &policy, 0)).unwrap();
+    let before = script_calls(&server);
+    let answers = rt.block_on(at_once(
+        keys.iter()
+            .map(|k| Box::pin(redis.check(k, &policy, 1)) as Pending<'_, Answer>)
+            .collect(),
+    ));
+    assert!(script_calls(&server) - before <= 2, "not batched");
+    for (i, answer) in answers.iter().enumerate() {
+        match (i, answer) {
+            (6, Err(e)) => assert!(e.to_string().contains("WRONGTYPE"), "{e}"),
+            (6, Ok(d)) => panic!("a key of the wrong type was decided: {d:?}"),
+            (_, Ok(d)) => assert!(d.is_allowed()),
+            (_, Err(e)) => panic!("decision {i} failed with the spoiled one: {e}"),
+        }
+    }
+}
+
+/// A Redis that stops answering while a batch is in flight: every decision
+/// of it, and of the batch waiting behind, fails as a timeout within its
+/// own timeout (never admitted, never held longer); then Redis decides
+/// again.
+#[test]
+fn a_stalled_batch_fails_each_decision_within_its_timeout() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let timeout = Duration::from_millis(200);
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(timeout)
+                .connect(),
+        )
+        .unwrap();
+    let policy: Policy = "5/min".parse().unwrap();
+    let keys: Vec<Key> = (0..40)
+        .map(|i| Key::new("user", format!("client-{i}")))
+        .collect();
+    rt.block_on(redis.check(&keys[0], &policy, 0)).unwrap();
+    server.pause();
+    let started = Instant::now();
+    let answers = rt.block_on(at_once(
+        keys.iter()
+            .map(|k| {
+                Box::pin(async {
+                    let answer = redis.check(k, &policy, 1).await;
+                    (answer, started.elapsed())
+                }) as Pending<'_, (Answer, Duration)>
+            })
+            .collect(),
+    ));
+    server.resume();
+    for (i, (answer, took)) in answers.iter().enumerate() {
+        let error = answer
+            .as_ref()
+            .expect_err("decided while Redis was stopped");
+        assert_eq!(error.cause(), Cause::Timeout, "decision {i}: {error}");
+        assert!(
+            *took < timeout + Duration::from_millis(150),
+            "decision {i} took {took:?}"
+        );
+    }
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while redis.check(&keys[1], &policy, 1).await.is_err() {
+            assert!(Instant::now() < deadline, "Redis never decided again");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+/// A decision whose caller stopped waiting before its batch was sent is
+/// left out of it: Redis never counts it.
+#[test]
+fn a_decision_given_up_before_its_batch_went_is_never_counted() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    // The batch behind a stalled call goes when the call ends (within a
+    // fifth of this timeout at the latest: not before the caller gives up).
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(Duration::from_secs(2))
+                .connect(),
+        )
+        .unwrap();
+    let policy: Policy = "5/min".parse().unwrap();
+    let (first, gave_up) = (Key::new("user", "first"), Key::new("user", "gave-up"));
+    rt.block_on(redis.check(&first, &policy, 0)).unwrap();
+    rt.block_on(async {
+        server.pause();
+        let lead = tokio::spawn({
+            let (redis, policy, first) = (redis.clone(), policy.clone(), first.clone());
+            async move { redis.check(&first, &policy, 1).await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let waited =
+            tokio::time::timeout(Duration::from_millis(30), redis.check(&gave_up, &policy, 1))
+                .await;
+        assert!(waited.is_err(), "decided while Redis was stopped");
+        server.resume();
+        assert!(lead.await.unwrap().unwrap().is_allowed());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    let exists =
+        |key: &Key| server.cli(&["EXISTS", &redis.redis_keys(key, &policy.limits()[0])[0]]);
+    assert_eq!(exists(&first), "1");
+    assert_eq!(exists(&gave_up), "0", "a decision given up was counted");
+    let fresh = rt.block_on(redis.check(&gave_up, &policy, 0)).unwrap();
+    assert_eq!(fresh.outcomes().next().unwrap().remaining(), 5);
+}
+
+/// On a cluster, decisions at once on clients of many slots (and several
+/// of one client) are each decided, exactly as the memory backend decides
+/// them one by one: no batch mixes slots (which the cluster would refuse).
+#[cfg(feature = "redis-cluster")]
+#[test]
+fn batches_on_a_cluster_never_cross_slots() {
+    let cluster = crate::support::RedisCluster::start();
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::cluster_builder(cluster.urls())
+                .timeout(Duration::from_secs(2))
+                .connect(),
+        )
+        .unwrap();
+    let memory = MemoryBackend::new();
+    let policy = Policy::builder()
+        .limit("burst", Algorithm::Gcra, Quota::per_second(3).unwrap())
+        .limit("hour", Algorithm::SlidingLog, Quota::per_hour(7).unwrap())
+        .build()
+        .unwrap();
+    let keys: Vec<Key> = (0..120)
+        .map(|i| Key::new("user", format!("client-{}", i % 40)))
+        .collect();
+    let mut now = 1_700_000_000_000_000u64;
+    for _ in 0..3 {
+        let at = Micros::new(now);
+        let answers = rt.block_on(at_once(
+            keys.iter()
+                .map(|k| Box::pin(redis.check_at(k, &policy, 1, at)) as Pending<'_, Answer>)
+                .collect(),
+        ));
+        for (key, answer) in keys.iter().zip(answers) {
+            let expected = memory.check_at(key, &policy, 1, at);
+            assert_eq!(observed(&answer.unwrap()), observed(&expected));
+        }
+        now += 400_000;
+    }
+}
+
+/// The example server batches by default and sends each decision alone
+/// with `REDIS_BATCH=off`: under 16 clients at once, fewer script calls
+/// than decisions, or one each; a value it does not know stops it with one
+/// that names the variable and what it takes.
+#[test]
+fn the_example_server_batches_unless_told_off() {
+    use crate::support::example::{ExampleServer, KeptAlive};
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut calls = Vec::new();
+    for batch in ["on", "off"] {
+        let example = ExampleServer::start(&[("REDIS_URL", &url), ("REDIS_BATCH", batch)]);
+        // The scripts loaded.
+        example.get("/api/user", &[("x-user-id", "warm")]);
+        let before = script_calls(&server);
+        let port = example.port;
+        std::thread::scope(|s| {
+            for client in 0..16 {
+                s.spawn(move || {
+                    let mut connection = KeptAlive::to(port);
+                    for n in 0..10 {
+                        let request = format!(
+                            "GET /api/user HTTP/1.1\r\nhost: x\r\nx-user-id: {batch}-{client}-{n}\r\n\r\n"
+                        );
+                        assert_eq!(connection.status(&request), 200);
+                    }
+                });
+            }
+        });
+        calls.push(script_calls(&server) - before);
+    }
+    eprintln!(
+        "script calls for 160 decisions: {} batched, {} alone",
+        calls[0], calls[1]
+    );
+    assert!(
+        calls[0] < 160,
+        "batched: {} calls for 160 decisions",
+        calls[0]
+    );
+    assert!(
+        calls[1] >= 160,
+        "alone: {} calls for 160 decisions",
+        calls[1]
+    );
+
+    let refused = std::process::Command::new(crate::support::example::binary())
+        .env("REDIS_URL", &url)
+        .env("REDIS_BATCH", "sometimes")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned()
+        + &String::from_utf8_lossy(&refused.stdout);
+    assert!(
+        said.contains("REDIS_BATCH") && said.contains("on or off"),
+        "{said}"
+    );
+}
