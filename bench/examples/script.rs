@@ -1,8 +1,11 @@
-//! `script <compact|packed> <lean|general>`: the Lua script the crate runs
-//! for a check under one token bucket (1,000,000/s), as `Shape::source`
-//! assembles it, on stdout: `lean` the lean script, `general` the general
-//! driver (the same limit with denials counted). `scripts/redis-instructions`
-//! measures these, so what it counts is what a decision runs.
+//! `script <compact|packed> <lean|general> [batch] [sliding]`: the Lua
+//! script the crate runs for a check under one token bucket (1,000,000/s),
+//! as `Shape::source` assembles it, on stdout: `lean` the lean script,
+//! `general` the general driver (the same limit with denials counted);
+//! `batch`, the script of a batch of such decisions; `sliding`, under one
+//! sliding window instead. `scripts/redis-instructions` and
+//! `scripts/redis-split` measure these, so what they count is what a
+//! decision runs.
 
 use tower_ratelimit::backend::{KeyFormat, RedisBackend};
 use tower_ratelimit::{Algorithm, Policy, Quota};
@@ -15,16 +18,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ) {
         (Some("compact"), Some(shape)) => (KeyFormat::Compact, shape == "general"),
         (Some("packed"), Some(shape)) => (KeyFormat::PACKED, shape == "general"),
-        _ => return Err("usage: script <compact|packed> <lean|general>".into()),
+        _ => return Err("usage: script <compact|packed> <lean|general> [batch] [sliding]".into()),
+    };
+    let has = |word: &str| args.iter().skip(2).any(|a| a == word);
+    let algorithm = match has("sliding") {
+        true => Algorithm::SlidingWindow,
+        false => Algorithm::TokenBucket,
     };
     let policy = Policy::builder()
-        .limit(
-            "bucket",
-            Algorithm::TokenBucket,
-            Quota::per_second(1_000_000)?,
-        )
+        .limit("bucket", algorithm, Quota::per_second(1_000_000)?)
         .count_denied(counts_denied)
         .build()?;
-    print!("{}", RedisBackend::script_source(format, &policy, 1));
+    let source = match has("batch") {
+        true => RedisBackend::batch_script_source(format, &policy, 1),
+        false => RedisBackend::script_source(format, &policy, 1),
+    };
+    print!("{source}");
     Ok(())
 }

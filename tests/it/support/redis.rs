@@ -242,6 +242,11 @@ impl RedisServer {
         parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Freeze the process (SIGSTOP): connections stay open, nothing answers.
     pub fn pause(&self) {
         self.signal("-STOP");

@@ -1,6 +1,7 @@
 -- Decisions of one shape sent together (batch.rs), after `decide`, the
--- one decision's script as a function: each is decided in turn, in the
--- order they arrived, exactly as its own call would decide it.
+-- one decision's script as a function (of its keys and arguments, or for
+-- a lean one of where they begin: shape.rs): each is decided in turn, in
+-- the order they arrived, exactly as its own call would decide it.
 -- ARGV: the number of decisions n; each one's number of keys and of
 -- arguments; then their arguments one decision after another. KEYS: their
 -- keys, one decision after another. Reply: each decision's reply (an
@@ -13,7 +14,7 @@ local replies = {}
 local k, a = 1, 2 * n + 2
 for i = 1, n do
   local keys, args = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  local ok, reply = pcall(decide, { unpack(KEYS, k, k + keys - 1) }, { unpack(ARGV, a, a + args - 1) })
+  local ok, reply = pcall(decide, {{arguments}})
   if not ok then
     reply = type(reply) == 'table' and reply.err or tostring(reply)
   end

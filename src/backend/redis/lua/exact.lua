@@ -29,7 +29,10 @@ local function product_le(x, y, u, v)
 end
 
 -- floor(a * b / c), exactly, for a, b, c < 2^47 and a result below 2^47.
+-- A product below 2^53 is exact as it is (a new client's window has no
+-- previous count: the product is 0).
 local function mul_div(a, b, c)
+  if a * b < 9007199254740992 then return idiv(a * b, c) end
   local q = math.floor(a * b / c)
   while q > 0 and not product_le(q, c, a, b) do q = q - 1 end
   while product_le(q + 1, c, a, b) do q = q + 1 end
@@ -38,6 +41,7 @@ end
 
 -- ceil(a * b / c), exactly.
 local function mul_div_ceil(a, b, c)
+  if a * b < 9007199254740992 then return ceil_div(a * b, c) end
   local q = mul_div(a, b, c)
   if product_le(q, c, a, b) and not product_le(a, b, q, c) then q = q + 1 end
   return q

@@ -78,7 +78,7 @@ impl Shape {
     /// here ([`state_calls`]), and where the arguments are ([`CHECK_ARGS`],
     /// [`LEAN_ARGS`]).
     pub(in crate::backend::redis) fn source(self) -> String {
-        let parts = self.parts();
+        let parts = self.parts(false);
         [parts.head, &parts.prelude, &parts.helpers, &parts.driver].concat()
     }
 
@@ -88,31 +88,45 @@ impl Shape {
     /// (Lua makes a script's every function on every call: made once a
     /// batch, they cost a decision nothing).
     pub(in crate::backend::redis) fn batch_source(self) -> String {
-        let parts = self.parts();
+        let parts = self.parts(true);
         // The helpers' cache of states read is one decision's.
         let fresh = match parts.helpers.is_empty() {
             true => "",
             false => "states = {}\n",
         };
-        [
-            parts.head,
-            &parts.helpers,
-            "local function decide(KEYS, ARGV)\n",
-            &parts.prelude,
-            fresh,
-            &parts.driver,
-            "end\n",
+        let body = [parts.prelude.as_str(), fresh, &parts.driver].concat();
+        // A lean decision reads its keys and arguments where they are in
+        // the batch's (at fixed places after an offset); the general
+        // driver, which looks for the end of its arguments, gets tables of
+        // its own.
+        let (decide, arguments) = match self.is_lean() {
+            true => (
+                "local function decide(ko, ao)\n".to_owned()
+                    + &body
+                        .replace("ARGV[", "ARGV[ao + ")
+                        .replace("KEYS[", "KEYS[ko + "),
+                "k - 1, a - 1",
+            ),
+            false => (
+                "local function decide(KEYS, ARGV)\n".to_owned() + &body,
+                "{ unpack(KEYS, k, k + keys - 1) }, { unpack(ARGV, a, a + args - 1) }",
+            ),
+        };
+        let batch = fill(
             include_str!("../lua/batch.lua"),
-        ]
-        .concat()
+            &[("arguments", arguments)],
+        );
+        [parts.head, &parts.helpers, &decide, "end\n", &batch].concat()
     }
 
-    fn parts(self) -> Parts {
+    /// The parts of one decision's script, or (`batch`) of a batch's.
+    fn parts(self, batch: bool) -> Parts {
         let has = |bit: u8| self.0 & bit != 0;
-        let head = if has(Self::COMPACT) {
-            "local compact_state = true\nlocal now, slack_ms, field\n"
-        } else {
-            "local compact_state = false\nlocal now, slack_ms, field\n"
+        let head = match (has(Self::COMPACT), batch) {
+            (true, false) => "local compact_state = true\nlocal now, slack_ms, field\n",
+            (false, false) => "local compact_state = false\nlocal now, slack_ms, field\n",
+            (true, true) => "local compact_state = true\nlocal now, slack_ms, field, batch_now\n",
+            (false, true) => "local compact_state = false\nlocal now, slack_ms, field, batch_now\n",
         };
         // The client's field follows the fixed arguments, and the limits
         // follow it.
@@ -122,6 +136,17 @@ impl Shape {
             CHECK_ARGS.len()
         };
         let mut prelude = include_str!("../lua/now.lua").to_owned();
+        let server_time = match batch {
+            false => "local t = redis.call('TIME')\n  now = t[1] * 1000000 + t[2]",
+            true => concat!(
+                "if batch_now then batch_now = batch_now + 1 else\n",
+                "    local t = redis.call('TIME')\n",
+                "    batch_now = t[1] * 1000000 + t[2]\n",
+                "  end\n",
+                "  now = batch_now"
+            ),
+        };
+        prelude = fill(&prelude, &[("server_time", server_time)]);
         if has(Self::PACKED) {
             prelude.push_str(&format!("field = ARGV[{}]\n", fixed + 1));
         }
@@ -263,20 +288,23 @@ mod tests {
         Shape::LEAN | Shape::SLIDING_WINDOW,
     ];
 
-    /// Every placeholder of every script is filled, and each format's
-    /// scripts make their state calls only its way: no packed state is read
-    /// or written as a key of its own, no compact one as a field.
+    /// Every placeholder of every script (one decision's and a batch's) is
+    /// filled, and each format's scripts make their state calls only its
+    /// way: no packed state is read or written as a key of its own, no
+    /// compact one as a field.
     #[test]
     fn every_script_is_filled_in_and_calls_its_format_s_way() {
         for bits in SHAPES {
             for format in [0, Shape::COMPACT, Shape::COMPACT | Shape::PACKED] {
-                let source = Shape(bits | format).source();
-                assert!(!source.contains("{{"), "an unfilled placeholder in {bits}");
-                let packed = format & Shape::PACKED != 0;
-                for (_, call) in state_calls(!packed) {
-                    assert!(!source.contains(call), "{call} in {bits}, packed: {packed}");
+                let shape = Shape(bits | format);
+                for source in [shape.source(), shape.batch_source()] {
+                    assert!(!source.contains("{{"), "an unfilled placeholder in {bits}");
+                    let packed = format & Shape::PACKED != 0;
+                    for (_, call) in state_calls(!packed) {
+                        assert!(!source.contains(call), "{call} in {bits}, packed: {packed}");
+                    }
+                    assert_eq!(source.contains("HSET', key, field, state"), packed);
                 }
-                assert_eq!(source.contains("HSET', key, field, state"), packed);
             }
         }
     }
