@@ -9,7 +9,9 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy};
+use crate::support::conformance::{
+    limit_strategy, observed, penalty, penalty_strategy, policy_builder,
+};
 use crate::support::RedisServer;
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
@@ -73,19 +75,13 @@ fn named_policy(
     banning: Option<(u32, u64, u64, u32)>,
     count_denied: bool,
 ) -> Policy {
-    let mut builder = Policy::builder().count_denied(count_denied);
-    for (i, &(alg, limit, secs, burst)) in limits.iter().enumerate() {
-        let algorithm = Algorithm::ALL[alg];
-        let mut quota = Quota::new(limit, Duration::from_secs(secs)).unwrap();
-        if let (Some(b), true) = (burst, algorithm.takes_burst()) {
-            quota = quota.with_burst(b).unwrap();
-        }
-        builder = builder.limit(format!("p{n}l{i}"), algorithm, quota);
+    let builder = policy_builder(&format!("p{n}l"), limits, count_denied);
+    match banning {
+        Some(banning) => builder.penalty(penalty(banning)),
+        None => builder,
     }
-    if let Some(banning) = banning {
-        builder = builder.penalty(penalty(banning));
-    }
-    builder.build().unwrap()
+    .build()
+    .unwrap()
 }
 
 /// A round of decisions made at once: (client, policy, cost), or settles

@@ -4,11 +4,20 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tower_ratelimit::policy::PenaltyBox;
+use tower_ratelimit::policy::{PenaltyBox, PolicyBuilder};
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
 /// A policy of one to three limits from (algorithm, limit, window seconds, burst).
 pub fn policy(limits: &[(usize, u32, u64, Option<u32>)], count_denied: bool) -> Policy {
+    policy_builder("l", limits, count_denied).build().unwrap()
+}
+
+/// The builder of such a policy, its limits named `<prefix><n>`.
+pub fn policy_builder(
+    prefix: &str,
+    limits: &[(usize, u32, u64, Option<u32>)],
+    count_denied: bool,
+) -> PolicyBuilder {
     let mut builder = Policy::builder().count_denied(count_denied);
     for (i, &(alg, limit, secs, burst)) in limits.iter().enumerate() {
         let algorithm = Algorithm::ALL[alg];
@@ -16,9 +25,9 @@ pub fn policy(limits: &[(usize, u32, u64, Option<u32>)], count_denied: bool) -> 
         if let (Some(b), true) = (burst, algorithm.takes_burst()) {
             quota = quota.with_burst(b).unwrap();
         }
-        builder = builder.limit(format!("l{i}"), algorithm, quota);
+        builder = builder.limit(format!("{prefix}{i}"), algorithm, quota);
     }
-    builder.build().unwrap()
+    builder
 }
 
 pub fn limit_strategy() -> impl Strategy<Value = (usize, u32, u64, Option<u32>)> {
