@@ -469,3 +469,52 @@ fn the_example_server_batches_unless_told_off() {
         "{said}"
     );
 }
+
+/// A call holds at most `max_batch` decisions and `max_batch` keys between
+/// them: 200 decisions at once of a policy of eight limits and a penalty
+/// box (14 keys each) go four to a call under the default 64, where 200 of
+/// one limit go 64 to a call.
+#[test]
+fn a_call_holds_at_most_max_batch_keys() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(Duration::from_secs(5))
+                .connect(),
+        )
+        .unwrap();
+    let mut largest = Policy::builder();
+    for i in 0..8 {
+        let algorithm = match i % 2 {
+            0 => Algorithm::SlidingLog,
+            _ => Algorithm::SlidingWindow,
+        };
+        largest = largest.limit(
+            format!("l{i}"),
+            algorithm,
+            Quota::per_hour(1000 + i).unwrap(),
+        );
+    }
+    let largest = largest.penalty(penalty((3, 10, 10, 2))).build().unwrap();
+    let one: Policy = "1000/s".parse().unwrap();
+    let keys: Vec<Key> = (0..200)
+        .map(|i| Key::new("user", format!("c{}", i % 50)))
+        .collect();
+    for (policy, fewest, most) in [(&largest, 50, 52), (&one, 4, 5)] {
+        rt.block_on(redis.check(&keys[0], policy, 0)).unwrap();
+        let before = script_calls(&server);
+        let answers = rt.block_on(at_once(
+            keys.iter()
+                .map(|k| Box::pin(redis.check(k, policy, 1)) as Pending<'_, Answer>)
+                .collect(),
+        ));
+        assert!(answers.iter().all(Result::is_ok));
+        let calls = script_calls(&server) - before;
+        assert!(
+            (fewest..=most).contains(&calls),
+            "{calls} calls for 200 decisions"
+        );
+    }
+}

@@ -1,6 +1,6 @@
-//! Decisions in flight at the same moment, sent to Redis together: most of
-//! a script call's Redis CPU is the call's, not the decision's
-//! (BENCHMARKS.md), so one call deciding many costs each far less.
+//! Decisions in flight at the same moment, sent to Redis together: part of
+//! a script call's Redis CPU is the call's, not the decision's, and one
+//! call deciding many pays it once (BENCHMARKS.md gives the split).
 //!
 //! Decisions of one script [`Shape`] (and, on a cluster, of one slot) share
 //! a [`Lane`]. A decision that finds its lane idle is sent at once, alone,
@@ -10,9 +10,11 @@
 //! [`RedisBackendBuilder::max_batch`](super::RedisBackendBuilder::max_batch))
 //! to one script call, `batch.lua`, which decides them one after another
 //! in the order they arrived, each exactly as its own call would. So a
-//! lane has at most one call in flight, and a batch holds what arrived
-//! during the last one: under load, batches grow until a call's round
-//! trip is worth its decisions.
+//! lane has one call in flight, and a batch holds what arrived during the
+//! last one: under load, batches grow with the decisions in flight. Only a
+//! call out longer than a fifth of the timeout (a far or stalled Redis)
+//! has the waiting decisions sent beside it, so that none waits past that
+//! for a call to end.
 //!
 //! Each decision keeps its own timeout from the moment it arrived; one
 //! that gave up before its batch was sent is left out of it, so Redis
@@ -152,15 +154,25 @@ struct LaneState {
 }
 
 impl LaneState {
-    /// Up to `max` decisions whose callers still wait, in the order they
-    /// came.
+    /// The decisions whose callers still wait, in the order they came, up
+    /// to `max` of them and `max` keys between them (at least one
+    /// decision): a call's work stays near `max` states read and written,
+    /// however many limits a policy has.
     fn take(&mut self, max: usize) -> Vec<Waiting> {
         let mut batch = Vec::with_capacity(self.waiting.len().min(max));
-        while batch.len() < max {
-            match self.waiting.pop_front() {
-                Some(waiting) if waiting.answer.is_closed() => {}
-                Some(waiting) => batch.push(waiting),
-                None => break,
+        let mut keys = 0;
+        while let Some(waiting) = self.waiting.pop_front() {
+            if waiting.answer.is_closed() {
+                continue;
+            }
+            keys += waiting.call.key_count();
+            if !batch.is_empty() && keys > max {
+                self.waiting.push_front(waiting);
+                break;
+            }
+            batch.push(waiting);
+            if batch.len() == max {
+                break;
             }
         }
         if !batch.is_empty() {
@@ -319,7 +331,7 @@ impl Drop for Sending {
 
 impl Sending {
     /// Send `batch`, and the ones that gather meanwhile, until the lane
-    /// is idle.
+    /// has nothing left.
     async fn send(mut self, mut batch: Vec<Waiting>) {
         let backend = self.backend.clone();
         loop {

@@ -210,10 +210,12 @@ impl RedisBackendBuilder {
     }
 
     /// Send decisions in flight at the same moment to Redis together, at
-    /// most `max` in one script call (default 64; 1 sends each alone, as
-    /// it comes, in a call of its own). At most 256 (one call's work must
-    /// stay far below Redis's busy-script threshold: 256 decisions of the
-    /// largest policy take a few milliseconds).
+    /// most `max` in one script call, and at most `max` Redis keys between
+    /// them (default 64; 1 sends each alone, as it comes, in a call of its
+    /// own). At most 256: a call blocks Redis while it runs, and 256 keys'
+    /// states take it a few milliseconds (decisions of one sliding window,
+    /// about 25 µs each; of eight limits and a penalty box, 14 keys, about
+    /// 300 µs each).
     ///
     /// A decision that finds no call of its kind in flight is sent at
     /// once, so a quiet server adds no latency. While one is in flight,
@@ -222,9 +224,10 @@ impl RedisBackendBuilder {
     /// slow Redis: a decision waits at most that long before it is sent),
     /// and the next call takes them all: one call of a script that decides
     /// each in turn, in the order they came, exactly as its own call would
-    /// (all or nothing per request). Most of a call's Redis CPU is the call's, not the
-    /// decision's: under load a decision costs Redis about a third of its
-    /// own call (BENCHMARKS.md). "Of its kind": of the same script (the
+    /// (all or nothing per request). Part of a call's Redis CPU is the
+    /// call's, not the decision's: through the example server, at 32
+    /// connections of new users, batching took Redis's CPU per decision to
+    /// 0.67–0.80× (BENCHMARKS.md). "Of its kind": of the same script (the
     /// policy's shape), and on a cluster of the same slot, so one call's
     /// keys never cross slots.
     ///
