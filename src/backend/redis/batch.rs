@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use ::redis::{Cmd, Value};
+use ::redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -221,7 +221,7 @@ impl Batches {
     /// Whether the batch script of `shape` is sent for the first time: then
     /// as a whole (EVAL, one round trip, and Redis keeps it), not by its
     /// hash (EVALSHA, refused, then loaded and sent again: three round
-    /// trips, past a far Redis's timeout).
+    /// trips, past a far Redis's timeout), unless the user may not EVAL.
     fn first_sent(&self, shape: Shape) -> bool {
         !self.sent[shape.index()].swap(true, Ordering::Relaxed)
     }
@@ -425,8 +425,20 @@ impl RedisBackend {
             true => Some(shape.batch_source()),
             false => None,
         };
-        let cmd = Call::together((script.get_hash(), whole.as_deref()), calls);
-        match self.answered(self.conn.run(script, &cmd)).await? {
+        let call = async {
+            if let Some(source) = &whole {
+                let eval = Call::together((script.get_hash(), Some(source)), calls.clone());
+                match self.conn.query::<Value>(&eval).await {
+                    // A user held to EVALSHA and SCRIPT LOAD (the guide's
+                    // ACL) loads it instead.
+                    Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => {}
+                    reply => return reply,
+                }
+            }
+            let cmd = Call::together((script.get_hash(), None), calls);
+            self.conn.run(script, &cmd).await
+        };
+        match self.answered(call).await? {
             Value::Array(replies) => Ok(replies),
             other => Err(BackendError::new(format!(
                 "unexpected reply to a batch: {other:?}"

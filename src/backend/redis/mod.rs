@@ -41,9 +41,11 @@ pub use self::builder::RedisBackendBuilder;
 /// Rate-limit state in Redis (standalone, Valkey, or Redis Cluster): one
 /// limit across any number of servers.
 ///
-/// Every decision is one script call (EVALSHA; after a restart or failover
-/// that lost the script, it is loaded again without the caller noticing),
-/// checking and committing all of a policy's limits at once. Time is Redis's
+/// Every decision is made by one script call (EVALSHA; after a restart or
+/// failover that lost the script, it is loaded again without the caller
+/// noticing), checking and committing all of a policy's limits at once;
+/// decisions in flight at the same moment share a call
+/// ([`max_batch`](RedisBackendBuilder::max_batch)), each decided as alone. Time is Redis's
 /// own `TIME`, so application servers' clocks never change a decision, and
 /// every number is an integer in microseconds: the script mirrors
 /// [`algorithm`](crate::algorithm) exactly (a conformance suite holds them to
