@@ -100,7 +100,7 @@ impl Call {
         cmd.arg(calls.clone().count());
         for call in calls.clone() {
             cmd.arg(call.key_count())
-                .arg(call.ends.len() - call.key_count());
+                .arg(call.ends.len().saturating_sub(call.key_count()));
         }
         for call in calls {
             call.words().skip(call.key_count()).for_each(|a| {

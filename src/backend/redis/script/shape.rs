@@ -79,7 +79,7 @@ impl Shape {
     /// [`LEAN_ARGS`]).
     pub(in crate::backend::redis) fn source(self) -> String {
         let parts = self.parts(false);
-        [parts.head, &parts.prelude, &parts.helpers, &parts.driver].concat()
+        [parts.head, parts.prelude, parts.helpers, parts.driver].concat()
     }
 
     /// The script of a batch of decisions of this shape (`batch.lua`): the
@@ -116,18 +116,17 @@ impl Shape {
             include_str!("../lua/batch.lua"),
             &[("arguments", arguments)],
         );
-        [parts.head, &parts.helpers, &decide, "end\n", &batch].concat()
+        [&parts.head, &parts.helpers, &decide, "end\n", &batch].concat()
     }
 
     /// The parts of one decision's script, or (`batch`) of a batch's.
     fn parts(self, batch: bool) -> Parts {
         let has = |bit: u8| self.0 & bit != 0;
-        let head = match (has(Self::COMPACT), batch) {
-            (true, false) => "local compact_state = true\nlocal now, slack_ms, field\n",
-            (false, false) => "local compact_state = false\nlocal now, slack_ms, field\n",
-            (true, true) => "local compact_state = true\nlocal now, slack_ms, field, batch_now\n",
-            (false, true) => "local compact_state = false\nlocal now, slack_ms, field, batch_now\n",
-        };
+        let head = format!(
+            "local compact_state = {}\nlocal now, slack_ms, field{}\n",
+            has(Self::COMPACT),
+            if batch { ", batch_now" } else { "" }
+        );
         // The client's field follows the fixed arguments, and the limits
         // follow it.
         let fixed = if has(Self::LEAN) {
@@ -199,7 +198,7 @@ impl Shape {
 /// what it runs first (the time, the client's field), the functions it
 /// calls, and the driver that decides.
 struct Parts {
-    head: &'static str,
+    head: String,
     prelude: String,
     helpers: String,
     driver: String,
