@@ -458,14 +458,8 @@ fn the_example_server_batches_unless_told_off() {
         calls[1]
     );
 
-    let refused = std::process::Command::new(crate::support::example::binary())
-        .env("REDIS_URL", &url)
-        .env("REDIS_BATCH", "sometimes")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr).into_owned()
-        + &String::from_utf8_lossy(&refused.stdout);
+    let said =
+        crate::support::example::refusal(&[("REDIS_URL", &url), ("REDIS_BATCH", "sometimes")]);
     assert!(
         said.contains("REDIS_BATCH") && said.contains("on or off"),
         "{said}"

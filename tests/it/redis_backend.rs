@@ -1122,14 +1122,8 @@ fn the_example_server_packs_keys_when_told() {
         .sum();
     assert_eq!(fields, 40, "one field a client");
 
-    let refused = std::process::Command::new(crate::support::example::binary())
-        .env("REDIS_URL", &url)
-        .env("REDIS_KEY_FORMAT", "packed:0")
-        .output()
-        .unwrap();
-    assert!(!refused.status.success());
-    let said = String::from_utf8_lossy(&refused.stderr).into_owned()
-        + &String::from_utf8_lossy(&refused.stdout);
+    let said =
+        crate::support::example::refusal(&[("REDIS_URL", &url), ("REDIS_KEY_FORMAT", "packed:0")]);
     assert!(
         said.contains("REDIS_KEY_FORMAT") && said.contains("packed:<shards>"),
         "{said}"

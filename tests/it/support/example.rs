@@ -19,6 +19,18 @@ pub fn binary() -> PathBuf {
         .unwrap()
 }
 
+/// What the example server says when `env` stops it before it serves
+/// (stderr, then stdout); it must stop with a failure.
+pub fn refusal(env: &[(&str, &str)]) -> String {
+    let mut command = Command::new(binary());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let out = command.output().unwrap();
+    assert!(!out.status.success(), "it started with {env:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout)
+}
+
 /// A running example server on `port`.
 pub struct ExampleServer {
     child: Child,
