@@ -94,8 +94,8 @@ enum Round {
 
 fn rounds() -> impl Strategy<Value = Vec<(Round, u64)>> {
     let checks =
-        prop::collection::vec((0usize..4, 0usize..3, 0u32..4), 1..24).prop_map(Round::Checks);
-    let settles = prop::collection::vec((0usize..4, 0usize..3, 0u32..4, 0u32..4), 1..12)
+        prop::collection::vec((0usize..8, 0usize..3, 0u32..4), 1..24).prop_map(Round::Checks);
+    let settles = prop::collection::vec((0usize..8, 0usize..3, 0u32..4, 0u32..4), 1..12)
         .prop_map(Round::Settles);
     let round = prop_oneof![4 => checks, 1 => settles];
     prop::collection::vec((round, 0u64..3_000_000), 1..12)
@@ -142,7 +142,6 @@ proptest! {
             .enumerate()
             .map(|(n, (limits, banning, counted))| named_policy(n, limits, *banning, *counted))
             .collect();
-        let keys: Vec<Key> = (0..4).map(|i| Key::new("user", format!("client-{i}"))).collect();
         let mut now = 1_700_000_000_000_000u64;
         // The scripts loaded (a first call is refused, then sent again
         // after what came behind it).
@@ -151,7 +150,15 @@ proptest! {
             rt.block_on(redis.check_at(&warm, policy, 0, Micros::new(now))).unwrap();
             rt.block_on(redis.settle_at(&warm, policy, 0, 0, Micros::new(now))).unwrap();
         }
-        for (round, gap) in &rounds {
+        for (n, (round, gap)) in rounds.iter().enumerate() {
+            // Four clients seen again and again; the others are new in
+            // their round (a batch of new clients claims their states).
+            let keys: Vec<Key> = (0..8)
+                .map(|i| match i < 4 {
+                    true => Key::new("user", format!("client-{i}")),
+                    false => Key::new("user", format!("new-{n}-{i}")),
+                })
+                .collect();
             now += gap;
             let at = Micros::new(now);
             let (expected, actual): (Vec<Decision>, Vec<Result<Decision, BackendError>>) = match round {

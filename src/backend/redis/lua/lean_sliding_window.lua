@@ -8,6 +8,24 @@
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
 
+-- A new client (no state) is allowed what fits the limit, and its state
+-- becomes this window's count. So in a batch of new clients, each claims
+-- that state: it is written only if the key has none, in the one call that
+-- reads it (SET ... NX GET: one call where a GET and a SET were two); a
+-- client with a state goes on with what that call read. Whether the last
+-- client was new predicts the next (`claiming`): a claim costs a known
+-- client the state text it made for nothing, and a lone decision has no
+-- last client, so it reads first (shape.rs: `can_claim`).
+if claiming and cost > 0 and cost <= limit then
+  local e = idiv(now, w) * w + 2 * w
+  local state, ms = string.format('%d 0 %d', e, cost), ceil_div(e - now, 1000)
+  local s = {{claim}}
+  if not s then return { 0, limit - cost, e - now, 0, 0 } end
+  claiming = false
+  read_state(key, s)
+elseif can_claim then
+  claiming = read_state(key) == 0
+end
 local o = sw_check(key, now, cost, limit, w)
 if o[1] == 0 and cost > 0 then sw_consume(key, now, cost, limit, w) end
 -- No ban, no permit.

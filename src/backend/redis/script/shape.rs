@@ -122,8 +122,17 @@ impl Shape {
     /// The parts of one decision's script, or (`batch`) of a batch's.
     fn parts(self, batch: bool) -> Parts {
         let has = |bit: u8| self.0 & bit != 0;
+        // A batch's lean decisions may claim new clients' states
+        // (`{{claim}}`, lean_sliding_window.lua) where the server runs
+        // `SET … NX GET` (Redis 7.0 and later, which alone have
+        // REDIS_VERSION_NUM) and states are keys of their own.
+        let can_claim = match batch && !has(Self::PACKED) {
+            true => "redis.REDIS_VERSION_NUM ~= nil",
+            false => "false",
+        };
         let head = format!(
-            "local compact_state = {}\nlocal now, slack_ms, field{}\n",
+            "local compact_state = {}\nlocal can_claim = {can_claim}\nlocal claiming = can_claim\n\
+             local now, slack_ms, field{}\n",
             has(Self::COMPACT),
             if batch { ", batch_now" } else { "" }
         );
@@ -223,7 +232,7 @@ pub(in crate::backend::redis) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limi
 /// packed_write.lua, in place of each SET, not as a function: Lua makes a
 /// script's every function on every call). The scripts are otherwise the
 /// same, so the compact scripts carry nothing of the packed format's.
-pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'static str); 4] {
+pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'static str); 5] {
     const PACKED_WRITE: &str = include_str!("../lua/packed_write.lua");
     if !packed {
         return [
@@ -236,6 +245,10 @@ pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'
             (
                 "write_lean",
                 "redis.call('SET', key, state, 'PX', ms + slack_ms)",
+            ),
+            (
+                "claim",
+                "redis.call('SET', key, state, 'PX', ms + slack_ms, 'NX', 'GET')",
             ),
         ];
     }
@@ -250,6 +263,8 @@ pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'
         ("delete", "redis.call('HDEL', key, field)"),
         ("write", write.trim_end()),
         ("write_lean", PACKED_WRITE.trim_end()),
+        // (Never claimed: a field's claim would need its hash's expiry.)
+        ("claim", "error('no claim under the packed format')"),
     ]
 }
 
