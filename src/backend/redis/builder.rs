@@ -225,9 +225,11 @@ impl RedisBackendBuilder {
     /// and the next call takes them all: one call of a script that decides
     /// each in turn, in the order they came, exactly as its own call would
     /// (all or nothing per request). Part of a call's Redis CPU is the
-    /// call's, not the decision's: through the example server, at 32
+    /// call's, not the decision's, and a batch of new clients under one
+    /// sliding window writes each state in the one command that reads it
+    /// (Redis 7.0 and later): through the example server, at 32
     /// connections of new users, batching took Redis's CPU per decision to
-    /// 0.67–0.80× (BENCHMARKS.md). "Of its kind": of the same script (the
+    /// 0.60–0.78× (BENCHMARKS.md). "Of its kind": of the same script (the
     /// policy's shape), and on a cluster of the same slot, so one call's
     /// keys never cross slots.
     ///
