@@ -77,10 +77,11 @@ impl Call {
 
     /// The shape's batch script deciding `calls` in order (`batch.lua`):
     /// `EVALSHA <sha>`, or `EVAL <script>` (`script` given), then every
-    /// key, the number of calls, each one's numbers of keys and
-    /// arguments, and every argument.
+    /// key, the number of calls, each one's numbers of keys and arguments
+    /// (unless the shape fixes them), and every argument.
     fn together<'a>(
         (sha, script): (&str, Option<&str>),
+        shape: Shape,
         calls: impl Iterator<Item = &'a Call> + Clone,
     ) -> Cmd {
         let (keys, words) = calls
@@ -99,8 +100,18 @@ impl Call {
         }
         cmd.arg(calls.clone().count());
         for call in calls.clone() {
-            cmd.arg(call.key_count())
-                .arg(call.ends.len().saturating_sub(call.key_count()));
+            let counts = (
+                call.key_count(),
+                call.ends.len().saturating_sub(call.key_count()),
+            );
+            match shape.lean_counts() {
+                // (`invocation` writes what the shape fixes: a unit test
+                // holds them to each other.)
+                Some(fixed) => debug_assert_eq!(counts, fixed),
+                None => {
+                    cmd.arg(counts.0).arg(counts.1);
+                }
+            }
         }
         for call in calls {
             call.words().skip(call.key_count()).for_each(|a| {
@@ -427,7 +438,7 @@ impl RedisBackend {
         };
         let call = async {
             if let Some(source) = &whole {
-                let eval = Call::together((script.get_hash(), Some(source)), calls.clone());
+                let eval = Call::together((script.get_hash(), Some(source)), shape, calls.clone());
                 match self.conn.query::<Value>(&eval).await {
                     // A user held to EVALSHA and SCRIPT LOAD (the guide's
                     // ACL) loads it instead.
@@ -435,7 +446,7 @@ impl RedisBackend {
                     reply => return reply,
                 }
             }
-            let cmd = Call::together((script.get_hash(), None), calls);
+            let cmd = Call::together((script.get_hash(), None), shape, calls);
             self.conn.run(script, &cmd).await
         };
         match self.answered(call).await? {

@@ -3,17 +3,17 @@
 -- a lean one of where they begin: shape.rs): each is decided in turn, in
 -- the order they arrived, exactly as its own call would decide it.
 -- ARGV: the number of decisions n; each one's number of keys and of
--- arguments; then their arguments one decision after another. KEYS: their
--- keys, one decision after another. Reply: each decision's reply (an
--- array), or for one that failed the error's text in its place (a nested
--- error reply would fail the whole call in clients that read it; the
--- others stand).
+-- arguments (not for lean decisions, whose shape fixes them: `counts`);
+-- then their arguments one decision after another. KEYS: their keys, one
+-- decision after another. Reply: each decision's reply (an array), or for
+-- one that failed the error's text in its place (a nested error reply
+-- would fail the whole call in clients that read it; the others stand).
 
 local n = tonumber(ARGV[1])
 local replies = {}
-local k, a = 1, 2 * n + 2
+local k, a = 1, {{first_argument}}
 for i = 1, n do
-  local keys, args = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local keys, args = {{counts}}
   local ok, reply = pcall(decide, {{arguments}})
   if not ok then
     reply = type(reply) == 'table' and reply.err or tostring(reply)

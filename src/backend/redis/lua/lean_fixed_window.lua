@@ -2,7 +2,7 @@
 -- denials not counted, written out with no function of its own (see
 -- lean_gcra.lua for why): fixed_window.lua's check and commit, inline, held
 -- to algorithm/fixed_window.rs by the conformance proptest. KEYS, ARGV (see
--- lean_gcra.lua) and reply as check.lua's.
+-- lean_gcra.lua) and reply (without the trailing zeros) as check.lua's.
 
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
@@ -25,8 +25,8 @@ end
 local reset = 0
 if used > 0 then reset = e - now end
 local free = math.min(math.max(limit - used, 0), limit)
-if cost > limit then return { -1, free, reset, 0, 0 } end
-if used + cost > limit then return { math.max(e - now, 1), free, reset, 0, 0 } end
+if cost > limit then return { -1, free, reset } end
+if used + cost > limit then return { math.max(e - now, 1), free, reset } end
 if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
@@ -35,4 +35,4 @@ if cost > 0 then
   {{write_lean}}
 end
 if used + cost > 0 then reset = e - now end
-return { 0, math.min(math.max(limit - used - cost, 0), limit), reset, 0, 0 }
+return { 0, math.min(math.max(limit - used - cost, 0), limit), reset }

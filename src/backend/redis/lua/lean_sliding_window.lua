@@ -3,7 +3,8 @@
 -- arithmetic is too long to repeat inline) without check.lua's tables.
 -- KEYS: the state. ARGV: now (or ""), cost, limit, window (the lean
 -- scripts' arguments, then under the packed format the client's
--- field). Reply as check.lua's.
+-- field). Reply as check.lua's for one limit, without its two trailing
+-- zeros (no ban, no permit).
 
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local key = KEYS[1]
@@ -20,7 +21,7 @@ if claiming and cost > 0 and cost <= limit then
   local e = idiv(now, w) * w + 2 * w
   local state, ms = string.format('%d 0 %d', e, cost), ceil_div(e - now, 1000)
   local s = {{claim}}
-  if not s then return { 0, limit - cost, e - now, 0, 0 } end
+  if not s then return { 0, limit - cost, e - now } end
   claiming = false
   read_state(key, s)
 elseif can_claim then
@@ -28,5 +29,4 @@ elseif can_claim then
 end
 local o = sw_check(key, now, cost, limit, w)
 if o[1] == 0 and cost > 0 then sw_consume(key, now, cost, limit, w) end
--- No ban, no permit.
-return { o[1], o[2], o[3], 0, 0 }
+return o

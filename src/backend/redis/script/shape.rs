@@ -66,6 +66,13 @@ impl Shape {
         self.0 & Self::LEAN != 0
     }
 
+    /// A lean decision's numbers of keys and of arguments, which its shape
+    /// fixes (a batch of lean decisions sends no counts of its own).
+    pub(in crate::backend::redis) fn lean_counts(self) -> Option<(usize, usize)> {
+        let field = usize::from(self.0 & Self::PACKED != 0);
+        self.is_lean().then_some((1, LEAN_ARGS.len() + field))
+    }
+
     /// Its index among the [`COUNT`](Self::COUNT) shapes.
     pub(in crate::backend::redis) fn index(self) -> usize {
         usize::from(self.0)
@@ -112,9 +119,20 @@ impl Shape {
                 "{ unpack(KEYS, k, k + keys - 1) }, { unpack(ARGV, a, a + args - 1) }",
             ),
         };
+        let (counts, first_argument) = match self.lean_counts() {
+            Some((keys, args)) => (format!("{keys}, {args}"), "2"),
+            None => (
+                "tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])".to_owned(),
+                "2 * n + 2",
+            ),
+        };
         let batch = fill(
             include_str!("../lua/batch.lua"),
-            &[("arguments", arguments)],
+            &[
+                ("arguments", arguments),
+                ("counts", &counts),
+                ("first_argument", first_argument),
+            ],
         );
         [&parts.head, &parts.helpers, &decide, "end\n", &batch].concat()
     }
@@ -389,5 +407,18 @@ mod tests {
         let mut words: Vec<String> = Vec::new();
         invocation(&names, &key, &one, (ask, lean), None, &mut words);
         assert_eq!(words.len(), 1 + 1 + LEAN_ARGS.len());
+        // A batch of lean decisions sends no counts: the shape's are theirs.
+        for format in [KeyFormat::Compact, KeyFormat::PACKED] {
+            let names = KeyNames {
+                prefix: "rl:".into(),
+                format,
+            };
+            let lean = Shape::of(&one, ask, format);
+            let mut words: Vec<String> = Vec::new();
+            invocation(&names, &key, &one, (ask, lean), None, &mut words);
+            let keys: usize = words[0].parse().unwrap();
+            assert_eq!(lean.lean_counts(), Some((keys, words.len() - 1 - keys)));
+        }
+        assert_eq!(Shape::of(&two, ask, KeyFormat::Compact).lean_counts(), None);
     }
 }
