@@ -249,6 +249,53 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
     }
 }
 
+/// New clients decided together on the server's clock (a batch claims
+/// their states, sharing one text and TTL per window): each key outlives
+/// its state, never by more than a window, and each client was counted.
+#[test]
+fn a_batch_of_new_clients_keys_outlive_their_states() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let policy: Policy = "5/s".parse().unwrap();
+    let warm = Key::new("user", "warm");
+    rt.block_on(redis.check(&warm, &policy, 0)).unwrap();
+    let clients: Vec<Key> = (0..48)
+        .map(|i| Key::new("user", format!("new-{i}")))
+        .collect();
+    let decisions = rt.block_on(at_once(
+        clients
+            .iter()
+            .map(|k| Box::pin(redis.check(k, &policy, 1)) as Pending<'_, Answer>)
+            .collect(),
+    ));
+    let window = 1_000_000u64;
+    for (client, decision) in clients.iter().zip(decisions) {
+        assert_eq!(decision.unwrap().deciding().remaining(), 4, "{client:?}");
+        let key = &redis.redis_keys(client, &policy.limits()[0])[0];
+        // The server's time, the key's time to live and its state, at once.
+        let read = "local t = redis.call('TIME') \
+            return { t[1] * 1000000 + t[2], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) }";
+        let answer = server.cli(&["EVAL", read, "1", key]);
+        let words: Vec<&str> = answer.split_whitespace().collect();
+        let [now, pttl, ends, previous, current] = words[..] else {
+            panic!("{key}: {answer}");
+        };
+        let (now, ends): (u64, u64) = (now.parse().unwrap(), ends.parse().unwrap());
+        let lives_until = now + pttl.parse::<u64>().unwrap() * 1000;
+        // (PTTL is whole milliseconds, rounded: a millisecond's leeway.)
+        assert!(
+            lives_until + 1000 >= ends,
+            "{key} dies at {lives_until}, its state at {ends}"
+        );
+        assert!(
+            lives_until <= ends + window,
+            "{key} lives on to {lives_until}, its state ends at {ends}"
+        );
+        assert_eq!((previous, current), ("0", "1"), "{key}: {answer}");
+    }
+}
+
 /// One decision whose own script fails (its key holds another type) fails
 /// alone; the others of its batch are decided.
 #[test]

@@ -101,7 +101,12 @@ impl Shape {
             true => "",
             false => "states = {}\n",
         };
-        let body = [parts.prelude.as_str(), fresh, &parts.driver].concat();
+        // Arguments repeat from decision to decision (a policy's limit and
+        // span, the costs): each text is parsed once a batch
+        // (`PARSED_ONCE`).
+        let body = [parts.prelude.as_str(), fresh, &parts.driver]
+            .concat()
+            .replace("tonumber(ARGV[", "number(ARGV[");
         // A lean decision reads its keys and arguments where they are in
         // the batch's (at fixed places after an offset); the general
         // driver, which looks for the end of its arguments, gets tables of
@@ -134,7 +139,15 @@ impl Shape {
                 ("first_argument", first_argument),
             ],
         );
-        [&parts.head, &parts.helpers, &decide, "end\n", &batch].concat()
+        [
+            &parts.head,
+            PARSED_ONCE,
+            &parts.helpers,
+            &decide,
+            "end\n",
+            &batch,
+        ]
+        .concat()
     }
 
     /// The parts of one decision's script, or (`batch`) of a batch's.
@@ -149,8 +162,8 @@ impl Shape {
             false => "false",
         };
         let head = format!(
-            "local compact_state = {}\nlocal can_claim = {can_claim}\nlocal claiming = can_claim\n\
-             local now, slack_ms, field{}\n",
+            "local compact_state = {}\nlocal can_claim = {can_claim}\n\
+             local claiming, claims = can_claim, {{}}\nlocal now, slack_ms, field{}\n",
             has(Self::COMPACT),
             if batch { ", batch_now" } else { "" }
         );
@@ -221,6 +234,20 @@ impl Shape {
     }
 }
 
+/// What a batch parses its arguments with: `tonumber`, once per text (a
+/// number's text costs Lua about as much to parse as the rest of a lean
+/// decision's reading of its arguments).
+const PARSED_ONCE: &str = "local parsed = {}
+local function number(text)
+  local n = parsed[text]
+  if n == nil then
+    n = tonumber(text) or false
+    parsed[text] = n
+  end
+  return n or nil
+end
+";
+
 /// A script's text in the order it runs: what every decision declares,
 /// what it runs first (the time, the client's field), the functions it
 /// calls, and the driver that decides.
@@ -266,7 +293,7 @@ pub(in crate::backend::redis) fn state_calls(packed: bool) -> [(&'static str, &'
             ),
             (
                 "claim",
-                "redis.call('SET', key, state, 'PX', ms + slack_ms, 'NX', 'GET')",
+                "redis.call('SET', key, state, 'PX', px, 'NX', 'GET')",
             ),
         ];
     }
