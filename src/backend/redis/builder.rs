@@ -229,7 +229,7 @@ impl RedisBackendBuilder {
     /// sliding window writes each state in the one command that reads it
     /// (Redis 7.0 and later): through the example server, at 32
     /// connections of new users, batching took Redis's CPU per decision to
-    /// 0.60–0.78× (BENCHMARKS.md). "Of its kind": of the same script (the
+    /// 0.57–0.63× (BENCHMARKS.md). "Of its kind": of the same script (the
     /// policy's shape), and on a cluster of the same slot, so one call's
     /// keys never cross slots.
     ///

@@ -60,7 +60,8 @@ local function write_state(key, now, e, a, b)
     {{delete}}
     return
   end
-  -- (One format call: each costs about as much as the formatting.)
+  -- (One format call for the whole text: a call costs Lua far more than
+  -- the digits it writes.)
   local state
   if compact_state and a == 0 and not b then
     state = num(e)
