@@ -123,6 +123,9 @@ async fn replay(redis: &Redis, s: &Scenario) -> (f64, f64, u64, f64, u64) {
         if s.leased {
             builder = builder.leased(s.servers as u32);
         }
+        if let Some(max) = std::env::var("MAX_BATCH").ok().and_then(|v| v.parse().ok()) {
+            builder = builder.max_batch(max);
+        }
         let backend = builder.connect().await.unwrap();
         for task in 0..TASKS {
             let (backend, policy) = (backend.clone(), s.policy.clone());
