@@ -296,6 +296,49 @@ fn a_batch_of_new_clients_keys_outlive_their_states() {
     }
 }
 
+/// Valkey (which says it is Redis 7.2, and runs `SET … NX GET`) decides a
+/// batch of new and known clients as memory does, claims and all.
+#[test]
+fn a_batch_decides_on_valkey_too() {
+    let Some(server) = crate::support::valkey() else {
+        return;
+    };
+    let rt = runtime();
+    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let memory = MemoryBackend::new();
+    let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_second(3).unwrap()).unwrap();
+    let warm = Key::new("user", "warm");
+    rt.block_on(redis.check(&warm, &policy, 0)).unwrap();
+    let mut now = 1_700_000_000_000_000u64;
+    for round in 0..4 {
+        // Half the clients new each round, half seen before.
+        let asks: Vec<(Key, u32)> = (0..40)
+            .map(|i| {
+                let client = match i % 2 {
+                    0 => format!("new-{round}-{i}"),
+                    _ => format!("known-{}", i % 6),
+                };
+                (Key::new("user", client), (i % 3) as u32)
+            })
+            .collect();
+        let at = Micros::new(now);
+        let together = rt.block_on(at_once(
+            asks.iter()
+                .map(|(k, c)| Box::pin(redis.check_at(k, &policy, *c, at)) as Pending<'_, Answer>)
+                .collect(),
+        ));
+        for (i, ((key, cost), actual)) in asks.iter().zip(together).enumerate() {
+            let expected = memory.check_at(key, &policy, *cost, at);
+            assert_eq!(
+                observed(&actual.unwrap()),
+                observed(&expected),
+                "round {round}, decision {i}"
+            );
+        }
+        now += 400_000;
+    }
+}
+
 /// One decision whose own script fails (its key holds another type) fails
 /// alone; the others of its batch are decided.
 #[test]

@@ -797,14 +797,9 @@ fn hostile_identities_get_their_own_keys_in_one_slot() {
 
 #[test]
 fn valkey_too_when_it_is_installed() {
-    if !crate::support::needed(
-        "valkey",
-        "valkey-server",
-        "apt-get install -t bookworm-backports valkey-server",
-    ) {
+    let Some(server) = crate::support::valkey() else {
         return;
-    }
-    let server = RedisServer::start_with("valkey-server", &[]);
+    };
     let rt = runtime();
     for format in [KeyFormat::Compact, ONE_HASH] {
         let redis = connect_in(&rt, &server.url(), format);

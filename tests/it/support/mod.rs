@@ -71,6 +71,17 @@ pub async fn with_a_minute_to_spare() {
     }
 }
 
+/// A `valkey-server` of the test's own, when Valkey is installed (or the
+/// run opts out of the Valkey tests: see [`needed`]).
+pub fn valkey() -> Option<RedisServer> {
+    needed(
+        "valkey",
+        "valkey-server",
+        "apt-get install -t bookworm-backports valkey-server",
+    )
+    .then(|| RedisServer::start_with("valkey-server", &[]))
+}
+
 /// Whether `program` is here for the test `name` needs it for. A missing
 /// program fails the test with how to install it, unless the run opts out
 /// of it by name (`SKIP_TESTS=valkey,prometheus`): then the test says it
