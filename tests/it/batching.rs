@@ -46,6 +46,12 @@ async fn at_once<T>(futures: Vec<Pending<'_, T>>) -> Vec<T> {
     outputs.into_iter().map(Option::unwrap).collect()
 }
 
+/// A backend on `url` whose decisions give up after `timeout`.
+fn connect_timing_out(rt: &tokio::runtime::Runtime, url: &str, timeout: Duration) -> RedisBackend {
+    rt.block_on(RedisBackend::builder(url).timeout(timeout).connect())
+        .unwrap()
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -384,13 +390,7 @@ fn a_stalled_batch_fails_each_decision_within_its_timeout() {
     let server = RedisServer::start();
     let rt = runtime();
     let timeout = Duration::from_millis(200);
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(timeout)
-                .connect(),
-        )
-        .unwrap();
+    let redis = connect_timing_out(&rt, &server.url(), timeout);
     let policy: Policy = "5/min".parse().unwrap();
     let keys: Vec<Key> = (0..40)
         .map(|i| Key::new("user", format!("client-{i}")))
@@ -436,13 +436,7 @@ fn a_decision_given_up_before_its_batch_went_is_never_counted() {
     let rt = runtime();
     // The batch behind a stalled call goes when the call ends (within a
     // fifth of this timeout at the latest: not before the caller gives up).
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(Duration::from_secs(2))
-                .connect(),
-        )
-        .unwrap();
+    let redis = connect_timing_out(&rt, &server.url(), Duration::from_secs(2));
     let policy: Policy = "5/min".parse().unwrap();
     let (first, gave_up) = (Key::new("user", "first"), Key::new("user", "gave-up"));
     rt.block_on(redis.check(&first, &policy, 0)).unwrap();
@@ -571,13 +565,7 @@ fn the_example_server_batches_unless_told_off() {
 fn a_call_holds_at_most_max_batch_keys() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(Duration::from_secs(5))
-                .connect(),
-        )
-        .unwrap();
+    let redis = connect_timing_out(&rt, &server.url(), Duration::from_secs(5));
     let mut largest = Policy::builder();
     for i in 0..8 {
         let algorithm = match i % 2 {
