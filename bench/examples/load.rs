@@ -9,8 +9,9 @@
 //! | `/bare/path-as-long-as-ours` | the same at a path as long as `/memory/allowed-no-headers` (a path's parsing and routing grow with its length) |
 //! | `/bare/headers` | the handler, adding five constant headers as long as the quota headers (what sending them costs hyper, without computing them) |
 //! | `/governor/allowed`, `/governor/rejecting` | `tower_governor` per IP |
-//! | `/memory/allowed` | ours per IP, default headers, a limit never reached |
+//! | `/memory/allowed` | ours per IP (answering axum's own body: `axum_body`), default headers, a limit never reached |
 //! | `/memory/allowed-no-headers` | the same without quota headers |
+//! | `/memory/ownbody-no-headers` | the same answering the layer's own `ResponseBody` (axum boxes it again) |
 //! | `/memory/rejecting` | ours per IP, every request refused (429) |
 //! | `/memory/rejecting-no-headers` | the same without quota headers (`Retry-After` stays) |
 //! | `/redis/allowed`, `/redis/rejecting` | the same on Redis (`REDIS_URL`) |
@@ -51,7 +52,8 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     // Roomy: never reached by one machine's load. Tight: spent at once.
     let roomy = Policy::single(Algorithm::Gcra, Quota::per_second(1_000_000)?).unwrap();
     let tight = Policy::single(Algorithm::Gcra, Quota::per_hour(1)?).unwrap();
-    let ours = |policy: &Policy| RateLimitLayer::new(policy.clone()).key(ClientIp::new());
+    let own = |policy: &Policy| RateLimitLayer::new(policy.clone()).key(ClientIp::new());
+    let ours = |policy: &Policy| own(policy).axum_body();
     let governor = |per_ns: u64, burst: u32| {
         let config = GovernorConfigBuilder::default()
             .per_nanosecond(per_ns)
@@ -74,6 +76,10 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
         .route(
             "/memory/allowed-no-headers",
             ok().layer(ours(&roomy).headers(HeaderStyle::None)),
+        )
+        .route(
+            "/memory/ownbody-no-headers",
+            ok().layer(own(&roomy).headers(HeaderStyle::None)),
         )
         .route("/memory/rejecting", ok().layer(ours(&tight)))
         .route(

@@ -136,7 +136,7 @@ use tower_ratelimit::config::{ConfigError, Limits, LimitsFile, Reload};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::key::RequestHead;
 use tower_ratelimit::key::{ApiKey, ClientIp, KeyError, KeyExtractor};
-use tower_ratelimit::layer::{AccessLists, PolicyResolver, Shadow, TopOffenders};
+use tower_ratelimit::layer::{AccessLists, AxumBody, PolicyResolver, Shadow, TopOffenders};
 use tower_ratelimit::{Algorithm, Policy, RateLimitLayer};
 
 /// The demo app, every route's limits kept in `backend`, from the limits
@@ -280,13 +280,15 @@ struct Common<B> {
 
 impl<B: Backend> Common<B> {
     /// A layer keyed by `key` with `policy`, on the shared backend, with
-    /// the failure rule, shadow mode, top offenders and lists.
+    /// the failure rule, shadow mode, top offenders and lists, answering
+    /// axum's own body (which axum then need not box again).
     fn layer<K: KeyExtractor, P: PolicyResolver>(
         &self,
         key: K,
         policy: P,
-    ) -> RateLimitLayer<K, P, B> {
+    ) -> RateLimitLayer<K, P, B, u32, AxumBody> {
         let layer = RateLimitLayer::new(policy)
+            .axum_body()
             .key(key)
             .backend(self.backend.clone())
             .on_backend_error(self.on_error)

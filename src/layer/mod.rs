@@ -17,7 +17,7 @@
 //! * who is never or always limited: [`AccessLists`]; who is refused most:
 //!   [`TopOffenders`];
 //! * the service and its future: [`RateLimit`], [`ResponseFuture`],
-//!   [`ResponseBody`].
+//!   [`ResponseBody`] (or axum's own body: [`BodyKind`]).
 //!
 //! Beside it, for all clients together: [`concurrency`] (a limit of
 //! requests in flight found from latency) and [`fair_share`] (one capacity
@@ -63,11 +63,13 @@ pub(crate) mod rate_limit;
 pub use class::{Class, Reserves, ReservesError};
 
 // RateLimitLayer's parts (the layer itself is at the crate's root).
+#[cfg(feature = "axum")]
+pub use rate_limit::AxumBody;
 pub use rate_limit::{
-    cost_fn, policy_fn, AccessLists, Cost, CostFn, Delayed, HeaderStyle, KeyPolicies, LimitedFn,
-    LimitedResponse, NoPolicy, Offender, OnKeyError, PolicyFn, PolicyResolver, RateLimit, Refused,
-    ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, Shadow, Shaping, SoftShed,
-    TopOffenders,
+    cost_fn, policy_fn, AccessLists, BodyKind, Cost, CostFn, Delayed, HeaderStyle, KeyPolicies,
+    LimitedFn, LimitedResponse, NoPolicy, Offender, OnKeyError, OwnBody, PolicyFn, PolicyResolver,
+    RateLimit, Refused, ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, Shadow, Shaping,
+    SoftShed, TopOffenders,
 };
 
 // ContentBytesLayer: limits on the bytes of bodies.

@@ -935,3 +935,59 @@ async fn the_wrapped_service_can_be_reached_and_taken_back() {
     svc.get_mut().push_str(" service");
     assert_eq!(svc.into_inner(), "inner service");
 }
+
+/// `axum_body`: the same answers as the layer's own body — the limiter's
+/// refusal, quota headers, a permit of requests in flight held until the
+/// body ends — in axum's own `Body`, the route's body passed on as it is.
+#[tokio::test]
+async fn axum_body_answers_as_the_layers_own_body_does() {
+    let policy = Policy::builder()
+        .with(tower_ratelimit::Limit::concurrent("in-flight", 1).unwrap())
+        .limit("rate", Algorithm::Gcra, "2/min".parse().unwrap())
+        .build()
+        .unwrap();
+    let layer = RateLimitLayer::new(policy).key(Header::new("x-user-id"));
+    let route = || {
+        service_fn(|_: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Body::from("hi")))
+        })
+    };
+    let own = ServiceBuilder::new()
+        .layer(layer.clone().backend(MemoryBackend::new()))
+        .service(route());
+    let axum = ServiceBuilder::new()
+        .layer(layer.backend(MemoryBackend::new()).axum_body())
+        .service(route());
+
+    // One held open, one refused while it is, one after it ended, then
+    // the rate spent.
+    let mut answers = Vec::new();
+    for kind in 0..2 {
+        let mut seen = Vec::new();
+        macro_rules! sequence {
+            ($svc:expr) => {{
+                let open = $svc.clone().oneshot(user("a")).await.unwrap();
+                seen.push(read($svc.clone().oneshot(user("a")).await.unwrap()).await);
+                seen.push(read(open).await);
+                for _ in 0..2 {
+                    seen.push(read($svc.clone().oneshot(user("a")).await.unwrap()).await);
+                }
+            }};
+        }
+        match kind {
+            0 => sequence!(own),
+            _ => {
+                let typed: Response<Body> = axum.clone().oneshot(user("warm")).await.unwrap();
+                assert_eq!(typed.status(), 200);
+                sequence!(axum)
+            }
+        }
+        answers.push(seen);
+    }
+    let statuses: Vec<u16> = answers[1].iter().map(|(s, _, _)| s.as_u16()).collect();
+    assert_eq!(statuses, [429, 200, 200, 429]);
+    assert_eq!(answers[1][1].2, "hi");
+    let refused_by = answers[1][0].1["ratelimit-policy"].to_str().unwrap();
+    assert!(refused_by.contains("in-flight"), "{refused_by}");
+    assert_eq!(answers[0], answers[1]);
+}

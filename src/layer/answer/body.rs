@@ -46,6 +46,19 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// The inner body when nothing rides with it (no permit, not the
+    /// limiter's own), else this body as it is.
+    #[cfg(feature = "axum")]
+    pub(crate) fn into_plain(self) -> Result<B, Self> {
+        match self {
+            Self {
+                kind: Kind::Inner { body },
+                permit: None,
+            } => Ok(body),
+            other => Err(other),
+        }
+    }
+
     /// Whether the limiter, not the inner service, wrote this body.
     pub fn is_from_limiter(&self) -> bool {
         matches!(self.kind, Kind::Limiter { .. })

@@ -2,9 +2,11 @@
 //! (`response.rs`), quota headers (`headers.rs`) from text rendered once per
 //! policy (`rendered.rs`), the gRPC form of a refusal (`grpc.rs`), and the
 //! response body (`body.rs`) that carries a permit of a limit of requests in
-//! flight until it ends (`permit.rs`).
+//! flight until it ends (`permit.rs`), in the kind a layer answers with
+//! (`body_kind.rs`: its own, or axum's).
 
 pub(crate) mod body;
+pub(crate) mod body_kind;
 pub(crate) mod grpc;
 pub(crate) mod headers;
 pub(crate) mod permit;
@@ -12,5 +14,8 @@ pub(crate) mod rendered;
 pub(crate) mod response;
 
 pub use body::ResponseBody;
+#[cfg(feature = "axum")]
+pub use body_kind::AxumBody;
+pub use body_kind::{BodyKind, OwnBody};
 pub use headers::HeaderStyle;
 pub use response::{LimitedFn, LimitedResponse, Refused};

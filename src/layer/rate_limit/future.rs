@@ -1,6 +1,7 @@
 //! [`ResponseFuture`]: first the backend's decision, then the inner call.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -19,6 +20,7 @@ use super::settle::{Hold, Place, ResponseHead};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::layer::answer::body::ResponseBody;
+use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::layer::answer::headers::{self, HeaderStyle};
 use crate::layer::answer::permit::Held;
 use crate::layer::callee::Callee;
@@ -28,7 +30,7 @@ pin_project! {
     /// The future of a [`RateLimit`](crate::layer::RateLimit) call: it awaits the
     /// backend's decision, then (if allowed) the inner service, then adds the
     /// quota headers. With the memory backend the decision is ready at once.
-    pub struct ResponseFuture<S, ReqB, B>
+    pub struct ResponseFuture<S, ReqB, B, O = OwnBody>
     where
         S: Service<Request<ReqB>>,
         B: Backend,
@@ -36,6 +38,8 @@ pin_project! {
         #[pin]
         state: State<S, ReqB, B>,
         config: Arc<Config>,
+        // The kind of body it answers with.
+        body: PhantomData<fn() -> O>,
     }
 }
 
@@ -118,7 +122,7 @@ pub(super) enum Start {
     Refuse(Refusal),
 }
 
-impl<S, ReqB, B> ResponseFuture<S, ReqB, B>
+impl<S, ReqB, B, O> ResponseFuture<S, ReqB, B, O>
 where
     S: Service<Request<ReqB>>,
     B: Backend,
@@ -141,11 +145,11 @@ where
             Start::Pass(origin) => {
                 mark(req.extensions_mut(), origin);
                 let state = State::unlimited(inner.call(req));
-                return Self { state, config };
+                return Self::at(state, config);
             }
             Start::Refuse(refusal) => {
                 let state = State::respond(refusal.response(&config, &req, None));
-                return Self { state, config };
+                return Self::at(state, config);
             }
         };
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
@@ -176,16 +180,26 @@ where
                 }
             }
         };
-        Self { state, config }
+        Self::at(state, config)
+    }
+
+    #[inline(always)]
+    fn at(state: State<S, ReqB, B>, config: Arc<Config>) -> Self {
+        Self {
+            state,
+            config,
+            body: PhantomData,
+        }
     }
 }
 
-impl<S, ReqB, ResB, B> Future for ResponseFuture<S, ReqB, B>
+impl<S, ReqB, ResB, B, O> Future for ResponseFuture<S, ReqB, B, O>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
     B: Backend,
+    O: BodyKind<ResB>,
 {
-    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
+    type Output = Result<Response<O::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -258,7 +272,12 @@ where
                         continue;
                     }
                     let quota = quota.as_ref().map(|(d, p)| (d, p));
-                    return Poll::Ready(Ok(finish(this.config, response, quota, permit.take())));
+                    return Poll::Ready(Ok(finish::<_, O>(
+                        this.config,
+                        response,
+                        quota,
+                        permit.take(),
+                    )));
                 }
                 StateProj::Settle {
                     settle,
@@ -284,13 +303,18 @@ where
                     let quota = quota
                         .as_ref()
                         .map(|(first, policy)| (settled.as_ref().unwrap_or(first), policy));
-                    return Poll::Ready(Ok(finish(this.config, response, quota, permit.take())));
+                    return Poll::Ready(Ok(finish::<_, O>(
+                        this.config,
+                        response,
+                        quota,
+                        permit.take(),
+                    )));
                 }
                 StateProj::Respond { response } => {
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::limiter)));
+                    return Poll::Ready(Ok(response.map(|b| O::body(ResponseBody::limiter(b)))));
                 }
             }
         }
@@ -313,12 +337,12 @@ fn counted_twice_sampled() -> bool {
 
 /// The one tail of every served request: its quota headers (if it has a
 /// decision to show) and a body that holds its permit until it ends.
-fn finish<B>(
+fn finish<B, O: BodyKind<B>>(
     config: &Config,
     mut response: Response<B>,
     quota: Option<(&Decision, &Policy)>,
     permit: Option<Held>,
-) -> Response<ResponseBody<B>> {
+) -> Response<O::Body> {
     if let Some((decision, policy)) = quota {
         // A request an inner layer counted against the same limit: two
         // layers on one route with one named limit. Looked for in one
@@ -334,7 +358,7 @@ fn finish<B>(
         }
         headers::write(response.headers_mut(), config.headers, policy, decision);
     }
-    response.map(|b| ResponseBody::holding(b, permit))
+    response.map(|b| O::body(ResponseBody::holding(b, permit)))
 }
 
 impl<S, ReqB, B> State<S, ReqB, B>

@@ -1,6 +1,7 @@
 //! [`RateLimitLayer`]: the policy, the key, the backend, and what to answer;
 //! and [`Config`], what every request of a layer shares.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,9 @@ use super::soft_shed::SoftShed;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, MemoryBackend};
 use crate::key::{ClientIp, KeyExtractor};
+#[cfg(feature = "axum")]
+use crate::layer::answer::body_kind::AxumBody;
+use crate::layer::answer::body_kind::OwnBody;
 use crate::layer::answer::headers::HeaderStyle;
 use crate::layer::answer::response::LimitedResponse;
 use crate::{clock::Micros, Live, Policy};
@@ -50,12 +54,13 @@ use crate::{clock::Micros, Live, Policy};
 /// Without it every request is refused with a 400 whose body says so (and,
 /// with the `tracing` feature, an error is logged once).
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer<K = ClientIp, P = Policy, B = MemoryBackend, C = u32> {
+pub struct RateLimitLayer<K = ClientIp, P = Policy, B = MemoryBackend, C = u32, O = OwnBody> {
     pub(super) key: K,
     pub(super) policy: P,
     pub(super) backend: B,
     pub(super) cost: C,
     pub(super) config: Arc<Config>,
+    pub(super) body: PhantomData<O>,
 }
 
 impl<P: PolicyResolver> RateLimitLayer<ClientIp, P> {
@@ -68,30 +73,33 @@ impl<P: PolicyResolver> RateLimitLayer<ClientIp, P> {
             backend: MemoryBackend::new(),
             cost: 1,
             config: Arc::default(),
+            body: PhantomData,
         }
     }
 }
 
-impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
+impl<K, P, B, C, O> RateLimitLayer<K, P, B, C, O> {
     /// Key requests with `key`.
-    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<K2, P, B, C> {
+    pub fn key<K2: KeyExtractor>(self, key: K2) -> RateLimitLayer<K2, P, B, C, O> {
         RateLimitLayer {
             key,
             policy: self.policy,
             backend: self.backend,
             cost: self.cost,
             config: self.config,
+            body: self.body,
         }
     }
 
     /// Choose the policy with `policy`.
-    pub fn policy<P2: PolicyResolver>(self, policy: P2) -> RateLimitLayer<K, P2, B, C> {
+    pub fn policy<P2: PolicyResolver>(self, policy: P2) -> RateLimitLayer<K, P2, B, C, O> {
         RateLimitLayer {
             key: self.key,
             policy,
             backend: self.backend,
             cost: self.cost,
             config: self.config,
+            body: self.body,
         }
     }
 
@@ -103,24 +111,55 @@ impl<K, P, B, C> RateLimitLayer<K, P, B, C> {
     /// limits (`"10/min".parse()`) in a [`RoutePolicies`](crate::layer::RoutePolicies)
     /// are kept apart per route; given straight to two layers, keep them apart
     /// with [`Policy::scoped`] or by naming them (see [`Policy`]'s docs).
-    pub fn backend<B2: Backend>(self, backend: B2) -> RateLimitLayer<K, P, B2, C> {
+    pub fn backend<B2: Backend>(self, backend: B2) -> RateLimitLayer<K, P, B2, C, O> {
         RateLimitLayer {
             key: self.key,
             policy: self.policy,
             backend,
             cost: self.cost,
             config: self.config,
+            body: self.body,
         }
     }
 
     /// Weigh each request with `cost` (a constant, or [`cost_fn`](crate::layer::cost_fn)).
-    pub fn cost<C2: Cost>(self, cost: C2) -> RateLimitLayer<K, P, B, C2> {
+    pub fn cost<C2: Cost>(self, cost: C2) -> RateLimitLayer<K, P, B, C2, O> {
         RateLimitLayer {
             key: self.key,
             policy: self.policy,
             backend: self.backend,
             cost,
             config: self.config,
+            body: self.body,
+        }
+    }
+
+    /// Answer with axum's own `Body` rather than [`ResponseBody`](crate::layer::ResponseBody).
+    ///
+    /// axum boxes any body that is not its own, so a route's body wrapped
+    /// by the layer is boxed again: an allocation and an indirection a
+    /// request. With this, the route's body is passed on as it is; only a
+    /// response that holds a permit of requests in flight until its body
+    /// ends, or the limiter's own, is boxed. Everything else is the same.
+    ///
+    /// ```
+    /// use axum::{routing::get, Router};
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// let app: Router = Router::new()
+    ///     .route("/", get(|| async { "hello" }))
+    ///     .layer(RateLimitLayer::new("100/min".parse::<Policy>()?).axum_body());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[cfg(feature = "axum")]
+    pub fn axum_body(self) -> RateLimitLayer<K, P, B, C, AxumBody> {
+        RateLimitLayer {
+            key: self.key,
+            policy: self.policy,
+            backend: self.backend,
+            cost: self.cost,
+            config: self.config,
+            body: PhantomData,
         }
     }
 

@@ -24,7 +24,11 @@ mod settle;
 mod shaping;
 mod soft_shed;
 
-pub use super::answer::{HeaderStyle, LimitedFn, LimitedResponse, Refused, ResponseBody};
+#[cfg(feature = "axum")]
+pub use super::answer::AxumBody;
+pub use super::answer::{
+    BodyKind, HeaderStyle, LimitedFn, LimitedResponse, OwnBody, Refused, ResponseBody,
+};
 pub use cost::{cost_fn, Cost, CostFn};
 pub use future::ResponseFuture;
 pub use layer::{OnKeyError, RateLimitLayer, Shadow};

@@ -19,7 +19,7 @@ use super::select::{NoPolicy, PolicyResolver};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::key::KeyExtractor;
-use crate::layer::answer::body::ResponseBody;
+use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::{key::RequestHead, Live};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
@@ -54,17 +54,19 @@ use crate::{key::RequestHead, Live};
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RateLimit<S, K, P, B, C> {
+pub struct RateLimit<S, K, P, B, C, O = OwnBody> {
     inner: S,
     // Shared: axum clones a route's service for every request, and one
     // reference count is cheaper than one per part.
-    layer: Arc<RateLimitLayer<K, P, B, C>>,
+    layer: Arc<RateLimitLayer<K, P, B, C, O>>,
 }
 
 // Here rather than beside the builder, so that the builder knows nothing
 // of the service it makes.
-impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P, B, C> {
-    type Service = RateLimit<S, K, P, B, C>;
+impl<S, K: Clone, P: Clone, B: Clone, C: Clone, O: Clone> Layer<S>
+    for RateLimitLayer<K, P, B, C, O>
+{
+    type Service = RateLimit<S, K, P, B, C, O>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit {
@@ -74,7 +76,7 @@ impl<S, K: Clone, P: Clone, B: Clone, C: Clone> Layer<S> for RateLimitLayer<K, P
     }
 }
 
-impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
+impl<S, K, P, B, C, O> RateLimit<S, K, P, B, C, O> {
     /// The wrapped service.
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -91,17 +93,18 @@ impl<S, K, P, B, C> RateLimit<S, K, P, B, C> {
     }
 }
 
-impl<S, K, P, B, C, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, P, B, C>
+impl<S, K, P, B, C, O, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, P, B, C, O>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor,
     P: PolicyResolver,
     B: Backend,
     C: Cost,
+    O: BodyKind<ResB>,
 {
-    type Response = Response<ResponseBody<ResB>>;
+    type Response = Response<O::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S, ReqB, B>;
+    type Future = ResponseFuture<S, ReqB, B, O>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -114,7 +117,7 @@ where
     }
 }
 
-impl<S, K, P, B, C> RateLimit<S, K, P, B, C>
+impl<S, K, P, B, C, O> RateLimit<S, K, P, B, C, O>
 where
     K: KeyExtractor,
     P: PolicyResolver,
