@@ -25,6 +25,7 @@ enum Repr {
 impl Key {
     /// The key `value` in `namespace`. Namespaces longer than 255 bytes are
     /// cut to 255 (they are chosen by code, not by clients).
+    #[inline]
     pub fn new(namespace: &str, value: impl AsRef<[u8]>) -> Self {
         let namespace = &namespace.as_bytes()[..namespace.len().min(255)];
         let value = value.as_ref();

@@ -130,6 +130,7 @@ where
     /// The one entry: a request the service has looked at, with the ready
     /// inner service. A decision known at once is acted on here; one still
     /// to come waits in `Check` with a ready copy taken from `inner`.
+    #[inline(always)]
     pub(super) fn new(
         backend: &B,
         start: Start,
@@ -169,14 +170,14 @@ where
         // built before the branch is moved again into the one taken (a
         // copy of a few hundred bytes a request).
         let state = match B::answer_now(&mut check) {
-            Some(answer) => Pending::new(inner, req, ask, backend, asks_again, (retry, place))
-                .answered(&config, answer),
+            Some(answer) => Pending::new(inner, ask, backend, asks_again, (retry, place))
+                .answered(req, &config, answer),
             None => {
                 let inner = Callee::take(inner);
-                let pending = Pending::new(inner, req, ask, backend, asks_again, (retry, place));
+                let pending = Pending::new(inner, ask, backend, asks_again, (retry, place));
                 State::Check {
                     check,
-                    pending: Some(Box::new(pending)),
+                    pending: Some(Box::new(Parked { pending, req })),
                 }
             }
         };
@@ -218,16 +219,17 @@ where
                     let mut p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let backend = p.backend.as_ref().expect("only shaped requests wait");
+                    let waiting = &mut p.pending;
+                    let backend = waiting.backend.as_ref().expect("only shaped requests wait");
                     let Ask {
                         key, policy, cost, ..
-                    } = &p.ask;
+                    } = &waiting.ask;
                     // A request held back behind another of its key's asks
                     // for the key's place again.
-                    if p.place.is_behind() {
-                        p.place = Place::of(this.config.settlement.as_ref(), key, policy);
+                    if waiting.place.is_behind() {
+                        waiting.place = Place::of(this.config.settlement.as_ref(), key, policy);
                     }
-                    let check = backend.check(key, policy, p.place.cost(*cost));
+                    let check = backend.check(key, policy, waiting.place.cost(*cost));
                     this.state.set(State::Check {
                         check,
                         pending: Some(p),
@@ -238,9 +240,15 @@ where
                     let a = admitted
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let state =
-                        a.pending
-                            .call(this.config, Some(a.decision), a.origin, true, a.headers);
+                    let Parked { pending, req } = a.pending;
+                    let state = pending.call(
+                        req,
+                        this.config,
+                        Some(a.decision),
+                        a.origin,
+                        true,
+                        a.headers,
+                    );
                     this.state.set(state);
                 }
                 StateProj::Call {
@@ -337,6 +345,7 @@ fn counted_twice_sampled() -> bool {
 
 /// The one tail of every served request: its quota headers (if it has a
 /// decision to show) and a body that holds its permit until it ends.
+#[inline(always)]
 fn finish<B, O: BodyKind<B>>(
     config: &Config,
     mut response: Response<B>,

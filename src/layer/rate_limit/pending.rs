@@ -34,10 +34,11 @@ pub(super) struct Ask {
 }
 
 /// What a request holds until it is called or refused, with the service
-/// `I` it is to be called with (see [`Callee`]).
-pub(super) struct Pending<I, ReqB, B> {
+/// `I` it is to be called with (see [`Callee`]). The request itself is
+/// passed beside it, not kept in it: a request decided at once goes to the
+/// inner service without being moved in and out (a few hundred bytes).
+pub(super) struct Pending<I, B> {
     pub(super) inner: I,
-    pub(super) req: Request<ReqB>,
     pub(super) ask: Ask,
     pub(super) backend_name: &'static str,
     /// The backend, kept when the request may ask it again: to retry
@@ -55,19 +56,35 @@ pub(super) struct Pending<I, ReqB, B> {
 
 /// A request that waits (for a decision still to come, or to be called)
 /// with a ready copy of the inner service.
-pub(super) type Parked<S, ReqB, B> = Pending<Taken<S>, ReqB, B>;
+pub(super) struct Parked<S, ReqB, B> {
+    pub(super) pending: Pending<Taken<S>, B>,
+    pub(super) req: Request<ReqB>,
+}
 
-impl<I, ReqB, B> Pending<I, ReqB, B>
+impl<S, ReqB, B> Parked<S, ReqB, B>
+where
+    S: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// What becomes of the request once the backend's `answer` is known.
+    pub(super) fn answered(
+        self,
+        config: &Config,
+        answer: Result<Decision, BackendError>,
+    ) -> State<S, ReqB, B> {
+        self.pending.answered(self.req, config, answer)
+    }
+}
+
+impl<I, B> Pending<I, B>
 where
     I: Callee,
-    I::Service: Service<Request<ReqB>>,
     B: Backend,
 {
     /// A request to be decided by `backend`, kept when it `asks_again`.
     #[inline(always)]
     pub(super) fn new(
         inner: I,
-        req: Request<ReqB>,
         ask: Ask,
         backend: &B,
         asks_again: bool,
@@ -75,7 +92,6 @@ where
     ) -> Self {
         Pending {
             inner,
-            req,
             ask,
             backend_name: backend.name(),
             backend: asks_again.then(|| backend.clone()),
@@ -85,18 +101,18 @@ where
         }
     }
 
-    /// The request, to wait with a service of its own.
-    fn parked(self) -> Parked<I::Service, ReqB, B> {
-        Pending {
+    /// The request `req`, to wait with a service of its own.
+    fn parked<ReqB>(self, req: Request<ReqB>) -> Parked<I::Service, ReqB, B> {
+        let pending = Pending {
             inner: self.inner.take(),
-            req: self.req,
             ask: self.ask,
             backend_name: self.backend_name,
             backend: self.backend,
             retry: self.retry,
             demoted: self.demoted,
             place: self.place,
-        }
+        };
+        Parked { pending, req }
     }
 
     /// Call the inner service with the request, told its `origin`. A
@@ -105,15 +121,19 @@ where
     /// its response; `headers` says whether the decision is shown in quota
     /// headers.
     #[inline(always)]
-    pub(super) fn call(
+    pub(super) fn call<ReqB>(
         mut self,
+        mut req: Request<ReqB>,
         config: &Config,
         decision: Option<Decision>,
         origin: Origin,
         counted: bool,
         headers: bool,
-    ) -> State<I::Service, ReqB, B> {
-        mark(self.req.extensions_mut(), origin);
+    ) -> State<I::Service, ReqB, B>
+    where
+        I::Service: Service<Request<ReqB>>,
+    {
+        mark(req.extensions_mut(), origin);
         let Ask {
             key, policy, cost, ..
         } = self.ask;
@@ -122,7 +142,7 @@ where
             (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
             _ => None,
         };
-        let call = self.inner.service().call(self.req);
+        let call = self.inner.service().call(req);
         let settling = match (&config.settlement, backend) {
             (Some(_), Some(backend)) => Some(Box::new(Settling {
                 backend,
@@ -143,11 +163,15 @@ where
     /// What becomes of the request once the backend's `answer` is known:
     /// the next state of its future (for a refusal, the response to send).
     #[inline(always)]
-    pub(super) fn answered(
+    pub(super) fn answered<ReqB>(
         mut self,
+        mut req: Request<ReqB>,
         config: &Config,
         answer: Result<Decision, BackendError>,
-    ) -> State<I::Service, ReqB, B> {
+    ) -> State<I::Service, ReqB, B>
+    where
+        I::Service: Service<Request<ReqB>>,
+    {
         // A key its penalty box banned, with a demoted policy to live by
         // meanwhile: asked again under it.
         if let (Ok(decision), Some(demoted), Some(backend), false) =
@@ -160,7 +184,7 @@ where
                 let check = backend.check(&self.ask.key, &self.ask.policy, cost);
                 return State::Check {
                     check,
-                    pending: Some(Box::new(self.parked())),
+                    pending: Some(Box::new(self.parked(req))),
                 };
             }
         }
@@ -207,7 +231,7 @@ where
         match action {
             Action::Wait(sleep) => State::Wait {
                 sleep,
-                pending: Some(Box::new(self.parked())),
+                pending: Some(Box::new(self.parked(req))),
             },
             Action::Admit {
                 decision,
@@ -216,31 +240,31 @@ where
                 headers,
             } => match delay {
                 Some(delay) => {
-                    self.req.extensions_mut().insert(Delayed(delay));
+                    req.extensions_mut().insert(Delayed(delay));
                     State::Delay {
                         sleep: Box::pin(tokio::time::sleep(delay)),
                         admitted: Some(Box::new(Admitted {
-                            pending: self.parked(),
+                            pending: self.parked(req),
                             decision,
                             origin,
                             headers,
                         })),
                     }
                 }
-                None => self.call(config, Some(decision), origin, counted, headers),
+                None => self.call(req, config, Some(decision), origin, counted, headers),
             },
             Action::FailOpen(error) => {
                 observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
                 let origin = Origin::FailedOpen {
                     breaker_open: error.is_breaker_open(),
                 };
-                self.call(config, None, origin, false, false)
+                self.call(req, config, None, origin, false, false)
             }
             Action::Refuse(refusal) => {
                 if let Refusal::Unavailable(error) = &refusal {
                     observe::backend_failed(&config.observer, &self.ask.report, "deny", error);
                 }
-                State::respond(refusal.response(config, &self.req, Some(&self.ask)))
+                State::respond(refusal.response(config, &req, Some(&self.ask)))
             }
         }
     }
