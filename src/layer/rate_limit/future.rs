@@ -166,9 +166,8 @@ where
             || config.settlement.is_some()
             || config.demotion.is_some()
             || in_flight;
-        // The request is put in place once on either path: a `Pending`
-        // built before the branch is moved again into the one taken (a
-        // copy of a few hundred bytes a request).
+        // A `Pending` is built on each path, not once before the branch:
+        // moved into the branch taken, it would be copied again.
         let state = match B::answer_now(&mut check) {
             Some(answer) => Pending::new(inner, ask, backend, asks_again, (retry, place))
                 .answered(req, &config, answer),
