@@ -5,7 +5,7 @@ use super::body::ResponseBody;
 
 /// Which body a layer's responses carry, given the inner service's body `B`.
 ///
-/// Sealed: [`OwnBody`] (the default) or [`AxumBody`].
+/// Sealed: [`OwnBody`] (the default) or `AxumBody` (feature `axum`).
 pub trait BodyKind<B>: sealed::Sealed {
     /// The body of the layer's responses.
     type Body;
