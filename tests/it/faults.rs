@@ -411,23 +411,31 @@ async fn a_failed_over_primary_is_decided_by_its_replica_within_a_second() {
 
     // What the failover lost: the rest of the day's 400 on the new primary
     // (400 answers; a call that fails while the client settles is no
-    // admission, and is asked again).
-    let (mut after, mut answers) = (0, 0);
+    // admission, and is asked again). Admissions the replica had not yet
+    // copied are lost (at most the 200); a failed call that Redis ran
+    // anyway spent its unit unanswered (at most one each).
+    let (mut after, mut answers, mut failed) = (0, 0, 0);
     // A wait for the answers, not a bound: a loaded machine may take long.
     let deadline = Instant::now() + Duration::from_secs(60);
     while answers < 400 && Instant::now() < deadline {
-        if let Ok(decision) = redis.check(hot_key, &hot, 1).await {
-            answers += 1;
-            after += usize::from(decision.is_allowed());
+        match redis.check(hot_key, &hot, 1).await {
+            Ok(decision) => {
+                answers += 1;
+                after += usize::from(decision.is_allowed());
+            }
+            Err(_) => failed += 1,
         }
     }
     assert_eq!(answers, 400);
     let admitted = 200 + after;
-    assert!((400..=600).contains(&admitted), "{admitted}");
+    assert!(
+        (400 - failed.min(400)..=600).contains(&admitted),
+        "{admitted} admitted, {failed} calls failed"
+    );
     eprintln!(
         "cluster failover: promoted {:?} after the kill; its keys on Redis again {back:?} after; \
          {waited} of {} decisions for them waited 5 ms or more while down; \
-         one key admitted {admitted} against a limit of 400",
+         one key admitted {admitted} against a limit of 400 ({failed} calls failed after)",
         promoted - killed,
         down.len()
     );
