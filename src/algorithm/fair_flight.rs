@@ -128,7 +128,7 @@ impl Flights {
             settings.active_for,
             now,
             |tenant| tenant.in_flight > 0,
-            |tenant| *held -= tenant.held(),
+            |tenant| *held -= tenant.own.held(),
         );
         let (id, mut member, active) = self.tenants.enter(&ask, settings.max_tenants);
         let tenant = &mut member.own;

@@ -1,27 +1,35 @@
 //! A shared capacity's decision (the `FairShare` layer's), in integer
-//! microseconds: one global
-//! GCRA for the capacity, one per active tenant at its weighted share, and
-//! a depth per class. The Redis script (`backend/redis/lua/fair_share.lua`)
-//! makes the same decision step for step; the conformance tests hold them
-//! to it.
+//! microseconds: one GCRA for the capacity, one per active tenant at its
+//! weighted share, one for the critical reserve, and a depth per class.
+//! The Redis script (`backend/redis/lua/fair_share.lua`) makes the same
+//! decision step for step; the conformance tests hold them to it.
 //!
 //! For a capacity of `C` per window `W`:
 //! - the capacity's emission interval is `T = ⌈W / C⌉` and its depth
-//!   `D = max(T, W / 10)`: over any time `t` it admits at most
+//!   `D = max(W / 10, 10 T)`: over any time `t` it admits at most
 //!   `t / T + D / T` requests, whatever the classes and tenants;
-//! - a tenant is active while it asked within the last `2 W` (at most
-//!   [`EXPIRE_AT_ONCE`] expired tenants leave per decision); its share is
-//!   `C · w / Σw` of the active tenants' weights, its interval
-//!   `T_t = ⌈T · Σw / w⌉` and its depth `max(T_t, D / 2)`: the tenants'
-//!   bursts within their shares fill at most half the capacity's depth
-//!   together, so a tenant arriving beside a busy one finds room;
-//! - a class may fill the capacity's depth up to its threshold: critical
-//!   all of it, default all but the critical reserve, sheddable all but
-//!   both reserves;
-//! - a request is admitted when the capacity has room below its class's
-//!   threshold and either its tenant is within its share, or the capacity
-//!   is empty (a tenant over its share borrows what nobody uses at that
-//!   moment, never what another is using).
+//! - a class may fill the depth up to its threshold `θ` (critical all of
+//!   it, default all but the critical reserve, sheddable all but both
+//!   reserves); a request over its tenant's share only up to `θ − H`, the
+//!   headroom `H = max(3 D / 10, 4 T)` kept for requests within their shares, so
+//!   that tenants asking more than their shares never take the room of
+//!   one asking less;
+//! - the critical reserve is also a rate: critical requests up to the
+//!   reserve's part of `C` (20% by default) count as within a share
+//!   whatever their tenant's share, so they pass any number of tenants;
+//! - tenants new to the capacity share one place (inside it, by weight):
+//!   made-up tenant ids dilute only that place. The place weighs 1, and
+//!   one more every [`POOL_GROWTH_WINDOWS`] windows it stays occupied, up
+//!   to its newcomers' weights. A newcomer becomes an established tenant
+//!   of its own once it has been active a window, if the place holds at
+//!   most [`SMALL_POOL`] tenants or it asks at least twice the newcomers'
+//!   mean rate (at most `SMALL_POOL` at once, then one a window);
+//! - an established tenant's share is `C · w / Σw` over the established
+//!   tenants' weights and the newcomers' place's, a newcomer's is that
+//!   place's share times `w / Σw` of the newcomers; its interval is
+//!   `T_t = ⌈T · C / share⌉` and its depth `max(2 T_t, H / 2)`;
+//! - a tenant is active while it asked within the last `max(2 W, 2 D)` (at most
+//!   [`EXPIRE_AT_ONCE`] expired tenants leave per decision).
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -39,6 +47,28 @@ pub(crate) const MAX_TENANT_INTERVAL: u64 = 1 << 50;
 /// The longest window a capacity may have: with [`MAX_WEIGHT`] it keeps
 /// `interval · weight` exact in doubles.
 pub(crate) const MAX_WINDOW_US: u64 = 86_400_000_000;
+
+/// The capacity's depth holds at least this many requests, so that the
+/// classes' thresholds and the headroom are whole requests apart at any
+/// capacity.
+pub(crate) const MIN_DEPTH_REQUESTS: u64 = 10;
+
+/// Newcomers graduate as soon as their first window ends while at most
+/// this many share the newcomers' place; at most this many graduate at
+/// once, then one a window.
+pub(crate) const SMALL_POOL: u64 = 8;
+
+/// A newcomer is judged busy on at least this many requests of its last
+/// window.
+pub(crate) const BUSY_SAMPLE: u64 = 8;
+
+/// The newcomers' place weighs one more every this many windows it stays
+/// occupied (up to its newcomers' weights, at most [`MAX_POOL_WEIGHT`]).
+pub(crate) const POOL_GROWTH_WINDOWS: u64 = 8;
+
+/// The newcomers' place weighs at most this: `weight · MAX_WEIGHT` stays
+/// well below 2^53 in every product.
+pub(crate) const MAX_POOL_WEIGHT: u64 = 10_000;
 
 /// A tenant, as the capacity knows it: 16 bytes of a hash of its key.
 pub(crate) type TenantId = [u8; 16];
@@ -58,6 +88,13 @@ pub(crate) struct Settings {
     /// Each class's threshold of the depth, µs: critical, default,
     /// sheddable.
     pub thresholds: [u64; 3],
+    /// Each class's threshold for a request over its tenant's share: its
+    /// threshold less the headroom.
+    pub borrow: [u64; 3],
+    /// The critical reserve's interval and depth, µs (an interval of 0:
+    /// no reserve).
+    pub reserve_interval: u64,
+    pub reserve_depth: u64,
     /// How many tenants are told apart; the rest share [`OVERFLOW`].
     pub max_tenants: usize,
     /// The capacity per window, and the window in µs (for headers).
@@ -70,17 +107,41 @@ impl Settings {
     /// the depth (critical, default, sheddable).
     pub(crate) fn new(limit: u32, window: u64, fills: [u8; 3], max_tenants: usize) -> Self {
         let interval = window.div_ceil(u64::from(limit.max(1))).max(1);
-        let depth = (window / 10).max(interval);
+        let depth = (window / 10).max(interval * MIN_DEPTH_REQUESTS);
         let fill = |percent: u8| (depth * u64::from(percent.min(100)) / 100).max(interval);
+        let thresholds = fills.map(fill);
+        // Four requests at least: its quarters are whole requests.
+        let headroom = (depth * 3 / 10).max(4 * interval);
+        let borrow = thresholds.map(|threshold| threshold.saturating_sub(headroom).max(interval));
+        let reserve = u64::from(100u8.saturating_sub(fills[1]));
+        let (reserve_interval, reserve_depth) = if reserve == 0 {
+            (0, 0)
+        } else {
+            let reserve_interval = (interval * 100).div_ceil(reserve);
+            (
+                reserve_interval,
+                (depth * reserve / 100).max(2 * reserve_interval),
+            )
+        };
         Self {
             interval,
             depth,
-            active_for: window * 2,
-            thresholds: fills.map(fill),
+            // A tenant asking once per its share's interval stays active at
+            // small capacities too.
+            active_for: (window * 2).max(depth * 2),
+            thresholds,
+            borrow,
+            reserve_interval,
+            reserve_depth,
             max_tenants: max_tenants.max(1),
             limit,
             window,
         }
+    }
+
+    /// The headroom kept for requests within their shares.
+    fn headroom(&self) -> u64 {
+        self.thresholds[0] - self.borrow[0]
     }
 }
 
@@ -107,12 +168,99 @@ pub(crate) struct Verdict {
     pub active: u32,
 }
 
-/// A capacity's state: its own time of arrival, and each active
-/// tenant's.
+/// Requests counted in whole windows (`k = now / W`), the current one's
+/// and the one before: a sliding estimate of a rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counted {
+    k: u64,
+    current: u64,
+    previous: u64,
+}
+
+impl Counted {
+    /// One more at `now`.
+    fn count(&mut self, now: u64, window: u64) {
+        let k = now / window;
+        if k != self.k {
+            self.previous = if k == self.k + 1 { self.current } else { 0 };
+            self.current = 0;
+            self.k = k;
+        }
+        self.current += 1;
+    }
+
+    /// The requests of the last window, times 1024: the current window's
+    /// and the part of the one before that the last window still covers.
+    fn last_window(&self, now: u64, window: u64) -> u64 {
+        let k = now / window;
+        let (current, previous) = match k.checked_sub(self.k) {
+            Some(0) => (self.current, self.previous),
+            Some(1) => (0, self.current),
+            _ => (0, 0),
+        };
+        let left = (window - now % window) * 1024 / window;
+        current * 1024 + previous * left
+    }
+}
+
+/// Where a tenant stands with the capacity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Not seen yet.
+    #[default]
+    New,
+    /// In the newcomers' place, since it entered.
+    Pooled,
+    /// A tenant of its own.
+    Established,
+}
+
+/// A tenant's own state: its time of arrival, when its last request was
+/// refused (0: it was admitted), where it stands, since when, the weight
+/// it counts for in the newcomers' place, and its requests as a
+/// newcomer.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Own {
+    tat: u64,
+    refused_at: u64,
+    standing: Standing,
+    since: u64,
+    pooled_weight: u64,
+    asked: Counted,
+}
+
+/// The newcomers' place: how many, their weights, their requests, and
+/// since when it is occupied.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pool {
+    members: u64,
+    weights: u64,
+    asked: Counted,
+    since: u64,
+}
+
+impl Pool {
+    /// What the place weighs at `now`: 1, and one more every
+    /// [`POOL_GROWTH_WINDOWS`] windows occupied, up to its newcomers'
+    /// weights (nothing while empty).
+    fn weight(&self, now: u64, window: u64) -> u64 {
+        if self.members == 0 {
+            return 0;
+        }
+        let grown = 1 + (now - self.since) / (POOL_GROWTH_WINDOWS * window);
+        grown.min(self.weights).min(MAX_POOL_WEIGHT)
+    }
+}
+
+/// A capacity's state: its own time of arrival, the critical reserve's,
+/// the graduations', the newcomers' place, and each active tenant's.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
     tat: u64,
-    tenants: Tenants<u64>,
+    reserve_tat: u64,
+    graduated_tat: u64,
+    pool: Pool,
+    tenants: Tenants<Own>,
 }
 
 impl Shares {
@@ -124,32 +272,116 @@ impl Shares {
     /// Decide `ask` and record it.
     pub(crate) fn decide(&mut self, settings: &Settings, ask: Ask) -> Verdict {
         let now = ask.now;
-        self.tenants
-            .expire(settings.active_for, now, |_| false, |_| {});
+        let pool = &mut self.pool;
+        self.tenants.expire(
+            settings.active_for,
+            now,
+            |_| false,
+            |gone| {
+                if gone.own.standing == Standing::Pooled {
+                    pool.members -= 1;
+                    pool.weights -= gone.own.pooled_weight;
+                }
+            },
+        );
         let (id, mut tenant, active) = self.tenants.enter(&ask, settings.max_tenants);
-        let (weight, weights) = (tenant.weight, self.tenants.weights());
+        let weight = u64::from(tenant.weight);
+        let own = &mut tenant.own;
+        match own.standing {
+            Standing::New => {
+                own.standing = Standing::Pooled;
+                own.since = now;
+                if self.pool.members == 0 {
+                    self.pool.since = now;
+                }
+                self.pool.members += 1;
+            }
+            Standing::Pooled => self.pool.weights -= own.pooled_weight,
+            Standing::Established => {}
+        }
+        if own.standing == Standing::Pooled {
+            own.pooled_weight = weight;
+            self.pool.weights += weight;
+            own.asked.count(now, settings.window);
+            self.pool.asked.count(now, settings.window);
+            if now - own.since >= settings.window / 4 && self.graduates(settings, own, now) {
+                // A tenant of its own from now: no debt from its share as
+                // a newcomer, no refusal held against it.
+                own.standing = Standing::Established;
+                own.tat = now;
+                own.refused_at = 0;
+                self.pool.members -= 1;
+                self.pool.weights -= weight;
+            }
+        }
 
-        let tenant_interval = tenant_interval(settings.interval, weights, u64::from(weight));
-        let tenant_depth = tenant_interval.max(settings.depth / 2);
-        let threshold = settings.thresholds[ask.class.min(2)];
+        // The tenant's share: of the capacity over the established
+        // tenants and the newcomers' place, and of that place over its
+        // newcomers.
+        let place = self.pool.weight(now, settings.window);
+        let top = self.tenants.weights() - self.pool.weights + place;
+        let limit = u64::from(settings.limit);
+        let pooled = own.standing == Standing::Pooled;
+        let (interval, share) = if pooled {
+            (
+                tenant_interval(settings.interval, top * self.pool.weights, place * weight),
+                limit * place / top * weight / self.pool.weights,
+            )
+        } else {
+            (
+                tenant_interval(settings.interval, top, weight),
+                limit * weight / top,
+            )
+        };
+        let share = u32::try_from(share.max(1)).unwrap_or(u32::MAX);
+        let pace = Pace::of_share(interval, settings, own.tat, now);
+        let within_share = pace.within;
+        let reserve = Pace::new(
+            settings.reserve_interval,
+            settings.reserve_depth,
+            self.reserve_tat,
+            now,
+        );
+        let in_reserve =
+            ask.class == 0 && !within_share && settings.reserve_interval > 0 && reserve.within;
+
+        let class = ask.class.min(2);
         let capacity_tat = self.tat.max(now) + settings.interval;
         let filled = capacity_tat - now;
-        let tenant_tat = tenant.own.max(now) + tenant_interval;
-        let within_share = tenant_tat - now <= tenant_depth;
-        let share = (u64::from(settings.limit) * u64::from(weight) / weights).max(1);
-        let share = u32::try_from(share).unwrap_or(u32::MAX);
-        let (admitted, retry_after) = if filled > threshold {
-            (false, filled - threshold)
-        } else if within_share || filled <= settings.interval {
+        // Within its share, a tenant refused within the last half of its
+        // interval (one asking again at once: more than it gets) fills
+        // only the headroom's first third, and a newcomer in its first
+        // quarter window its first two: the rest stays for tenants asking
+        // no more than their shares, whom neither hogs nor a crowd of new
+        // ids arriving at once can crowd out.
+        let insistent = own.refused_at > 0 && now - own.refused_at < interval / 2;
+        let first = pooled && now - own.since < settings.window / 4;
+        let threshold = settings.thresholds[class]
+            - if insistent {
+                settings.headroom() * 2 / 3
+            } else if first {
+                settings.headroom() / 3
+            } else {
+                0
+            };
+        let borrow = settings.borrow[class];
+        let (admitted, retry_after) = if within_share || in_reserve {
+            (filled <= threshold, filled.saturating_sub(threshold))
+        } else if filled <= borrow {
             (true, 0)
         } else {
-            let over_share = tenant_tat - now - tenant_depth;
-            (false, over_share.min(filled - settings.interval))
+            let over_share = pace.over();
+            let within_room = over_share.max(filled.saturating_sub(threshold));
+            (false, within_room.min(filled - borrow))
         };
+        own.refused_at = if admitted { 0 } else { now };
         if admitted {
             self.tat = capacity_tat;
-            // Borrowing leaves the tenant at most a full share behind.
-            tenant.own = tenant_tat.min(now + tenant_depth);
+            // Borrowing leaves a tenant at most a full share behind.
+            own.tat = pace.kept();
+            if in_reserve {
+                self.reserve_tat = reserve.tat;
+            }
         }
         self.tenants.put(id, tenant);
         Verdict {
@@ -158,6 +390,74 @@ impl Shares {
             retry_after,
             active,
         }
+    }
+
+    /// Whether `own`, a newcomer for a window now, becomes a tenant of its
+    /// own: while the newcomers' place is small or it asks at least twice
+    /// their mean rate, within the graduations' budget.
+    fn graduates(&mut self, settings: &Settings, own: &Own, now: u64) -> bool {
+        let window = settings.window;
+        // Its rate (its requests over the part of the last window it has
+        // been here, in 64ths) against the newcomers' mean (theirs over
+        // the part the place has been occupied), in doubles, as the script
+        // computes them, so that both round alike.
+        let here = |since: u64| (now - since).min(window) * 64 / window;
+        let asked = own.asked.last_window(now, window);
+        let busy = asked >= BUSY_SAMPLE * 1024
+            && asked as f64 * self.pool.members as f64 * here(self.pool.since) as f64
+                >= 2.0 * self.pool.asked.last_window(now, window) as f64 * here(own.since) as f64;
+        let graduated_tat = self.graduated_tat.max(now) + window;
+        let graduates =
+            (self.pool.members <= SMALL_POOL || busy) && graduated_tat - now <= SMALL_POOL * window;
+        if graduates {
+            self.graduated_tat = graduated_tat;
+        }
+        graduates
+    }
+}
+
+/// One request against a GCRA: its time of arrival after the request,
+/// and whether that is within the depth.
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    tat: u64,
+    depth: u64,
+    now: u64,
+    within: bool,
+}
+
+impl Pace {
+    /// At `interval` µs a request with `depth` µs of tolerance, from
+    /// `tat`: a debt counts at most the depth (one left from a smaller
+    /// share, or from borrowing).
+    fn new(interval: u64, depth: u64, tat: u64, now: u64) -> Self {
+        let tat = tat.clamp(now, now + depth) + interval;
+        Self {
+            tat,
+            depth,
+            now,
+            within: tat - now <= depth,
+        }
+    }
+
+    /// A share's pace: its depth an interval and a tolerance of another
+    /// one, or of the headroom if less, or of a quarter interval if more
+    /// (at least half the headroom in all): a tenant whose share is long
+    /// has no burst to save up, only room for its requests' jitter.
+    fn of_share(interval: u64, settings: &Settings, tat: u64, now: u64) -> Self {
+        let headroom = settings.headroom();
+        let tolerance = interval.min(headroom).max(interval / 4);
+        Self::new(interval, (interval + tolerance).max(headroom / 2), tat, now)
+    }
+
+    /// How far past the depth it is, µs.
+    fn over(&self) -> u64 {
+        (self.tat - self.now).saturating_sub(self.depth)
+    }
+
+    /// Its time of arrival once admitted, at most the depth ahead.
+    fn kept(&self) -> u64 {
+        self.tat.min(self.now + self.depth)
     }
 }
 
@@ -250,7 +550,7 @@ impl<T: Copy + Default> Tenants<T> {
         active_for: u64,
         now: u64,
         stays: impl Fn(&T) -> bool,
-        mut left: impl FnMut(&T),
+        mut left: impl FnMut(&Member<T>),
     ) {
         for _ in 0..EXPIRE_AT_ONCE {
             let Some(&(seen, id)) = self.seen.first() else {
@@ -267,7 +567,7 @@ impl<T: Copy + Default> Tenants<T> {
                 }
                 Some(member) => {
                     self.weights -= u64::from(member.weight);
-                    left(&member.own);
+                    left(member);
                     self.members.remove(&id);
                 }
                 None => {}
@@ -277,13 +577,16 @@ impl<T: Copy + Default> Tenants<T> {
 }
 
 /// `⌈interval · weights / weight⌉`, at most [`MAX_TENANT_INTERVAL`],
-/// without a product past 2^53: `weights = q · weight + r`.
+/// without a product past 2^53 (`weight` below 2^26): `weights = q ·
+/// weight + r` and `interval = a · weight + b`, so `interval · r / weight
+/// = a · r + b · r / weight`.
 fn tenant_interval(interval: u64, weights: u64, weight: u64) -> u64 {
     let (q, r) = (weights / weight, weights % weight);
     if q >= MAX_TENANT_INTERVAL / interval {
         return MAX_TENANT_INTERVAL;
     }
-    (interval * q + (interval * r).div_ceil(weight)).min(MAX_TENANT_INTERVAL)
+    let (a, b) = (interval / weight, interval % weight);
+    (interval * q + a * r + (b * r).div_ceil(weight)).min(MAX_TENANT_INTERVAL)
 }
 
 #[cfg(test)]
@@ -305,69 +608,205 @@ mod tests {
         }
     }
 
-    /// Admissions of each tenant over `seconds`, each asking at its own
-    /// rate per second (evenly spaced).
-    fn run(settings: &Settings, tenants: &[(u8, u32, usize, u64)], seconds: u64) -> Vec<u64> {
+    /// A client of the capacity: `ids` tenant ids it takes in turn, its
+    /// weight and class, and how many requests a second it asks (evenly
+    /// spaced from a phase at random, each moved by up to a tenth of the
+    /// spacing at random).
+    #[derive(Clone, Copy)]
+    struct Client {
+        ids: u32,
+        weight: u32,
+        class: usize,
+        per_second: f64,
+        /// When it starts, s.
+        from: f64,
+    }
+
+    fn client(per_second: f64) -> Client {
+        Client {
+            ids: 1,
+            weight: 1,
+            class: DEFAULT,
+            per_second,
+            from: 0.0,
+        }
+    }
+
+    /// Each client's (admitted, refused) over `seconds`.
+    fn play(settings: &Settings, clients: &[Client], seconds: u64) -> Vec<(u64, u64)> {
         let mut shares = Shares::default();
-        let mut events: Vec<(u64, usize)> = Vec::new();
-        for (i, &(_, _, _, rate)) in tenants.iter().enumerate() {
-            for n in 0..rate * seconds {
-                events.push((n * SECOND / rate + i as u64, i));
+        let mut events: Vec<(u64, usize, u32)> = Vec::new();
+        let mut random = 0x9e37_79b9_7f4a_7c15_u64;
+        for (c, client) in clients.iter().enumerate() {
+            let spacing = SECOND as f64 / client.per_second;
+            let count = (client.per_second * (seconds as f64 - client.from)) as u64;
+            let mut uniform = || {
+                random = random
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                (random >> 33) as f64 / f64::from(1u32 << 31)
+            };
+            let phase = client.from * SECOND as f64 + uniform() * spacing;
+            for n in 0..count {
+                let jitter = uniform() * spacing / 10.0;
+                let at = (phase + n as f64 * spacing + jitter) as u64;
+                events.push((at, c, (n % u64::from(client.ids)) as u32));
             }
         }
         events.sort();
-        let mut admitted = vec![0; tenants.len()];
-        for (at, i) in events {
-            let (tenant, weight, class, _) = tenants[i];
-            if shares
-                .decide(settings, ask(tenant, weight, class, SECOND + at))
-                .admitted
-            {
-                admitted[i] += 1;
+        let mut seen = vec![(0, 0); clients.len()];
+        for (at, c, id) in events {
+            let client = clients[c];
+            let mut tenant = [0; 16];
+            tenant[..4].copy_from_slice(&(c as u32).to_le_bytes());
+            tenant[4..8].copy_from_slice(&id.to_le_bytes());
+            let ask = Ask {
+                tenant,
+                weight: client.weight,
+                class: client.class,
+                now: SECOND + at,
+            };
+            let v = shares.decide(settings, ask);
+            if v.admitted {
+                seen[c].0 += 1;
+            } else {
+                seen[c].1 += 1;
             }
         }
-        admitted
+        seen
+    }
+
+    fn capacity(per_second: u32) -> Settings {
+        Settings::new(per_second, SECOND, [100, 80, 70], 10_000)
+    }
+
+    /// At most `t / T + D / T` admitted over the run.
+    fn assert_within_capacity(settings: &Settings, seen: &[(u64, u64)], seconds: u64) {
+        let admitted: u64 = seen.iter().map(|s| s.0).sum();
+        let most = (seconds * SECOND + settings.depth) / settings.interval + 1;
+        assert!(
+            admitted <= most,
+            "{admitted} admitted, at most {most}: {seen:?}"
+        );
     }
 
     #[test]
     fn a_light_tenant_is_served_in_full_beside_a_hog() {
-        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
-        let admitted = run(&settings, &[(1, 1, DEFAULT, 2000), (2, 1, DEFAULT, 20)], 10);
-        assert_eq!(admitted[1], 200, "{admitted:?}");
-        assert!(admitted[0] + admitted[1] <= 2000 + 20, "{admitted:?}");
-        assert!(
-            admitted[0] >= 1700,
-            "the hog takes what is left: {admitted:?}"
-        );
+        let settings = capacity(200);
+        let seen = play(&settings, &[client(2000.0), client(20.0)], 10);
+        assert_eq!(seen[1], (200, 0), "{seen:?}");
+        assert_within_capacity(&settings, &seen, 10);
+        assert!(seen[0].0 >= 1700, "the hog takes what is left: {seen:?}");
     }
 
     #[test]
     fn two_hogs_share_by_weight() {
-        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
-        let admitted = run(
-            &settings,
-            &[(1, 4, DEFAULT, 2000), (2, 1, DEFAULT, 2000)],
-            10,
-        );
-        let ratio = admitted[0] as f64 / admitted[1] as f64;
-        assert!((3.2..=4.8).contains(&ratio), "{admitted:?}");
-        assert!(admitted[0] + admitted[1] <= 2020, "{admitted:?}");
+        let settings = capacity(200);
+        let pro = Client {
+            weight: 4,
+            ..client(2000.0)
+        };
+        let seen = play(&settings, &[pro, client(2000.0)], 10);
+        let ratio = seen[0].0 as f64 / seen[1].0 as f64;
+        assert!((3.2..=4.8).contains(&ratio), "{seen:?}");
+        assert_within_capacity(&settings, &seen, 10);
     }
 
+    /// The guide's promise: critical requests within the critical reserve
+    /// (20% of 200/s) are never refused while sheddable ones are admitted,
+    /// for any number of sheddable tenants (about 710/s together).
     #[test]
-    fn critical_requests_pass_sheddable_hogs() {
-        let settings = Settings::new(200, SECOND, [100, 80, 70], 1000);
-        let admitted = run(
-            &settings,
-            &[
-                (1, 1, SHEDDABLE, 2000),
-                (2, 1, SHEDDABLE, 2000),
-                (3, 1, CRITICAL, 50),
-            ],
-            10,
-        );
-        assert_eq!(admitted[2], 500, "{admitted:?}");
-        assert!(admitted.iter().sum::<u64>() <= 2020, "{admitted:?}");
+    fn critical_requests_within_the_reserve_pass_any_number_of_sheddable_tenants() {
+        let settings = capacity(200);
+        for tenants in [2, 10, 20, 50] {
+            let sheddable = Client {
+                class: SHEDDABLE,
+                ..client(710.0 / f64::from(tenants))
+            };
+            let critical = Client {
+                class: CRITICAL,
+                ..client(20.0)
+            };
+            let mut clients = vec![sheddable; tenants as usize];
+            clients.push(critical);
+            let seen = play(&settings, &clients, 6);
+            let (admitted, refused) = seen[tenants as usize];
+            assert_eq!(refused, 0, "{tenants} sheddable tenants: {seen:?}");
+            assert_eq!(admitted, 120);
+            assert_within_capacity(&settings, &seen, 6);
+            let sheddable: u64 = seen[..tenants as usize].iter().map(|s| s.0).sum();
+            assert!(
+                sheddable >= 900,
+                "the sheddable ones take the rest: {seen:?}"
+            );
+        }
+    }
+
+    /// A light tenant at 20/s, then one client asking 700/s under 200,
+    /// 1,000 or 5,000 made-up tenant ids: the made-up ids share the
+    /// newcomers' place, the light tenant keeps what it asks. One arriving
+    /// with the flood is one of the newcomers only until it has asked
+    /// [`BUSY_SAMPLE`] times (at most its first half window).
+    #[test]
+    fn made_up_tenants_dilute_nobody() {
+        let settings = capacity(200);
+        for ids in [200, 1_000, 5_000] {
+            let flood = Client {
+                ids,
+                from: 2.0,
+                ..client(700.0)
+            };
+            let arriving = Client {
+                from: 2.0,
+                ..client(20.0)
+            };
+            let seen = play(&settings, &[flood, client(20.0), arriving], 14);
+            let (admitted, refused) = seen[1];
+            assert!(
+                refused * 100 <= admitted + refused,
+                "{ids} made-up ids: {seen:?}"
+            );
+            assert!(seen[2].1 <= 10, "{ids} made-up ids: {seen:?}");
+            assert_within_capacity(&settings, &seen, 14);
+        }
+    }
+
+    /// A tenant asking its weighted share (weights 1, beside 1, 10 or 50
+    /// hogs each asking three times the capacity's part, arriving once
+    /// they are there) is refused at most 1% at every capacity from 1/s;
+    /// one asking a tenth of it, never.
+    #[test]
+    fn light_tenants_are_served_at_every_capacity() {
+        for per_second in [1u32, 5, 20, 200, 5_000] {
+            let settings = capacity(per_second);
+            for hogs in [1u32, 10, 50] {
+                let seconds = if per_second < 20 { 120 } else { 12 };
+                let share = f64::from(per_second) / f64::from(hogs + 2);
+                let hog = client(3.0 * f64::from(per_second).max(10.0) / f64::from(hogs));
+                let mut clients = vec![hog; hogs as usize];
+                let from = 2.0;
+                clients.push(Client {
+                    from,
+                    ..client(share)
+                });
+                clients.push(Client {
+                    from,
+                    ..client(share / 10.0)
+                });
+                let seen = play(&settings, &clients, seconds);
+                let at_share = seen[hogs as usize];
+                let trickle = seen[hogs as usize + 1];
+                assert!(
+                    at_share.1 * 100 <= at_share.0 + at_share.1,
+                    "{per_second}/s, {hogs} hogs, at its share: {at_share:?} {seen:?}"
+                );
+                assert_eq!(
+                    trickle.1, 0,
+                    "{per_second}/s, {hogs} hogs, a trickle: {seen:?}"
+                );
+                assert_within_capacity(&settings, &seen, seconds);
+            }
+        }
     }
 
     #[test]
@@ -385,6 +824,11 @@ mod tests {
         );
         assert_eq!(tenant_interval(5_000, 7, 2), 17_500);
         assert_eq!(tenant_interval(5_000, 7, 3), 11_667);
+        // A weight past 2^20 (the place's weight times a tenant's).
+        let (interval, weights, weight) = (MAX_WINDOW_US, 10_000 * 10_001_000, 10_000 * 999);
+        let exact = (u128::from(interval) * u128::from(weights)).div_ceil(u128::from(weight));
+        let exact = u64::try_from(exact).unwrap().min(MAX_TENANT_INTERVAL);
+        assert_eq!(tenant_interval(interval, weights, weight), exact);
     }
 
     #[test]
@@ -398,5 +842,6 @@ mod tests {
         shares.decide(&settings, ask(0, 1, DEFAULT, 4 * SECOND));
         assert_eq!(shares.active(), 1, "the idle ones left");
         assert_eq!(shares.tenants.weights(), 1);
+        assert_eq!((shares.pool.members, shares.pool.weights), (1, 1));
     }
 }
