@@ -140,7 +140,7 @@ impl Settings {
     }
 
     /// The headroom kept for requests within their shares.
-    fn headroom(&self) -> u64 {
+    pub(crate) fn headroom(&self) -> u64 {
         self.thresholds[0] - self.borrow[0]
     }
 }

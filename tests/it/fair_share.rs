@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::Class;
@@ -27,43 +28,78 @@ fn steps() -> impl Strategy<Value = Vec<(u64, u8, u32, usize)>> {
     prop::collection::vec((0u64..30_000, 0u8..6, 1u32..11, 0usize..3), 1..200)
 }
 
+/// Replays `steps` through a capacity of `quota` in memory and on Redis
+/// (tenants told apart: `max_tenants`): every decision the same.
+async fn replay(
+    quota: &str,
+    max_tenants: usize,
+    steps: &[(u64, u8, u32, usize)],
+) -> Result<(), TestCaseError> {
+    let name = unique_name("conformance");
+    let capacity = || {
+        FairShare::new(quota.parse::<Quota>().unwrap())
+            .unwrap()
+            .named(&name)
+            .unwrap()
+            .max_tenants(max_tenants)
+    };
+    let memory = capacity();
+    let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let on_redis = capacity().redis(backend);
+    let mut now = 1_700_000_000_000_000u64;
+    for (i, &(dt, tenant, weight, class)) in steps.iter().enumerate() {
+        now += dt;
+        let ask = |fair: FairShare| async move {
+            fair.decide_at(&[tenant], weight, CLASSES[class], now)
+                .await
+                .unwrap()
+        };
+        let (expected, seen) = (ask(memory.clone()).await, ask(on_redis.clone()).await);
+        prop_assert_eq!(expected, seen, "request {} of {:?}", i, steps);
+    }
+    Ok(())
+}
+
+/// A crowd: up to 40 tenants, the first two asking far more often (hogs),
+/// over up to 24 s, so that the newcomers' place fills past its small
+/// size, busy newcomers graduate, and the place grows.
+fn crowds() -> impl Strategy<Value = Vec<(u64, u8, u32, usize)>> {
+    prop::collection::vec(
+        (
+            0u64..60_000,
+            prop_oneof![0u8..2, 0u8..2, 0u8..40],
+            1u32..4,
+            0usize..3,
+        ),
+        100..400,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Redis's script and the memory backend decide every request the
     /// same: admitted or not, the share, the retry-after, the active
     /// tenants (a small capacity and tenant cap, so that every branch
-    /// runs: full, within share, borrowing, over share, overflow, expiry).
+    /// runs: full, within share, borrowing, over share, the critical
+    /// reserve, overflow, expiry).
     #[test]
     fn redis_decides_as_memory_does(steps in steps()) {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let name = unique_name("conformance");
-            let capacity = |quota: &str| {
-                FairShare::new(quota.parse::<Quota>().unwrap())
-                    .unwrap()
-                    .named(&name)
-                    .unwrap()
-                    .max_tenants(4)
-            };
-            let memory = capacity("50/s");
-            let backend = RedisBackend::builder(&RedisServer::per_thread_url())
-                .timeout(Duration::from_secs(2))
-                .connect()
-                .await
-                .unwrap();
-            let on_redis = capacity("50/s").redis(backend);
-            let mut now = 1_700_000_000_000_000u64;
-            for (i, &(dt, tenant, weight, class)) in steps.iter().enumerate() {
-                now += dt;
-                let ask = |fair: FairShare| async move {
-                    fair.decide_at(&[tenant], weight, CLASSES[class], now).await.unwrap()
-                };
-                let (expected, seen) = (ask(memory.clone()).await, ask(on_redis.clone()).await);
-                prop_assert_eq!(expected, seen, "request {} of {:?}", i, steps);
-            }
-            Ok(())
-        })?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(replay("50/s", 4, &steps))?;
+    }
+
+    /// The same with crowds of newcomers: the place past its small size,
+    /// graduations of busy newcomers within their budget, the place
+    /// growing.
+    #[test]
+    fn redis_decides_as_memory_does_for_crowds(steps in crowds()) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(replay("20/s", 64, &steps))?;
     }
 }
 

@@ -29,6 +29,7 @@ mod dashboard;
 mod demotion;
 mod distributed;
 mod fair_flight;
+mod fair_model;
 mod fair_share;
 mod faults;
 mod fleet;

@@ -154,20 +154,28 @@ impl RedisBackend {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        let hash = self.capacity_key("fair", name);
+        // `fair2`: the state's layout of newcomers and tiers; a capacity's
+        // keys of the layout before are left to expire.
+        let hash = self.capacity_key("fair2", name);
+        let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(fair_share_script().get_hash())
             .arg(2)
             .arg(&hash)
             .arg(format!("{hash}:seen"))
             .arg(settings.interval)
-            .arg(settings.depth)
             .arg(settings.active_for)
-            .arg(settings.thresholds[ask.class.min(2)])
+            .arg(settings.thresholds[class])
+            .arg(settings.borrow[class])
+            .arg(settings.headroom())
             .arg(settings.max_tenants)
             .arg(settings.limit)
+            .arg(settings.window)
             .arg(hex(&ask.tenant))
             .arg(ask.weight)
+            .arg(u8::from(class == 0))
+            .arg(settings.reserve_interval)
+            .arg(settings.reserve_depth)
             .arg(at(now));
         let reply = self.scripted(fair_share_script(), &cmd).await?;
         let [admitted, share, retry_after, active] = reply[..] else {

@@ -1,82 +1,209 @@
 -- A shared capacity's decision: the same steps as
--- src/algorithm/fair_share.rs, on a hash (KEYS[1]: `tat`, `w` the active
--- weights, and `t<tenant>` = "tat:weight:seen" each) and a sorted set of
--- the active tenants by when they last asked (KEYS[2]). Every number is an
--- integer in microseconds (integers.lua comes first).
+-- src/algorithm/fair_share.rs, on a hash (KEYS[1]) and a sorted set of the
+-- active tenants by when they last asked (KEYS[2]). The hash holds `tat`
+-- (the capacity's), `rtat` (the critical reserve's), `gtat` (the
+-- graduations'), `w` (the active weights), the newcomers' place (`pm`
+-- members, `pw` weights, `ps` since, `pk` `pc` `pp` its requests by
+-- window) and `t<tenant>` = "tat:weight:seen:refused_at:standing:since:
+-- pooled_weight:k:current:previous" each (standing 1: a newcomer, 2: a
+-- tenant of its own). Every number is an integer in microseconds
+-- (integers.lua comes first); a field that does not parse counts as
+-- absent.
 local H, Z = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
-local depth = tonumber(ARGV[2])
-local active_for = tonumber(ARGV[3])
-local threshold = tonumber(ARGV[4])
-local max_tenants = tonumber(ARGV[5])
-local limit = tonumber(ARGV[6])
-local id = ARGV[7]
-local weight = math.min(math.max(tonumber(ARGV[8]), 1), 1000)
+local active_for = tonumber(ARGV[2])
+local threshold = tonumber(ARGV[3])
+local borrow = tonumber(ARGV[4])
+local headroom = tonumber(ARGV[5])
+local max_tenants = tonumber(ARGV[6])
+local limit = tonumber(ARGV[7])
+local window = tonumber(ARGV[8])
+local id = ARGV[9]
+local weight = math.min(math.max(tonumber(ARGV[10]), 1), 1000)
+local critical = ARGV[11] == '1'
+local reserve_interval = tonumber(ARGV[12])
+local reserve_depth = tonumber(ARGV[13])
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
+local SMALL_POOL, BUSY_SAMPLE, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 8, 10000
 local now
-if ARGV[9] ~= '' then
-  now = tonumber(ARGV[9])
+if ARGV[14] ~= '' then
+  now = tonumber(ARGV[14])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
-local function tenant(field)
-  local v = redis.call('HGET', H, field)
+
+local function field(name)
+  return tonumber(redis.call('HGET', H, name) or '0') or 0
+end
+local function tenant(key)
+  local v = redis.call('HGET', H, key)
   if not v then return nil end
-  local tat, w = string.match(v, '^(%d+):(%d+):')
-  return { tat = tonumber(tat), weight = tonumber(w) }
+  local f = {}
+  for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
+  if #f ~= 10 or (f[5] ~= 1 and f[5] ~= 2) then return nil end
+  return { tat = f[1], weight = f[2], refused_at = f[4], standing = f[5], since = f[6],
+    pooled_weight = f[7], k = f[8], current = f[9], previous = f[10] }
 end
 
-local weights = tonumber(redis.call('HGET', H, 'w') or '0')
+local weights = field('w')
+local pm, pw, ps = field('pm'), field('pw'), field('ps')
+local pool = { k = field('pk'), current = field('pc'), previous = field('pp') }
 -- Tenants idle for longer than active_for leave, oldest first, 64 at most.
 local idle = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. num(now - active_for), 'LIMIT', 0, 64)
 for _, gone in ipairs(idle) do
   local t = tenant('t' .. gone)
-  if t then weights = weights - t.weight end
+  if t then
+    weights = weights - t.weight
+    if t.standing == 1 then
+      pm = pm - 1
+      pw = pw - t.pooled_weight
+    end
+  end
   redis.call('HDEL', H, 't' .. gone)
   redis.call('ZREM', Z, gone)
 end
 
 local count = redis.call('ZCARD', Z)
-local known = tenant('t' .. id)
-if not known and count >= max_tenants then
+local own = tenant('t' .. id)
+if not own and count >= max_tenants then
   id = string.rep('f', 32)
-  known = tenant('t' .. id)
+  own = tenant('t' .. id)
 end
-local t_tat, t_weight = 0, 0
-if known then t_tat, t_weight = known.tat, known.weight end
-weights = weights - t_weight + weight
 local active = count
-if not known then active = count + 1 end
+if not own then
+  active = count + 1
+  own = { tat = 0, weight = 0, refused_at = 0, standing = 0, since = 0, pooled_weight = 0,
+    k = 0, current = 0, previous = 0 }
+end
+weights = weights - own.weight + weight
+own.weight = weight
 redis.call('ZADD', Z, num(now), id)
 
--- ceil(interval * weights / weight), at most 2^50, without a product past
--- 2^53: weights = q * weight + r.
-local q = idiv(weights, weight)
-local r = weights - q * weight
-local tenant_interval = MAX_TENANT_INTERVAL
-if q < idiv(MAX_TENANT_INTERVAL, interval) then
-  tenant_interval = math.min(interval * q + ceil_div(interval * r, weight), MAX_TENANT_INTERVAL)
+-- Requests by whole windows: one more at now; the last window's, times 1024.
+local function count_one(c)
+  local k = idiv(now, window)
+  if k ~= c.k then
+    if k == c.k + 1 then c.previous = c.current else c.previous = 0 end
+    c.current = 0
+    c.k = k
+  end
+  c.current = c.current + 1
 end
-local tenant_depth = math.max(tenant_interval, idiv(depth, 2))
-local capacity_tat = math.max(tonumber(redis.call('HGET', H, 'tat') or '0'), now) + interval
+local function last_window(c)
+  local k = idiv(now, window)
+  local current, previous = 0, 0
+  if k == c.k then
+    current, previous = c.current, c.previous
+  elseif k == c.k + 1 then
+    previous = c.current
+  end
+  local left = idiv((window - (now - k * window)) * 1024, window)
+  return current * 1024 + previous * left
+end
+
+if own.standing == 0 then
+  own.standing = 1
+  own.since = now
+  if pm == 0 then ps = now end
+  pm = pm + 1
+elseif own.standing == 1 then
+  pw = pw - own.pooled_weight
+end
+if own.standing == 1 then
+  own.pooled_weight = weight
+  pw = pw + weight
+  count_one(own)
+  count_one(pool)
+  if now - own.since >= idiv(window, 4) then
+    -- Its rate against the newcomers' mean, in doubles as the memory
+    -- backend computes it.
+    local function here(since) return idiv(math.min(now - since, window) * 64, window) end
+    local asked = last_window(own)
+    local busy = asked >= BUSY_SAMPLE * 1024
+      and asked * pm * here(ps) >= 2 * last_window(pool) * here(own.since)
+    local graduated_tat = math.max(field('gtat'), now) + window
+    if (pm <= SMALL_POOL or busy) and graduated_tat - now <= SMALL_POOL * window then
+      redis.call('HSET', H, 'gtat', num(graduated_tat))
+      own.standing = 2
+      own.tat = now
+      own.refused_at = 0
+      pm = pm - 1
+      pw = pw - weight
+    end
+  end
+end
+
+-- ceil(interval * weights / w), at most 2^50, without a product past 2^53:
+-- weights = q * w + r and interval = a * w + b.
+local function tenant_interval(interval, weights, w)
+  local q = idiv(weights, w)
+  local r = weights - q * w
+  if q >= idiv(MAX_TENANT_INTERVAL, interval) then return MAX_TENANT_INTERVAL end
+  local a = idiv(interval, w)
+  local b = interval - a * w
+  return math.min(interval * q + a * r + ceil_div(b * r, w), MAX_TENANT_INTERVAL)
+end
+-- One request against a GCRA from tat: its time of arrival after it (a
+-- debt counts at most the depth), and whether that is within the depth.
+local function pace(step, depth, tat)
+  local after = math.min(math.max(tat, now), now + depth) + step
+  return { tat = after, depth = depth, within = after - now <= depth }
+end
+
+local place = 0
+if pm > 0 then
+  place = math.min(1 + idiv(now - ps, POOL_GROWTH_WINDOWS * window), pw, MAX_POOL_WEIGHT)
+end
+local top = weights - pw + place
+local pooled = own.standing == 1
+local t_interval, share
+if pooled then
+  t_interval = tenant_interval(interval, top * pw, place * weight)
+  share = idiv(idiv(limit * place, top) * weight, pw)
+else
+  t_interval = tenant_interval(interval, top, weight)
+  share = idiv(limit * weight, top)
+end
+share = math.max(share, 1)
+local tolerance = math.max(math.min(t_interval, headroom), idiv(t_interval, 4))
+local p = pace(t_interval, math.max(t_interval + tolerance, idiv(headroom, 2)), own.tat)
+local within_share = p.within
+local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
+local in_reserve = critical and not within_share and reserve_interval > 0 and reserve.within
+
+local capacity_tat = math.max(field('tat'), now) + interval
 local filled = capacity_tat - now
-local tenant_tat = math.max(t_tat, now) + tenant_interval
-local within_share = tenant_tat - now <= tenant_depth
-local share = math.max(idiv(limit * weight, weights), 1)
+local insistent = own.refused_at > 0 and now - own.refused_at < idiv(t_interval, 2)
+local first = pooled and now - own.since < idiv(window, 4)
+if insistent then
+  threshold = threshold - idiv(headroom * 2, 3)
+elseif first then
+  threshold = threshold - idiv(headroom, 3)
+end
 local admitted, retry_after = 0, 0
-if filled > threshold then
-  retry_after = filled - threshold
-elseif within_share or filled <= interval then
+if within_share or in_reserve then
+  if filled <= threshold then admitted = 1 end
+  retry_after = math.max(filled - threshold, 0)
+elseif filled <= borrow then
   admitted = 1
 else
-  retry_after = math.min(tenant_tat - now - tenant_depth, filled - interval)
+  local over = math.max(p.tat - now - p.depth, 0)
+  retry_after = math.min(math.max(over, filled - threshold, 0), filled - borrow)
 end
 if admitted == 1 then
+  own.refused_at = 0
   redis.call('HSET', H, 'tat', num(capacity_tat))
-  t_tat = math.min(tenant_tat, now + tenant_depth)
+  own.tat = math.min(p.tat, now + p.depth)
+  if in_reserve then redis.call('HSET', H, 'rtat', num(reserve.tat)) end
+else
+  own.refused_at = now
 end
-redis.call('HSET', H, 'w', num(weights), 't' .. id, num(t_tat) .. ':' .. num(weight) .. ':' .. num(now))
+redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
+  'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
+  't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.refused_at),
+    num(own.standing), num(own.since), num(own.pooled_weight), num(own.k), num(own.current),
+    num(own.previous) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)

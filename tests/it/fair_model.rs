@@ -1,0 +1,540 @@
+//! An independent model of the fair-share capacity, written from its
+//! documented definition alone (the implementation under `src/` was not
+//! read), and generated workloads checked against it on the memory and
+//! Redis backends with a virtual clock.
+//!
+//! The model (`mod model`), for `C` requests per window `W`:
+//! * depth `D = max(W/10, 10·W/C)`; hard cap: any interval of length `t`
+//!   holds at most `t·C/W + D·C/W + 1` admissions;
+//! * static shares `s_t = C·w_t/Σw` over the active tenants;
+//! * the class rule: critical demand within 20% of `C` served first, then
+//!   default, then sheddable demand, each by weighted max-min (water-filling)
+//!   over what is left;
+//! * each tenant's floor `min(asked, s_t)` (with critical tenants present,
+//!   also `min(asked, s'_t)`, `s'_t` the share of `C` less the critical
+//!   demand among the others, whichever is smaller).
+//!
+//! Checked per case, after a warm-up of 3 windows: the hard cap (over the
+//! whole run); a tenant asking at most 95% of its floor share refused at
+//! most 1% of its requests; a tenant asking more admitted at least 90% of
+//! its floor; work conservation (at least 90% of `C` when the tenants ask
+//! more than `C`); critical requests within the reserve refused at most 1%,
+//! and never refused within half a request interval (`W/2C`) of an admitted
+//! default or sheddable request; default requests never refused within
+//! `W/2C` of an admitted sheddable one. The deviation from the exact
+//! max-min allocation is printed, and asserted only within the loose bound
+//! that the floors and the cap imply (see `maxmin_bound`).
+#![cfg(feature = "redis")]
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::layer::fair_share::FairShare;
+use tower_ratelimit::layer::Class;
+use tower_ratelimit::Quota;
+
+use crate::support::{unique_name, RedisServer};
+
+/// The definition, as pure functions. Rates are in requests per window.
+mod model {
+    /// A capacity of `c` requests per window of `w_us` µs.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Capacity {
+        pub c: u64,
+        pub w_us: u64,
+    }
+
+    impl Capacity {
+        /// `D = max(W/10, 10·W/C)`, in µs.
+        pub fn depth_us(&self) -> f64 {
+            (self.w_us as f64 / 10.0).max(10.0 * self.w_us as f64 / self.c as f64)
+        }
+
+        /// A tenant is active while it asked in the last `max(2W, 2D)`.
+        pub fn activity_us(&self) -> f64 {
+            (2.0 * self.w_us as f64).max(2.0 * self.depth_us())
+        }
+
+        /// The burst `D·C/W`.
+        pub fn burst(&self) -> f64 {
+            self.depth_us() * self.c as f64 / self.w_us as f64
+        }
+
+        /// The worst interval against the hard cap among sorted admission
+        /// times: `(first, last, admissions, allowed)` if any interval
+        /// holds more than `t·C/W + D·C/W + 1`. Exact: with
+        /// `g(k) = k·W − t_k·C`, the cap is `g(j) − g(i) ≤ D·C` for all
+        /// `i < j`, and `10·D·C = max(W·C, 100·W)`.
+        pub fn hard_cap_violation(&self, times: &[u64]) -> Option<(u64, u64, usize, f64)> {
+            let (w, c) = (self.w_us as i128, self.c as i128);
+            let dc10 = (w * c).max(100 * w);
+            let mut min: Option<(i128, usize)> = None;
+            let mut worst: Option<(i128, usize, usize)> = None;
+            for (k, &t) in times.iter().enumerate() {
+                let g = k as i128 * w - t as i128 * c;
+                if let Some((gi, i)) = min {
+                    if 10 * (g - gi) > dc10 && worst.is_none_or(|(e, _, _)| g - gi > e) {
+                        worst = Some((g - gi, i, k));
+                    }
+                }
+                if min.is_none_or(|(gi, _)| g < gi) {
+                    min = Some((g, k));
+                }
+            }
+            worst.map(|(_, i, j)| {
+                let span = (times[j] - times[i]) as f64;
+                let allowed = span * self.c as f64 / self.w_us as f64 + self.burst() + 1.0;
+                (times[i], times[j], j - i + 1, allowed)
+            })
+        }
+    }
+
+    /// `s_t = C·w_t/Σw`.
+    pub fn static_shares(c: f64, weights: &[u32]) -> Vec<f64> {
+        let sum: f64 = weights.iter().map(|&w| w as f64).sum();
+        weights.iter().map(|&w| c * w as f64 / sum).collect()
+    }
+
+    /// The guarantee per tenant: `min(asked, share)`.
+    pub fn floor(asked: f64, share: f64) -> f64 {
+        asked.min(share)
+    }
+
+    /// Weighted max-min (water-filling) of `capacity` among `demands`:
+    /// each gets `min(d_i, λ·w_i)`, `λ` the level at which the whole is
+    /// given (or every demand met).
+    pub fn water_fill(capacity: f64, demands: &[f64], weights: &[f64]) -> Vec<f64> {
+        let mut alloc = vec![0.0; demands.len()];
+        let mut open: Vec<usize> = (0..demands.len()).filter(|&i| demands[i] > 0.0).collect();
+        let mut left = capacity.max(0.0);
+        while !open.is_empty() {
+            let wsum: f64 = open.iter().map(|&i| weights[i]).sum();
+            let level = left / wsum;
+            let (met, unmet): (Vec<usize>, Vec<usize>) =
+                open.iter().partition(|&&i| demands[i] <= level * weights[i]);
+            if met.is_empty() {
+                for &i in &open {
+                    alloc[i] = level * weights[i];
+                }
+                break;
+            }
+            for &i in &met {
+                alloc[i] = demands[i];
+                left -= demands[i];
+            }
+            open = unmet;
+        }
+        alloc
+    }
+
+    /// The class rule: critical demand within the reserve (20% of `C`)
+    /// first, then default, then sheddable, then critical demand past the
+    /// reserve, each by weighted max-min over what is left. `classes`:
+    /// 0 critical, 1 default, 2 sheddable.
+    pub fn allocation(c: f64, demands: &[f64], weights: &[u32], classes: &[usize]) -> Vec<f64> {
+        let w: Vec<f64> = weights.iter().map(|&w| w as f64).collect();
+        let of = |class: usize, d: &[f64]| -> Vec<f64> {
+            d.iter()
+                .zip(classes)
+                .map(|(&d, &k)| if k == class { d } else { 0.0 })
+                .collect()
+        };
+        let mut alloc = vec![0.0; demands.len()];
+        let mut left = c;
+        let mut give = |cap: f64, d: Vec<f64>, alloc: &mut Vec<f64>| -> f64 {
+            let got = water_fill(cap, &d, &w);
+            for (a, g) in alloc.iter_mut().zip(&got) {
+                *a += g;
+            }
+            got.iter().sum()
+        };
+        left -= give(0.2 * c, of(0, demands), &mut alloc);
+        left -= give(left, of(1, demands), &mut alloc);
+        left -= give(left, of(2, demands), &mut alloc);
+        let rest: Vec<f64> = demands.iter().zip(&alloc).map(|(d, a)| d - a).collect();
+        give(left, of(0, &rest), &mut alloc);
+        alloc
+    }
+}
+
+const CLASSES: [Class; 3] = [Class::Critical, Class::Default, Class::Sheddable];
+const CAPACITIES: [(&str, u64, u64); 8] = [
+    ("1/s", 1, 1_000_000),
+    ("5/s", 5, 1_000_000),
+    ("20/s", 20, 1_000_000),
+    ("200/s", 200, 1_000_000),
+    ("1000/s", 1000, 1_000_000),
+    ("30/min", 30, 60_000_000),
+    ("120/min", 120, 60_000_000),
+    ("600/min", 600, 60_000_000),
+];
+const WARM_UP: u64 = 3;
+const START: u64 = 1_700_000_000_000_000;
+
+/// One tenant of a case: weight, class (index in `CLASSES`), demand per
+/// window, phase (fraction of its interval, or of a window if shorter).
+#[derive(Clone, Debug)]
+struct Tenant {
+    weight: u32,
+    class: usize,
+    demand: f64,
+    phase: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    quota: &'static str,
+    cap: model::Capacity,
+    tenants: Vec<Tenant>,
+    windows: u64,
+}
+
+/// What a strategy draws for a tenant: weight, hog or not, the fraction of
+/// its floor share a light tenant asks (or of the reserve a critical one
+/// asks), a hog's multiple of `C`, phase.
+type Raw = (u32, bool, f64, f64, f64);
+
+fn raw_case() -> impl Strategy<Value = (usize, Vec<Raw>, bool)> {
+    (
+        0usize..CAPACITIES.len(),
+        prop::collection::vec((1u32..=10, prop::bool::weighted(0.35), 0.2f64..0.95, 1.5f64..10.0, 0.0f64..1.0), 2..=8),
+        prop::bool::weighted(0.3),
+    )
+}
+
+/// Builds a case from what was drawn, within `budget` calls: tenant 0 is
+/// always a hog; with `classy`, the last tenant is critical (asking 5% to
+/// 19% of `C`) and the hogs are sheddable.
+fn build(capacity: usize, raw: &[Raw], classy: bool, budget: f64) -> Case {
+    let (quota, c, w_us) = CAPACITIES[capacity];
+    let cap = model::Capacity { c, w_us };
+    let cf = c as f64;
+    let n = raw.len();
+    let weights: Vec<u32> = raw.iter().map(|r| r.0).collect();
+    let crit_at = classy.then_some(n - 1);
+    // The slowest pace that keeps a tenant active: an interval of half the
+    // activity period.
+    let min_rate = 2.0 * w_us as f64 / cap.activity_us();
+    let crit = crit_at.map_or(0.0, |_| (raw[n - 1].2 / 0.95 * 0.19 * cf).clamp(0.05 * cf, 0.19 * cf).max(min_rate));
+    let floors = floor_shares(cf, &weights, crit_at, crit);
+    let mut tenants: Vec<Tenant> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, &(weight, hog, frac, factor, phase))| {
+            let (class, demand) = if Some(i) == crit_at {
+                (0, crit)
+            } else if hog || i == 0 {
+                (if classy { 2 } else { 1 }, factor * cf)
+            } else {
+                (1, (frac * floors[i]).max(min_rate))
+            };
+            Tenant { weight, class, demand, phase }
+        })
+        .collect();
+    // Within the budget of calls over at least 20 measured windows, but the
+    // hogs together asking at least enough for 1.25·C in all.
+    let others: f64 = tenants.iter().filter(|t| !is_hog(t, cf)).map(|t| t.demand).sum();
+    let hogs: f64 = tenants.iter().filter(|t| is_hog(t, cf)).map(|t| t.demand).sum();
+    let allowed = budget / (WARM_UP + 20) as f64 - others;
+    let target = hogs.min(allowed).max(1.25 * cf - others).max(0.0);
+    for t in tenants.iter_mut().filter(|t| is_hog(t, cf)) {
+        t.demand *= target / hogs;
+    }
+    let total: f64 = tenants.iter().map(|t| t.demand).sum();
+    let windows = ((budget / total) as u64).saturating_sub(WARM_UP).clamp(20, 200);
+    Case { quota, cap, tenants, windows }
+}
+
+fn is_hog(t: &Tenant, cf: f64) -> bool {
+    t.class != 0 && t.demand >= 1.5 * cf
+}
+
+/// Each tenant's floor share: its static share, and with a critical tenant
+/// asking `crit`, no more than its share of `C − crit` among the others.
+fn floor_shares(cf: f64, weights: &[u32], crit_at: Option<usize>, crit: f64) -> Vec<f64> {
+    let s = model::static_shares(cf, weights);
+    let Some(k) = crit_at else { return s };
+    let others: u32 = weights.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &w)| w).sum();
+    s.iter()
+        .enumerate()
+        .map(|(i, &s)| if i == k { s } else { s.min((cf - crit) * weights[i] as f64 / others as f64) })
+        .collect()
+}
+
+/// One decided request: time, tenant, admitted, reported share.
+struct Seen {
+    at: u64,
+    tenant: usize,
+    admitted: bool,
+    share: u32,
+}
+
+/// The requests of a case in time order: each tenant evenly spaced from
+/// its phase.
+fn schedule(case: &Case) -> Vec<(u64, usize)> {
+    let w = case.cap.w_us as f64;
+    let end = START + (WARM_UP + case.windows) * case.cap.w_us;
+    let mut all = Vec::new();
+    for (i, t) in case.tenants.iter().enumerate() {
+        let interval = w / t.demand;
+        let first = START as f64 + t.phase * interval.min(w);
+        let mut k = 0u64;
+        loop {
+            let at = (first + k as f64 * interval) as u64;
+            if at >= end {
+                break;
+            }
+            all.push((at, i));
+            k += 1;
+        }
+    }
+    all.sort();
+    all
+}
+
+async fn run(case: &Case, fair: FairShare) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for (at, i) in schedule(case) {
+        let t = &case.tenants[i];
+        let key = format!("tenant{i}");
+        let (admitted, share, _retry, _active) = fair
+            .decide_at(key.as_bytes(), t.weight, CLASSES[t.class], at)
+            .await
+            .unwrap();
+        seen.push(Seen { at, tenant: i, admitted, share });
+    }
+    seen
+}
+
+/// The loose bound on the deviation from max-min, in % of `C`: with every
+/// tenant given at least 90% of its floor `f` and at most `C` (plus the
+/// burst over the measured windows) given in all, a tenant's allocation
+/// `a` and its max-min one `m` (itself at least `f`, with `Σm ≤ C`) differ
+/// by at most `C − 0.9·Σf + 0.1·C + burst/windows`: the lending of what
+/// is left over is the only freedom the definition gives.
+fn maxmin_bound(case: &Case, floors: &[f64]) -> f64 {
+    let cf = case.cap.c as f64;
+    let sum: f64 = floors.iter().sum();
+    100.0 * (cf - 0.9 * sum + 0.1 * cf + (case.cap.burst() + 1.0) / case.windows as f64) / cf
+}
+
+/// Every check of the definition on what was decided; `Err` with what
+/// failed. `label` names the backend in the printed figures.
+fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
+    let cap = case.cap;
+    let cf = cap.c as f64;
+    let w = cap.w_us;
+    let measure_from = START + WARM_UP * w;
+    let m = case.windows as f64;
+    let n = case.tenants.len();
+    let weights: Vec<u32> = case.tenants.iter().map(|t| t.weight).collect();
+    let demands: Vec<f64> = case.tenants.iter().map(|t| t.demand).collect();
+    let classes: Vec<usize> = case.tenants.iter().map(|t| t.class).collect();
+    let crit_at = classes.iter().position(|&k| k == 0);
+    let crit: f64 = crit_at.map_or(0.0, |k| demands[k]);
+    let shares = model::static_shares(cf, &weights);
+    let floor_share = floor_shares(cf, &weights, crit_at, crit);
+    let floors: Vec<f64> = (0..n).map(|i| model::floor(demands[i], floor_share[i])).collect();
+    let alloc = model::allocation(cf, &demands, &weights, &classes);
+
+    let mut failures = Vec::new();
+
+    // (1) The hard cap, over the whole run.
+    let admitted_at: Vec<u64> = seen.iter().filter(|s| s.admitted).map(|s| s.at).collect();
+    if let Some((from, to, count, allowed)) = cap.hard_cap_violation(&admitted_at) {
+        failures.push(format!(
+            "hard cap: {count} admitted in [{}, {}] µs after the start, at most {allowed:.2} allowed",
+            from - START,
+            to - START
+        ));
+    }
+
+    // Per tenant, in the measured windows.
+    let mut asked = vec![0u64; n];
+    let mut got = vec![0u64; n];
+    let mut share_dev: f64 = 0.0;
+    for s in seen.iter().filter(|s| s.at >= measure_from) {
+        asked[s.tenant] += 1;
+        got[s.tenant] += u64::from(s.admitted);
+        share_dev = share_dev.max((s.share as f64 - shares[s.tenant]).abs());
+    }
+    let mut maxmin_dev: f64 = 0.0;
+    for i in 0..n {
+        let t = &case.tenants[i];
+        let refused = asked[i] - got[i];
+        let rate = got[i] as f64 / m;
+        maxmin_dev = maxmin_dev.max(100.0 * (rate - alloc[i]).abs() / cf);
+        if t.class == 0 {
+            // (4) Critical within the reserve: admitted whatever the share.
+            if t.demand <= 0.2 * cf && refused * 100 > asked[i] {
+                failures.push(format!(
+                    "critical tenant {i} asking {:.3}/window (reserve {:.3}): {refused} of {} refused",
+                    t.demand,
+                    0.2 * cf,
+                    asked[i]
+                ));
+            }
+        } else if t.demand <= 0.95 * floor_share[i] {
+            // (2) At most its share: refused at most 1%.
+            if refused * 100 > asked[i] {
+                failures.push(format!(
+                    "floor: tenant {i} asking {:.3}/window (share {:.3}): {refused} of {} refused",
+                    t.demand, floor_share[i], asked[i]
+                ));
+            }
+        } else if rate < 0.9 * floors[i] {
+            // (3) More than its share: at least (90% of) the floor.
+            failures.push(format!(
+                "floor: tenant {i} asking {:.3}/window (share {:.3}) got {rate:.3}/window, floor {:.3}",
+                t.demand, floor_share[i], floors[i]
+            ));
+        }
+    }
+
+    // (2) Work conservation.
+    let total_asked: f64 = demands.iter().sum();
+    let total_got: u64 = got.iter().sum();
+    if total_asked > cf && (total_got as f64) < 0.9 * cf * m {
+        failures.push(format!(
+            "work conservation: {total_got} admitted over {m} windows of {cf}, asked {total_asked:.1}/window"
+        ));
+    }
+
+    // (4) Priorities, request by request: no critical request refused
+    // within W/2C of an admitted default or sheddable one, no default one
+    // refused within W/2C of an admitted sheddable one.
+    let eps = w / (2 * cap.c);
+    let admitted_of = |pred: &dyn Fn(usize) -> bool| -> Vec<u64> {
+        seen.iter()
+            .filter(|s| s.admitted && pred(classes[s.tenant]))
+            .map(|s| s.at)
+            .collect()
+    };
+    let lower = [admitted_of(&|k| k != 0), admitted_of(&|k| k == 2)];
+    let mut priority = [0usize; 2];
+    let mut first = [None; 2];
+    for s in seen.iter().filter(|s| s.at >= measure_from && !s.admitted) {
+        let k = classes[s.tenant];
+        if k == 2 {
+            continue;
+        }
+        let times = &lower[k];
+        let from = times.partition_point(|&t| t + eps < s.at);
+        if times.get(from).is_some_and(|&t| t <= s.at + eps) {
+            priority[k] += 1;
+            first[k].get_or_insert((s.at - START, s.tenant, times[from] - START));
+        }
+    }
+    for (k, what) in [(0, "critical refused beside admitted default/sheddable"), (1, "default refused beside admitted sheddable")] {
+        if let Some((at, tenant, other)) = first[k] {
+            failures.push(format!(
+                "class: {} times {what} (first: tenant {tenant} at {at} µs, the other admitted at {other} µs)",
+                priority[k]
+            ));
+        }
+    }
+
+    // (3) Max-min, reported, and held only to the loose bound.
+    let bound = maxmin_bound(case, &floors);
+    println!(
+        "fair_model[{label}] {} over {} windows, {} calls: weights {:?} classes {:?} asked/C {:?} \
+         got/C {:?} max-min/C {:?}; total {:.3}·C; max-min deviation {maxmin_dev:.1}% of C (bound {bound:.1}%); \
+         reported share off by {share_dev:.2} at most",
+        case.quota,
+        case.windows,
+        seen.len(),
+        weights,
+        classes,
+        demands.iter().map(|d| round3(d / cf)).collect::<Vec<_>>(),
+        got.iter().map(|&g| round3(g as f64 / m / cf)).collect::<Vec<_>>(),
+        alloc.iter().map(|a| round3(a / cf)).collect::<Vec<_>>(),
+        total_got as f64 / m / cf,
+    );
+    if maxmin_dev > bound {
+        failures.push(format!("max-min deviation {maxmin_dev:.1}% of C past the bound {bound:.1}%"));
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{label} {:?}: {}", case, failures.join("; ")))
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn capacity(quota: &str) -> FairShare {
+    FairShare::new(quota.parse::<Quota>().unwrap())
+        .unwrap()
+        .named(&unique_name("model"))
+        .unwrap()
+}
+
+#[test]
+fn the_model_s_own_arithmetic() {
+    // Water-filling: 10 among demands 1, 8, 8 with weights 1, 1, 2: the
+    // first is met, the others split 9 as 1:2.
+    let a = model::water_fill(10.0, &[1.0, 8.0, 8.0], &[1.0, 1.0, 2.0]);
+    assert!((a[0] - 1.0).abs() < 1e-9 && (a[1] - 3.0).abs() < 1e-9 && (a[2] - 6.0).abs() < 1e-9, "{a:?}");
+    // Critical first, within 20%: 100 with a critical 15, a default 30, a
+    // sheddable hog: 15, 30, 55.
+    let a = model::allocation(100.0, &[15.0, 30.0, 500.0], &[1, 1, 1], &[0, 1, 2]);
+    assert!((a[0] - 15.0).abs() < 1e-9 && (a[1] - 30.0).abs() < 1e-9 && (a[2] - 55.0).abs() < 1e-9, "{a:?}");
+    // The hard cap at 200/s: a burst of 20 plus one, then nothing more.
+    let cap = model::Capacity { c: 200, w_us: 1_000_000 };
+    assert!(cap.hard_cap_violation(&[7; 21]).is_none());
+    assert!(cap.hard_cap_violation(&[7; 22]).is_some());
+    // 1/s: a depth of 10 s; 11 at once, then one a second.
+    let cap = model::Capacity { c: 1, w_us: 1_000_000 };
+    let times: Vec<u64> = std::iter::repeat_n(0, 11).chain((1..30).map(|k| k * 1_000_000)).collect();
+    assert!(cap.hard_cap_violation(&times).is_none());
+    let mut more = times.clone();
+    more.push(29_500_000);
+    more.sort();
+    assert!(cap.hard_cap_violation(&more).is_some());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// Memory backend, up to ~20,000 calls a case (~30,000 at 1000/s,
+    /// where 23 windows of an overload of 1.25·C take 28,750).
+    #[test]
+    fn fair_share_follows_the_model_in_memory((capacity_at, raw, classy) in raw_case()) {
+        let case = build(capacity_at, &raw, classy, 20_000.0);
+        let seen = runtime().block_on(run(&case, capacity(case.quota)));
+        if let Err(failure) = check(&case, &seen, "memory") {
+            prop_assert!(false, "{}", failure);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
+
+    /// Redis, the small capacities (at most ~3,000 calls a case).
+    #[test]
+    fn fair_share_follows_the_model_on_redis(
+        (capacity_at, raw, classy) in (prop_oneof![Just(0usize), Just(1usize), Just(2usize), Just(5usize)], raw_case().prop_map(|(_, r, c)| (r, c)))
+            .prop_map(|(k, (r, c))| (k, r, c))
+    ) {
+        let case = build(capacity_at, &raw, classy, 3_000.0);
+        let seen = runtime().block_on(async {
+            let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .unwrap();
+            run(&case, capacity(case.quota).redis(backend)).await
+        });
+        if let Err(failure) = check(&case, &seen, "redis") {
+            prop_assert!(false, "{}", failure);
+        }
+    }
+}
