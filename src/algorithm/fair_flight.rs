@@ -44,6 +44,8 @@ pub(crate) struct FlightSettings {
     pub active_for: u64,
     /// How many tenants are told apart; the rest share [`OVERFLOW`].
     pub max_tenants: usize,
+    /// The percent of the capacity each class may fill, as given.
+    pub fills: [u8; 3],
 }
 
 impl FlightSettings {
@@ -58,6 +60,7 @@ impl FlightSettings {
             thresholds: fills.map(fill),
             active_for: 1_000_000,
             max_tenants: max_tenants.max(1),
+            fills,
         }
     }
 }

@@ -97,6 +97,8 @@ pub(crate) struct Settings {
     pub reserve_depth: u64,
     /// How many tenants are told apart; the rest share [`OVERFLOW`].
     pub max_tenants: usize,
+    /// The percent of the depth each class may fill, as given.
+    pub fills: [u8; 3],
     /// The capacity per window, and the window in µs (for headers).
     pub limit: u32,
     pub window: u64,
@@ -134,6 +136,7 @@ impl Settings {
             reserve_interval,
             reserve_depth,
             max_tenants: max_tenants.max(1),
+            fills,
             limit,
             window,
         }
@@ -181,7 +184,9 @@ impl Counted {
     /// One more at `now`.
     fn count(&mut self, now: u64, window: u64) {
         let k = now / window;
-        if k != self.k {
+        // A caller whose clock was read before another's counts in the
+        // window it finds.
+        if k > self.k {
             self.previous = if k == self.k + 1 { self.current } else { 0 };
             self.current = 0;
             self.k = k;
@@ -193,9 +198,9 @@ impl Counted {
     /// and the part of the one before that the last window still covers.
     fn last_window(&self, now: u64, window: u64) -> u64 {
         let k = now / window;
-        let (current, previous) = match k.checked_sub(self.k) {
-            Some(0) => (self.current, self.previous),
-            Some(1) => (0, self.current),
+        let (current, previous) = match k.saturating_sub(self.k) {
+            0 => (self.current, self.previous),
+            1 => (0, self.current),
             _ => (0, 0),
         };
         let left = (window - now % window) * 1024 / window;
@@ -247,7 +252,7 @@ impl Pool {
         if self.members == 0 {
             return 0;
         }
-        let grown = 1 + (now - self.since) / (POOL_GROWTH_WINDOWS * window);
+        let grown = 1 + now.saturating_sub(self.since) / (POOL_GROWTH_WINDOWS * window);
         grown.min(self.weights).min(MAX_POOL_WEIGHT)
     }
 }
@@ -304,7 +309,9 @@ impl Shares {
             self.pool.weights += weight;
             own.asked.count(now, settings.window);
             self.pool.asked.count(now, settings.window);
-            if now - own.since >= settings.window / 4 && self.graduates(settings, own, now) {
+            if now.saturating_sub(own.since) >= settings.window / 4
+                && self.graduates(settings, own, now)
+            {
                 // A tenant of its own from now: no debt from its share as
                 // a newcomer, no refusal held against it.
                 own.standing = Standing::Established;
@@ -354,8 +361,8 @@ impl Shares {
         // quarter window its first two: the rest stays for tenants asking
         // no more than their shares, whom neither hogs nor a crowd of new
         // ids arriving at once can crowd out.
-        let insistent = own.refused_at > 0 && now - own.refused_at < interval / 2;
-        let first = pooled && now - own.since < settings.window / 4;
+        let insistent = own.refused_at > 0 && now.saturating_sub(own.refused_at) < interval / 2;
+        let first = pooled && now.saturating_sub(own.since) < settings.window / 4;
         let threshold = settings.thresholds[class]
             - if insistent {
                 settings.headroom() * 2 / 3
@@ -401,7 +408,7 @@ impl Shares {
         // been here, in 64ths) against the newcomers' mean (theirs over
         // the part the place has been occupied), in doubles, as the script
         // computes them, so that both round alike.
-        let here = |since: u64| (now - since).min(window) * 64 / window;
+        let here = |since: u64| now.saturating_sub(since).min(window) * 64 / window;
         let asked = own.asked.last_window(now, window);
         let busy = asked >= BUSY_SAMPLE * 1024
             && asked as f64 * self.pool.members as f64 * here(self.pool.since) as f64
@@ -829,6 +836,23 @@ mod tests {
         let exact = (u128::from(interval) * u128::from(weights)).div_ceil(u128::from(weight));
         let exact = u64::try_from(exact).unwrap().min(MAX_TENANT_INTERVAL);
         assert_eq!(tenant_interval(interval, weights, weight), exact);
+    }
+
+    /// Concurrent callers read the clock before they take the state: a
+    /// decision may come at an earlier time than the one before it.
+    #[test]
+    fn an_earlier_time_than_the_last_decides_without_panicking() {
+        let settings = capacity(200);
+        let mut shares = Shares::default();
+        for (i, now) in [5 * SECOND, 5 * SECOND - 1, 3 * SECOND, 5 * SECOND + SECOND / 2]
+            .into_iter()
+            .enumerate()
+        {
+            for tenant in 0..20 {
+                shares.decide(&settings, ask(tenant, 1, i % 3, now));
+            }
+        }
+        assert_eq!(shares.active(), 20);
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub struct FairShare {
 pub(super) struct Config {
     pub(super) name: Arc<str>,
     pub(super) capacity: Capacity,
+    /// How many servers share the capacity on Redis, and what each of
+    /// them decides on while Redis fails: its part of the capacity.
+    pub(super) servers: u32,
+    pub(super) fallback: Capacity,
     pub(super) tenant: TenantFn,
     pub(super) weight: WeightFn,
     pub(super) class: ClassFn,
@@ -76,6 +80,25 @@ pub(super) enum Capacity {
 }
 
 impl Capacity {
+    /// This capacity's part for one of `servers` servers, rounded up (at
+    /// least 1).
+    fn part(&self, servers: u32) -> Self {
+        let servers = servers.max(1);
+        match self {
+            Capacity::Rate(s) => Capacity::Rate(Settings::new(
+                s.limit.div_ceil(servers),
+                s.window,
+                s.fills,
+                s.max_tenants,
+            )),
+            Capacity::InFlight(s) => Capacity::InFlight(FlightSettings::new(
+                s.capacity.div_ceil(servers),
+                s.fills,
+                s.max_tenants,
+            )),
+        }
+    }
+
     /// The window a share is per, µs (`w` in headers); none in flight.
     pub(super) fn window(&self) -> Option<u64> {
         match self {
@@ -152,6 +175,8 @@ impl FairShare {
         Self {
             config: Arc::new(Config {
                 name: "shared".into(),
+                servers: 1,
+                fallback: capacity.clone(),
                 capacity,
                 tenant: Arc::new(move |req| per_ip.extract(req).ok()),
                 weight: Arc::new(|_| 1),
@@ -203,8 +228,18 @@ impl FairShare {
     }
 
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
-        change(Arc::make_mut(&mut self.config));
+        let config = Arc::make_mut(&mut self.config);
+        change(config);
+        config.fallback = config.capacity.part(config.servers);
         self
+    }
+
+    /// How many servers share the capacity on Redis (1 by default): while
+    /// Redis fails, each decides on its part, `⌈capacity / servers⌉`, so
+    /// that the fleet together admits about the capacity, not `servers`
+    /// times it. The headers report what is enforced: the part's shares.
+    pub fn servers(self, servers: u32) -> Self {
+        self.with(|c| c.servers = servers.max(1))
     }
 
     /// Its name: the label of its metrics, the policy's name in headers,
@@ -362,7 +397,7 @@ impl FairShare {
             now,
         };
         let (verdict, holding) = match &config.store {
-            Store::Memory(local) => config.decide_locally(local, ask),
+            Store::Memory(local) => config.decide_locally(local, &config.capacity, ask),
             #[cfg(feature = "redis")]
             Store::Redis { redis, .. } => config.decide_on(redis, &ask, Some(now)).await?,
         };
@@ -391,7 +426,7 @@ impl Config {
         let (verdict, holding) = match &self.store {
             Store::Memory(local) => {
                 ask.tenant = local_id(tenant);
-                self.decide_locally(local, ask)
+                self.decide_locally(local, &self.capacity, ask)
             }
             #[cfg(feature = "redis")]
             Store::Redis {
@@ -402,15 +437,20 @@ impl Config {
                 ask.tenant = tenant_id(tenant);
                 let shared = self.decide_on(redis, &ask, None);
                 let asked = circuit.guard(shared).await.and_then(Result::ok);
-                asked.unwrap_or_else(|| self.decide_locally(local, ask))
+                asked.unwrap_or_else(|| self.decide_locally(local, &self.fallback, ask))
             }
         };
         (verdict, class, ask.now, holding)
     }
 
-    /// Decide `ask` on this process's state.
-    fn decide_locally(&self, local: &Local, ask: Ask) -> (Verdict, Option<Holding>) {
-        match &self.capacity {
+    /// Decide `ask` on this process's state, as `capacity`.
+    fn decide_locally(
+        &self,
+        local: &Local,
+        capacity: &Capacity,
+        ask: Ask,
+    ) -> (Verdict, Option<Holding>) {
+        match capacity {
             Capacity::Rate(settings) => (lock(&local.shares).decide(settings, ask), None),
             Capacity::InFlight(flight) => {
                 let (verdict, id) = lock(&local.flights).acquire(flight, ask);

@@ -74,11 +74,13 @@ impl Drop for Place {
 /// capacity's clock.
 fn release_locally(config: &Config, id: TenantId, now: Option<u64>) {
     let now = now.unwrap_or_else(|| config.clock.now().as_u64());
-    #[cfg(feature = "redis")]
-    let (Store::Memory(local) | Store::Redis { local, .. }) = &config.store;
-    #[cfg(not(feature = "redis"))]
-    let Store::Memory(local) = &config.store;
-    if let Capacity::InFlight(flight) = &config.capacity {
+    // While Redis fails, places are counted on this server's part.
+    let (local, capacity) = match &config.store {
+        Store::Memory(local) => (local, &config.capacity),
+        #[cfg(feature = "redis")]
+        Store::Redis { local, .. } => (local, &config.fallback),
+    };
+    if let Capacity::InFlight(flight) = capacity {
         lock(&local.flights).release(flight, id, now);
     }
     config.freed.notify_waiters();

@@ -83,7 +83,9 @@ redis.call('ZADD', Z, num(now), id)
 -- Requests by whole windows: one more at now; the last window's, times 1024.
 local function count_one(c)
   local k = idiv(now, window)
-  if k ~= c.k then
+  -- A caller whose clock was read before another's counts in the window
+  -- it finds.
+  if k > c.k then
     if k == c.k + 1 then c.previous = c.current else c.previous = 0 end
     c.current = 0
     c.k = k
@@ -93,7 +95,7 @@ end
 local function last_window(c)
   local k = idiv(now, window)
   local current, previous = 0, 0
-  if k == c.k then
+  if k <= c.k then
     current, previous = c.current, c.previous
   elseif k == c.k + 1 then
     previous = c.current
@@ -118,7 +120,7 @@ if own.standing == 1 then
   if now - own.since >= idiv(window, 4) then
     -- Its rate against the newcomers' mean, in doubles as the memory
     -- backend computes it.
-    local function here(since) return idiv(math.min(now - since, window) * 64, window) end
+    local function here(since) return idiv(math.min(math.max(now - since, 0), window) * 64, window) end
     local asked = last_window(own)
     local busy = asked >= BUSY_SAMPLE * 1024
       and asked * pm * here(ps) >= 2 * last_window(pool) * here(own.since)
@@ -153,7 +155,7 @@ end
 
 local place = 0
 if pm > 0 then
-  place = math.min(1 + idiv(now - ps, POOL_GROWTH_WINDOWS * window), pw, MAX_POOL_WEIGHT)
+  place = math.min(1 + idiv(math.max(now - ps, 0), POOL_GROWTH_WINDOWS * window), pw, MAX_POOL_WEIGHT)
 end
 local top = weights - pw + place
 local pooled = own.standing == 1
