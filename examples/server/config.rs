@@ -56,6 +56,11 @@ pub struct Config {
     /// `SHARED_CAPACITY`: `/api/shared`'s capacity per second, shared by
     /// every tenant.
     pub shared_capacity: u32,
+    /// `SHARED_PER_IP`: requests per second one client address may ask of
+    /// `/api/shared` (default 100, half the default capacity), checked
+    /// before the capacity: what one client inventing tenant ids can ask
+    /// at most.
+    pub shared_per_ip: u32,
     /// `MAX_CONNECTIONS`: connections open at once; more are closed as
     /// soon as they are accepted (default: three quarters of `ulimit -n`,
     /// at most 10,000).
@@ -108,6 +113,7 @@ impl Default for Config {
             redis_key_format: RedisKeyFormat::Compact,
             redis_batch: true,
             shared_capacity: 200,
+            shared_per_ip: 100,
             max_connections: serve::default_max_connections(),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
         }
@@ -201,6 +207,7 @@ impl Config {
             shared_capacity: env_or("SHARED_CAPACITY", 200, |v| {
                 v.parse().ok().filter(|n| *n >= 1)
             })?,
+            shared_per_ip: env_or("SHARED_PER_IP", 100, |v| v.parse().ok().filter(|n| *n >= 1))?,
             redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
                 "compact" => Some(RedisKeyFormat::Compact),
                 "packed" => Some(RedisKeyFormat::Packed(None)),

@@ -249,7 +249,7 @@ pub fn app_with<B: Backend>(
         )
         .route("/api/tokens", tokens::route(&common, &limits))
         .route("/api/slow", slow::route(&common, &limits))
-        .route("/api/shared", shared::route(capacity))
+        .route("/api/shared", shared::route(config, capacity))
         .route(
             "/api/report",
             report::route(config, &common, &limits, report_service),

@@ -6,12 +6,12 @@
 //!
 //! For a capacity of `C` per window `W`:
 //! - the capacity's emission interval is `T = ⌈W / C⌉` and its depth
-//!   `D = max(W / 10, 10 T)`: over any time `t` it admits at most
+//!   `D = max(W / 10, 20 T)`: over any time `t` it admits at most
 //!   `t / T + D / T` requests, whatever the classes and tenants;
 //! - a class may fill the depth up to its threshold `θ` (critical all of
 //!   it, default all but the critical reserve, sheddable all but both
 //!   reserves); a request over its tenant's share only up to `θ − H`, the
-//!   headroom `H = max(3 D / 10, 4 T)` kept for requests within their shares, so
+//!   headroom `H = max(3 D / 10, 6 T)` kept for requests within their shares, so
 //!   that tenants asking more than their shares never take the room of
 //!   one asking less;
 //! - the critical reserve is also a rate: critical requests up to the
@@ -22,7 +22,7 @@
 //!   one more every [`POOL_GROWTH_WINDOWS`] windows it stays occupied, up
 //!   to its newcomers' weights. A newcomer becomes an established tenant
 //!   of its own once it has been active a window, if the place holds at
-//!   most [`SMALL_POOL`] tenants or it asks at least twice the newcomers'
+//!   most [`SMALL_POOL`] tenants or it asks at least [`BUSY_TIMES`] the newcomers'
 //!   mean rate (at most `SMALL_POOL` at once, then one a window);
 //! - an established tenant's share is `C · w / Σw` over the established
 //!   tenants' weights and the newcomers' place's, a newcomer's is that
@@ -51,7 +51,7 @@ pub(crate) const MAX_WINDOW_US: u64 = 86_400_000_000;
 /// The capacity's depth holds at least this many requests, so that the
 /// classes' thresholds and the headroom are whole requests apart at any
 /// capacity.
-pub(crate) const MIN_DEPTH_REQUESTS: u64 = 10;
+pub(crate) const MIN_DEPTH_REQUESTS: u64 = 20;
 
 /// Newcomers graduate as soon as their first window ends while at most
 /// this many share the newcomers' place; at most this many graduate at
@@ -61,6 +61,11 @@ pub(crate) const SMALL_POOL: u64 = 8;
 /// A newcomer is judged busy on at least this many requests of its last
 /// window.
 pub(crate) const BUSY_SAMPLE: u64 = 8;
+
+/// A newcomer asking this many times the newcomers' mean rate is busy: a
+/// tenant of its own, not one of many made-up ids (which ask alike, and
+/// twice the mean by chance now and then).
+pub(crate) const BUSY_TIMES: u64 = 4;
 
 /// The newcomers' place weighs one more every this many windows it stays
 /// occupied (up to its newcomers' weights, at most [`MAX_POOL_WEIGHT`]).
@@ -112,8 +117,8 @@ impl Settings {
         let depth = (window / 10).max(interval * MIN_DEPTH_REQUESTS);
         let fill = |percent: u8| (depth * u64::from(percent.min(100)) / 100).max(interval);
         let thresholds = fills.map(fill);
-        // Four requests at least: its quarters are whole requests.
-        let headroom = (depth * 3 / 10).max(4 * interval);
+        // Six requests at least: each of its thirds holds two.
+        let headroom = (depth * 3 / 10).max(6 * interval);
         let borrow = thresholds.map(|threshold| threshold.saturating_sub(headroom).max(interval));
         let reserve = u64::from(100u8.saturating_sub(fills[1]));
         let (reserve_interval, reserve_depth) = if reserve == 0 {
@@ -357,20 +362,19 @@ impl Shares {
         let filled = capacity_tat - now;
         // Within its share, a tenant refused within the last half of its
         // interval (one asking again at once: more than it gets) fills
-        // only the headroom's first third, and a newcomer in its first
-        // quarter window its first two: the rest stays for tenants asking
-        // no more than their shares, whom neither hogs nor a crowd of new
-        // ids arriving at once can crowd out.
+        // only the headroom's first third, and a newcomer its first two:
+        // the last third stays for established tenants asking no more
+        // than their shares, whom neither hogs nor a crowd of new ids
+        // (arriving at once, or coming back with their shares saved up)
+        // can crowd out.
         let insistent = own.refused_at > 0 && now.saturating_sub(own.refused_at) < interval / 2;
-        let first = pooled && now.saturating_sub(own.since) < settings.window / 4;
-        let threshold = settings.thresholds[class]
-            - if insistent {
-                settings.headroom() * 2 / 3
-            } else if first {
-                settings.headroom() / 3
-            } else {
-                0
-            };
+        let threshold = settings.thresholds[class].saturating_sub(if insistent {
+            settings.headroom() * 2 / 3
+        } else if pooled {
+            settings.headroom() / 3
+        } else {
+            0
+        });
         let borrow = settings.borrow[class];
         let (admitted, retry_after) = if within_share || in_reserve {
             (filled <= threshold, filled.saturating_sub(threshold))
@@ -399,9 +403,10 @@ impl Shares {
         }
     }
 
-    /// Whether `own`, a newcomer for a window now, becomes a tenant of its
-    /// own: while the newcomers' place is small or it asks at least twice
-    /// their mean rate, within the graduations' budget.
+    /// Whether `own`, a newcomer for a quarter window now, becomes a
+    /// tenant of its own: while the newcomers' place is small or it asks
+    /// at least [`BUSY_TIMES`] their mean rate, within the graduations'
+    /// budget.
     fn graduates(&mut self, settings: &Settings, own: &Own, now: u64) -> bool {
         let window = settings.window;
         // Its rate (its requests over the part of the last window it has
@@ -412,7 +417,9 @@ impl Shares {
         let asked = own.asked.last_window(now, window);
         let busy = asked >= BUSY_SAMPLE * 1024
             && asked as f64 * self.pool.members as f64 * here(self.pool.since) as f64
-                >= 2.0 * self.pool.asked.last_window(now, window) as f64 * here(own.since) as f64;
+                >= BUSY_TIMES as f64
+                    * self.pool.asked.last_window(now, window) as f64
+                    * here(own.since) as f64;
         let graduated_tat = self.graduated_tat.max(now) + window;
         let graduates =
             (self.pool.members <= SMALL_POOL || busy) && graduated_tat - now <= SMALL_POOL * window;
@@ -447,14 +454,16 @@ impl Pace {
         }
     }
 
-    /// A share's pace: its depth an interval and a tolerance of another
-    /// one, or of the headroom if less, or of a quarter interval if more
-    /// (at least half the headroom in all): a tenant whose share is long
-    /// has no burst to save up, only room for its requests' jitter.
+    /// A share's pace: its depth two intervals, at least half the
+    /// headroom (a tenant asking more often than its share is admitted at
+    /// its share, not at a multiple of its own spacing).
     fn of_share(interval: u64, settings: &Settings, tat: u64, now: u64) -> Self {
-        let headroom = settings.headroom();
-        let tolerance = interval.min(headroom).max(interval / 4);
-        Self::new(interval, (interval + tolerance).max(headroom / 2), tat, now)
+        Self::new(
+            interval,
+            (2 * interval).max(settings.headroom() / 2),
+            tat,
+            now,
+        )
     }
 
     /// How far past the depth it is, µs.
@@ -625,8 +634,11 @@ mod tests {
         weight: u32,
         class: usize,
         per_second: f64,
-        /// When it starts, s.
+        /// When it starts and stops, s (`None`: at the end).
         from: f64,
+        until: Option<f64>,
+        /// Whose ids it takes (`None`: its own).
+        ids_of: Option<u32>,
     }
 
     fn client(per_second: f64) -> Client {
@@ -636,7 +648,14 @@ mod tests {
             class: DEFAULT,
             per_second,
             from: 0.0,
+            until: None,
+            ids_of: None,
         }
+    }
+
+    /// At most 1% of `seen` refused.
+    fn at_most_one_percent((admitted, refused): (u64, u64)) -> bool {
+        refused * 100 <= admitted + refused
     }
 
     /// Each client's (admitted, refused) over `seconds`.
@@ -646,7 +665,8 @@ mod tests {
         let mut random = 0x9e37_79b9_7f4a_7c15_u64;
         for (c, client) in clients.iter().enumerate() {
             let spacing = SECOND as f64 / client.per_second;
-            let count = (client.per_second * (seconds as f64 - client.from)) as u64;
+            let until = client.until.unwrap_or(seconds as f64).min(seconds as f64);
+            let count = (client.per_second * (until - client.from)) as u64;
             let mut uniform = || {
                 random = random
                     .wrapping_mul(6_364_136_223_846_793_005)
@@ -657,7 +677,9 @@ mod tests {
             for n in 0..count {
                 let jitter = uniform() * spacing / 10.0;
                 let at = (phase + n as f64 * spacing + jitter) as u64;
-                events.push((at, c, (n % u64::from(client.ids)) as u32));
+                // Clients taking one set of ids start at different ones.
+                let id = (n + 25 * c as u64) % u64::from(client.ids);
+                events.push((at, c, id as u32));
             }
         }
         events.sort();
@@ -665,7 +687,7 @@ mod tests {
         for (at, c, id) in events {
             let client = clients[c];
             let mut tenant = [0; 16];
-            tenant[..4].copy_from_slice(&(c as u32).to_le_bytes());
+            tenant[..4].copy_from_slice(&client.ids_of.unwrap_or(c as u32).to_le_bytes());
             tenant[4..8].copy_from_slice(&id.to_le_bytes());
             let ask = Ask {
                 tenant,
@@ -720,32 +742,35 @@ mod tests {
     }
 
     /// The guide's promise: critical requests within the critical reserve
-    /// (20% of 200/s) are never refused while sheddable ones are admitted,
-    /// for any number of sheddable tenants (about 710/s together).
+    /// (20% of 200/s) are never refused while sheddable or default ones
+    /// are admitted, for any number of sheddable or default tenants: hogs
+    /// (about 710/s together), or default tenants each asking its whole
+    /// share (the capacity together).
     #[test]
-    fn critical_requests_within_the_reserve_pass_any_number_of_sheddable_tenants() {
+    fn critical_requests_within_the_reserve_pass_any_number_of_tenants() {
         let settings = capacity(200);
-        for tenants in [2, 10, 20, 50] {
-            let sheddable = Client {
-                class: SHEDDABLE,
-                ..client(710.0 / f64::from(tenants))
-            };
-            let critical = Client {
-                class: CRITICAL,
-                ..client(20.0)
-            };
-            let mut clients = vec![sheddable; tenants as usize];
-            clients.push(critical);
-            let seen = play(&settings, &clients, 6);
-            let (admitted, refused) = seen[tenants as usize];
-            assert_eq!(refused, 0, "{tenants} sheddable tenants: {seen:?}");
-            assert_eq!(admitted, 120);
-            assert_within_capacity(&settings, &seen, 6);
-            let sheddable: u64 = seen[..tenants as usize].iter().map(|s| s.0).sum();
-            assert!(
-                sheddable >= 900,
-                "the sheddable ones take the rest: {seen:?}"
-            );
+        for (class, together) in [(SHEDDABLE, 710.0), (DEFAULT, 710.0), (DEFAULT, 200.0)] {
+            for tenants in [2, 10, 20, 50] {
+                let hog = Client {
+                    class,
+                    ..client(together / f64::from(tenants + 1))
+                };
+                let critical = Client {
+                    class: CRITICAL,
+                    ..client(20.0)
+                };
+                let mut clients = vec![hog; tenants as usize];
+                clients.push(critical);
+                let seen = play(&settings, &clients, 6);
+                let (admitted, refused) = seen[tenants as usize];
+                assert_eq!(refused, 0, "{tenants} tenants of class {class}: {seen:?}");
+                assert_eq!(admitted, 120);
+                assert_within_capacity(&settings, &seen, 6);
+                let others: u64 = seen[..tenants as usize].iter().map(|s| s.0).sum();
+                let asked = together * f64::from(tenants) / f64::from(tenants + 1) * 6.0;
+                let rest = asked.min(1200.0 - 120.0) * 0.85;
+                assert!(others as f64 >= rest, "the others take the rest: {seen:?}");
+            }
         }
     }
 
@@ -776,6 +801,37 @@ mod tests {
             assert!(seen[2].1 <= 10, "{ids} made-up ids: {seen:?}");
             assert_within_capacity(&settings, &seen, 14);
         }
+    }
+
+    /// The same flood through limits per client address that let each of
+    /// its 8 addresses send 100 requests at once, then 100 a second: the
+    /// 200 ids, silent for a second, come back with their shares saved.
+    #[test]
+    fn made_up_tenants_in_bursts_dilute_nobody() {
+        let settings = capacity(200);
+        let mut clients = vec![Client {
+            from: 1.0,
+            ..client(20.0)
+        }];
+        for _ in 0..8 {
+            // 100 within 3 ms, then 100 a second from the next second.
+            clients.push(Client {
+                ids: 200,
+                from: 2.0,
+                until: Some(2.003),
+                ids_of: Some(1),
+                ..client(33_334.0)
+            });
+            clients.push(Client {
+                ids: 200,
+                from: 3.0,
+                ids_of: Some(1),
+                ..client(100.0)
+            });
+        }
+        let mut seen = play(&settings, &clients, 8);
+        let light = seen.remove(0);
+        assert!(at_most_one_percent(light), "{light:?} {seen:?}");
     }
 
     /// A tenant asking its weighted share (weights 1, beside 1, 10 or 50
@@ -844,9 +900,14 @@ mod tests {
     fn an_earlier_time_than_the_last_decides_without_panicking() {
         let settings = capacity(200);
         let mut shares = Shares::default();
-        for (i, now) in [5 * SECOND, 5 * SECOND - 1, 3 * SECOND, 5 * SECOND + SECOND / 2]
-            .into_iter()
-            .enumerate()
+        for (i, now) in [
+            5 * SECOND,
+            5 * SECOND - 1,
+            3 * SECOND,
+            5 * SECOND + SECOND / 2,
+        ]
+        .into_iter()
+        .enumerate()
         {
             for tenant in 0..20 {
                 shares.decide(&settings, ask(tenant, 1, i % 3, now));

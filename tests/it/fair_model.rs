@@ -4,7 +4,7 @@
 //! Redis backends with a virtual clock.
 //!
 //! The model (`mod model`), for `C` requests per window `W`:
-//! * depth `D = max(W/10, 10·W/C)`; hard cap: any interval of length `t`
+//! * depth `D = max(W/10, 20·W/C)`; hard cap: any interval of length `t`
 //!   holds at most `t·C/W + D·C/W + 1` admissions;
 //! * static shares `s_t = C·w_t/Σw` over the active tenants;
 //! * the class rule: critical demand within 20% of `C` served first, then
@@ -14,10 +14,11 @@
 //!   also `min(asked, s'_t)`, `s'_t` the share of `C` less the critical
 //!   demand among the others, whichever is smaller).
 //!
-//! Checked per case, after a warm-up of 3 windows: the hard cap (over the
-//! whole run); a tenant asking at most 95% of its floor share refused at
-//! most 1% of its requests; a tenant asking more admitted at least 90% of
-//! its floor; work conservation (at least 90% of `C` when the tenants ask
+//! Checked per case, after a warm-up of 3 windows and each tenant's first
+//! quarter window: the hard cap (over the whole run); a tenant asking at
+//! most 95% of its floor share refused at most 1% of its requests; a tenant
+//! asking more admitted at least 90% of its floor (below 5 requests a
+//! window, the documented looser bound: one in 8, and 80%); work conservation (at least 90% of `C` when the tenants ask
 //! more than `C`); critical requests within the reserve refused at most 1%,
 //! and never refused within half a request interval (`W/2C`) of an admitted
 //! default or sheddable request; requests of a default tenant within 95% of
@@ -47,9 +48,9 @@ mod model {
     }
 
     impl Capacity {
-        /// `D = max(W/10, 10·W/C)`, in µs.
+        /// `D = max(W/10, 20·W/C)`, in µs.
         pub fn depth_us(&self) -> f64 {
-            (self.w_us as f64 / 10.0).max(10.0 * self.w_us as f64 / self.c as f64)
+            (self.w_us as f64 / 10.0).max(20.0 * self.w_us as f64 / self.c as f64)
         }
 
         /// A tenant is active while it asked in the last `max(2W, 2D)`.
@@ -66,10 +67,10 @@ mod model {
         /// times: `(first, last, admissions, allowed)` if any interval
         /// holds more than `t·C/W + D·C/W + 1`. Exact: with
         /// `g(k) = k·W − t_k·C`, the cap is `g(j) − g(i) ≤ D·C` for all
-        /// `i < j`, and `10·D·C = max(W·C, 100·W)`.
+        /// `i < j`, and `10·D·C = max(W·C, 200·W)`.
         pub fn hard_cap_violation(&self, times: &[u64]) -> Option<(u64, u64, usize, f64)> {
             let (w, c) = (self.w_us as i128, self.c as i128);
-            let dc10 = (w * c).max(100 * w);
+            let dc10 = (w * c).max(200 * w);
             let mut min: Option<(i128, usize)> = None;
             let mut worst: Option<(i128, usize, usize)> = None;
             for (k, &t) in times.iter().enumerate() {
@@ -112,8 +113,9 @@ mod model {
         while !open.is_empty() {
             let wsum: f64 = open.iter().map(|&i| weights[i]).sum();
             let level = left / wsum;
-            let (met, unmet): (Vec<usize>, Vec<usize>) =
-                open.iter().partition(|&&i| demands[i] <= level * weights[i]);
+            let (met, unmet): (Vec<usize>, Vec<usize>) = open
+                .iter()
+                .partition(|&&i| demands[i] <= level * weights[i]);
             if met.is_empty() {
                 for &i in &open {
                     alloc[i] = level * weights[i];
@@ -199,7 +201,16 @@ type Raw = (u32, bool, f64, f64, f64);
 fn raw_case() -> impl Strategy<Value = (usize, Vec<Raw>, bool)> {
     (
         0usize..CAPACITIES.len(),
-        prop::collection::vec((1u32..=10, prop::bool::weighted(0.35), 0.2f64..0.95, 1.5f64..10.0, 0.0f64..1.0), 2..=8),
+        prop::collection::vec(
+            (
+                1u32..=10,
+                prop::bool::weighted(0.35),
+                0.2f64..0.95,
+                1.5f64..10.0,
+                0.0f64..1.0,
+            ),
+            2..=8,
+        ),
         prop::bool::weighted(0.3),
     )
 }
@@ -217,7 +228,11 @@ fn build(capacity: usize, raw: &[Raw], classy: bool, budget: f64) -> Case {
     // The slowest pace that keeps a tenant active: an interval of half the
     // activity period.
     let min_rate = 2.0 * w_us as f64 / cap.activity_us();
-    let crit = crit_at.map_or(0.0, |_| (raw[n - 1].2 / 0.95 * 0.19 * cf).clamp(0.05 * cf, 0.19 * cf).max(min_rate));
+    let crit = crit_at.map_or(0.0, |_| {
+        (raw[n - 1].2 / 0.95 * 0.19 * cf)
+            .clamp(0.05 * cf, 0.19 * cf)
+            .max(min_rate)
+    });
     let floors = floor_shares(cf, &weights, crit_at, crit);
     let mut tenants: Vec<Tenant> = raw
         .iter()
@@ -230,21 +245,41 @@ fn build(capacity: usize, raw: &[Raw], classy: bool, budget: f64) -> Case {
             } else {
                 (1, (frac * floors[i]).max(min_rate))
             };
-            Tenant { weight, class, demand, phase }
+            Tenant {
+                weight,
+                class,
+                demand,
+                phase,
+            }
         })
         .collect();
     // Within the budget of calls over at least 20 measured windows, but the
     // hogs together asking at least enough for 1.25·C in all.
-    let others: f64 = tenants.iter().filter(|t| !is_hog(t, cf)).map(|t| t.demand).sum();
-    let hogs: f64 = tenants.iter().filter(|t| is_hog(t, cf)).map(|t| t.demand).sum();
+    let others: f64 = tenants
+        .iter()
+        .filter(|t| !is_hog(t, cf))
+        .map(|t| t.demand)
+        .sum();
+    let hogs: f64 = tenants
+        .iter()
+        .filter(|t| is_hog(t, cf))
+        .map(|t| t.demand)
+        .sum();
     let allowed = budget / (WARM_UP + 20) as f64 - others;
     let target = hogs.min(allowed).max(1.25 * cf - others).max(0.0);
     for t in tenants.iter_mut().filter(|t| is_hog(t, cf)) {
         t.demand *= target / hogs;
     }
     let total: f64 = tenants.iter().map(|t| t.demand).sum();
-    let windows = ((budget / total) as u64).saturating_sub(WARM_UP).clamp(20, 200);
-    Case { quota, cap, tenants, windows }
+    let windows = ((budget / total) as u64)
+        .saturating_sub(WARM_UP)
+        .clamp(20, 200);
+    Case {
+        quota,
+        cap,
+        tenants,
+        windows,
+    }
 }
 
 fn is_hog(t: &Tenant, cf: f64) -> bool {
@@ -256,10 +291,21 @@ fn is_hog(t: &Tenant, cf: f64) -> bool {
 fn floor_shares(cf: f64, weights: &[u32], crit_at: Option<usize>, crit: f64) -> Vec<f64> {
     let s = model::static_shares(cf, weights);
     let Some(k) = crit_at else { return s };
-    let others: u32 = weights.iter().enumerate().filter(|&(i, _)| i != k).map(|(_, &w)| w).sum();
+    let others: u32 = weights
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != k)
+        .map(|(_, &w)| w)
+        .sum();
     s.iter()
         .enumerate()
-        .map(|(i, &s)| if i == k { s } else { s.min((cf - crit) * weights[i] as f64 / others as f64) })
+        .map(|(i, &s)| {
+            if i == k {
+                s
+            } else {
+                s.min((cf - crit) * weights[i] as f64 / others as f64)
+            }
+        })
         .collect()
 }
 
@@ -279,7 +325,9 @@ fn schedule(case: &Case) -> Vec<(u64, usize)> {
     let mut all = Vec::new();
     for (i, t) in case.tenants.iter().enumerate() {
         let interval = w / t.demand;
-        let first = START as f64 + t.phase * interval.min(w);
+        // A phase anywhere in the tenant's own spacing: tenants of one
+        // rate are not bunched into the first window.
+        let first = START as f64 + t.phase * interval;
         let mut k = 0u64;
         loop {
             let at = (first + k as f64 * interval) as u64;
@@ -303,7 +351,12 @@ async fn run(case: &Case, fair: FairShare) -> Vec<Seen> {
             .decide_at(key.as_bytes(), t.weight, CLASSES[t.class], at)
             .await
             .unwrap();
-        seen.push(Seen { at, tenant: i, admitted, share });
+        seen.push(Seen {
+            at,
+            tenant: i,
+            admitted,
+            share,
+        });
     }
     seen
 }
@@ -336,7 +389,9 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
     let crit: f64 = crit_at.map_or(0.0, |k| demands[k]);
     let shares = model::static_shares(cf, &weights);
     let floor_share = floor_shares(cf, &weights, crit_at, crit);
-    let floors: Vec<f64> = (0..n).map(|i| model::floor(demands[i], floor_share[i])).collect();
+    let floors: Vec<f64> = (0..n)
+        .map(|i| model::floor(demands[i], floor_share[i]))
+        .collect();
     let alloc = model::allocation(cf, &demands, &weights, &classes);
 
     let mut failures = Vec::new();
@@ -355,11 +410,25 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
     let mut asked = vec![0u64; n];
     let mut got = vec![0u64; n];
     let mut share_dev: f64 = 0.0;
-    for s in seen.iter().filter(|s| s.at >= measure_from) {
+    // A tenant's requests count once it has been active a quarter window
+    // (the definition's guarantee is for tenants past that): a tenant
+    // asking once in 20 windows first asks after the warm-up.
+    let mut first_at = vec![u64::MAX; n];
+    for s in seen {
+        first_at[s.tenant] = first_at[s.tenant].min(s.at);
+    }
+    let measured = |s: &&Seen| s.at >= measure_from && s.at >= first_at[s.tenant] + w / 4;
+    for s in seen.iter().filter(measured) {
         asked[s.tenant] += 1;
         got[s.tenant] += u64::from(s.admitted);
         share_dev = share_dev.max((s.share as f64 - shares[s.tenant]).abs());
     }
+    // Below 5 requests a window (1/s) the guarantee is the documented
+    // looser one: a tenant within its share refused at most one request in
+    // 8, one over it admitted at least 80% of its floor (a depth of 20
+    // requests shared by tenants whose shares are a fraction of a request
+    // a window).
+    let (refusals_in, floor_part) = if cap.c < 5 { (8, 0.8) } else { (100, 0.9) };
     let mut maxmin_dev: f64 = 0.0;
     for i in 0..n {
         let t = &case.tenants[i];
@@ -378,13 +447,13 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
             }
         } else if t.demand <= 0.95 * floor_share[i] {
             // (2) At most its share: refused at most 1%.
-            if refused * 100 > asked[i] {
+            if refused * refusals_in > asked[i] {
                 failures.push(format!(
                     "floor: tenant {i} asking {:.3}/window (share {:.3}): {refused} of {} refused",
                     t.demand, floor_share[i], asked[i]
                 ));
             }
-        } else if rate < 0.9 * floors[i] {
+        } else if rate < floor_part * floors[i] {
             // (3) More than its share: at least (90% of) the floor.
             failures.push(format!(
                 "floor: tenant {i} asking {:.3}/window (share {:.3}) got {rate:.3}/window, floor {:.3}",
@@ -442,7 +511,10 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
     }
     for (k, what) in [
         (0, "critical refused beside admitted default/sheddable"),
-        (1, "default within its share refused beside admitted sheddable"),
+        (
+            1,
+            "default within its share refused beside admitted sheddable",
+        ),
     ] {
         if let Some((at, tenant, other)) = first[k] {
             failures.push(format!(
@@ -470,7 +542,9 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
         total_got as f64 / m / cf,
     );
     if maxmin_dev > bound {
-        failures.push(format!("max-min deviation {maxmin_dev:.1}% of C past the bound {bound:.1}%"));
+        failures.push(format!(
+            "max-min deviation {maxmin_dev:.1}% of C past the bound {bound:.1}%"
+        ));
     }
     if failures.is_empty() {
         Ok(())
@@ -484,7 +558,10 @@ fn round3(x: f64) -> f64 {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 fn capacity(quota: &str) -> FairShare {
@@ -499,18 +576,32 @@ fn the_model_s_own_arithmetic() {
     // Water-filling: 10 among demands 1, 8, 8 with weights 1, 1, 2: the
     // first is met, the others split 9 as 1:2.
     let a = model::water_fill(10.0, &[1.0, 8.0, 8.0], &[1.0, 1.0, 2.0]);
-    assert!((a[0] - 1.0).abs() < 1e-9 && (a[1] - 3.0).abs() < 1e-9 && (a[2] - 6.0).abs() < 1e-9, "{a:?}");
+    assert!(
+        (a[0] - 1.0).abs() < 1e-9 && (a[1] - 3.0).abs() < 1e-9 && (a[2] - 6.0).abs() < 1e-9,
+        "{a:?}"
+    );
     // Critical first, within 20%: 100 with a critical 15, a default 30, a
     // sheddable hog: 15, 30, 55.
     let a = model::allocation(100.0, &[15.0, 30.0, 500.0], &[1, 1, 1], &[0, 1, 2]);
-    assert!((a[0] - 15.0).abs() < 1e-9 && (a[1] - 30.0).abs() < 1e-9 && (a[2] - 55.0).abs() < 1e-9, "{a:?}");
+    assert!(
+        (a[0] - 15.0).abs() < 1e-9 && (a[1] - 30.0).abs() < 1e-9 && (a[2] - 55.0).abs() < 1e-9,
+        "{a:?}"
+    );
     // The hard cap at 200/s: a burst of 20 plus one, then nothing more.
-    let cap = model::Capacity { c: 200, w_us: 1_000_000 };
+    let cap = model::Capacity {
+        c: 200,
+        w_us: 1_000_000,
+    };
     assert!(cap.hard_cap_violation(&[7; 21]).is_none());
     assert!(cap.hard_cap_violation(&[7; 22]).is_some());
-    // 1/s: a depth of 10 s; 11 at once, then one a second.
-    let cap = model::Capacity { c: 1, w_us: 1_000_000 };
-    let times: Vec<u64> = std::iter::repeat_n(0, 11).chain((1..30).map(|k| k * 1_000_000)).collect();
+    // 1/s: a depth of 20 s; 21 at once, then one a second.
+    let cap = model::Capacity {
+        c: 1,
+        w_us: 1_000_000,
+    };
+    let times: Vec<u64> = std::iter::repeat_n(0, 21)
+        .chain((1..30).map(|k| k * 1_000_000))
+        .collect();
     assert!(cap.hard_cap_violation(&times).is_none());
     let mut more = times.clone();
     more.push(29_500_000);
@@ -518,8 +609,90 @@ fn the_model_s_own_arithmetic() {
     assert!(cap.hard_cap_violation(&more).is_some());
 }
 
+/// Cases the proptests below drew, written out: at 1/s and 5/s, tenants
+/// whose static share is below one request per window (asking at their
+/// share or a little over it, one request every 10 s or 2 s) beside hogs.
+/// Each is decided on memory and on Redis and held to every check.
+fn cases_seen() -> Vec<Case> {
+    let t = |weight, class, demand, phase| Tenant {
+        weight,
+        class,
+        demand,
+        phase,
+    };
+    let case = |quota, c, tenants| Case {
+        quota,
+        cap: model::Capacity { c, w_us: 1_000_000 },
+        tenants,
+        windows: 200,
+    };
+    vec![
+        case(
+            "1/s",
+            1,
+            vec![
+                t(3, 1, 8.512704614844575, 0.3507595182503939),
+                t(7, 1, 0.1, 0.7172939709765145),
+                t(9, 1, 0.1, 0.41949666644363615),
+                t(6, 1, 9.240410126043967, 0.360245193108188),
+                t(5, 1, 0.1, 0.4322138012886905),
+                t(7, 1, 0.1, 0.6843698384788602),
+                t(5, 1, 0.1, 0.31300908116512477),
+                t(4, 1, 0.1, 0.5240902032893187),
+            ],
+        ),
+        case(
+            "5/s",
+            5,
+            vec![
+                t(3, 1, 34.69543830315451, 0.9899044338521896),
+                t(1, 1, 0.5, 0.9047944950040271),
+                t(10, 1, 1.0004721645686545, 0.7046823567909011),
+                t(10, 1, 0.838413466780943, 0.9930119029458102),
+                t(7, 1, 0.5, 0.6867931352076292),
+                t(6, 1, 10.511511729538043, 0.5602796327825663),
+                t(8, 1, 0.5, 0.5474147314013035),
+            ],
+        ),
+        case(
+            "1/s",
+            1,
+            vec![
+                t(3, 1, 1.7184407420454109, 0.7924306511503468),
+                t(2, 1, 0.1, 0.7873809389818082),
+                t(9, 1, 0.14274932650930425, 0.4930416842027492),
+                t(3, 1, 6.58512793525325, 0.3170252370260194),
+                t(10, 1, 0.1, 0.41833070580715),
+                t(6, 1, 0.1, 0.2729779649959864),
+                t(2, 1, 0.1, 0.660087493086461),
+                t(6, 1, 0.1, 0.7935962854199466),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn the_cases_seen_hold_on_both_backends() {
+    let mut failures = Vec::new();
+    for case in cases_seen() {
+        let rt = runtime();
+        let memory = rt.block_on(run(&case, capacity(case.quota)));
+        failures.extend(check(&case, &memory, "memory").err());
+        let on_redis = rt.block_on(async {
+            let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .unwrap();
+            run(&case, capacity(case.quota).redis(backend)).await
+        });
+        failures.extend(check(&case, &on_redis, "redis").err());
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
 
     /// Memory backend, up to ~20,000 calls a case (~30,000 at 1000/s,
     /// where 23 windows of an overload of 1.25·C take 28,750).
@@ -528,13 +701,13 @@ proptest! {
         let case = build(capacity_at, &raw, classy, 20_000.0);
         let seen = runtime().block_on(run(&case, capacity(case.quota)));
         if let Err(failure) = check(&case, &seen, "memory") {
-            println!("EXPLORE-FAIL {}", failure);
+            prop_assert!(false, "{}", failure);
         }
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     /// Redis, the small capacities (at most ~3,000 calls a case).
     #[test]
@@ -552,7 +725,7 @@ proptest! {
             run(&case, capacity(case.quota).redis(backend)).await
         });
         if let Err(failure) = check(&case, &seen, "redis") {
-            println!("EXPLORE-FAIL {}", failure);
+            prop_assert!(false, "{}", failure);
         }
     }
 }

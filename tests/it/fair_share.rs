@@ -148,9 +148,9 @@ proptest! {
                 }
                 while tasks.join_next().await.is_some() {}
                 let took = started.elapsed().as_secs_f64();
-                // T = 10 ms, D = 100 ms: at most took / T + 10 (+1 for the
-                // first emission).
-                let most = (took * 100.0).ceil() as u64 + 11;
+                // T = 10 ms, D = 200 ms (20 requests at least): at most
+                // took / T + 20 (+1 for the first emission).
+                let most = (took * 100.0).ceil() as u64 + 21;
                 let admitted = admitted.load(Ordering::Relaxed);
                 prop_assert!(admitted <= most, "{} admitted in {:.3} s (at most {})", admitted, took, most);
                 prop_assert!(admitted >= 20, "{} admitted: the test did not load it", admitted);
@@ -172,56 +172,84 @@ fn ok() -> impl tower::Service<
     })
 }
 
-/// A client of `/api/shared`: its headers, how many connections, and its
-/// pace (requests a second over all its connections; `None`: as fast as
-/// it can).
+/// A client of `/api/shared`: its headers, how many tenant ids it takes
+/// in turn (`x-user-id: <id>-<n>`; one: `<id>` as it is), how many
+/// connections (each from a loopback address of its own), its pace
+/// (requests a second over all its connections; `None`: as fast as it
+/// can), and when it starts.
+#[derive(Clone)]
 struct Client {
+    id: String,
     headers: Vec<(&'static str, &'static str)>,
+    ids: u32,
     connections: usize,
-    per_second: Option<u64>,
+    per_second: Option<f64>,
+    from: Duration,
 }
 
-fn client(
-    headers: &[(&'static str, &'static str)],
-    connections: usize,
-    per_second: Option<u64>,
-) -> Client {
+fn client(id: &str, connections: usize, per_second: Option<f64>) -> Client {
     Client {
-        headers: headers.to_vec(),
+        id: id.to_owned(),
+        headers: Vec::new(),
+        ids: 1,
         connections,
         per_second,
+        from: Duration::ZERO,
     }
 }
 
-/// Each client's (admitted, refused) over `run`, its connections spread
-/// over the servers on `ports`.
+impl Client {
+    fn with(mut self, name: &'static str, value: &'static str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+}
+
+/// Each client's (admitted, refused) over `run` (from its start to the
+/// end), its connections spread over the servers on `ports`. A paced
+/// client never catches up after a stall (no burst its pace does not
+/// make).
 fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64)> {
     let started = Instant::now();
     let mut threads = Vec::new();
+    let mut address = 1u8;
     for (c, client) in clients.iter().enumerate() {
-        let mut request = "GET /api/shared HTTP/1.1\r\nhost: x\r\n".to_owned();
-        for (name, value) in &client.headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
         for n in 0..client.connections {
+            address = address.checked_add(1).expect("at most 254 connections");
             let port = ports[(c + n) % ports.len()];
-            let (request, pace) = (request.clone(), client.per_second);
-            let interval =
-                pace.map(|rate| Duration::from_secs(client.connections as u64) / rate as u32);
+            let client = client.clone();
             threads.push((
                 c,
                 std::thread::spawn(move || {
-                    let mut connection = KeptAlive::to(port);
+                    let mut connection = KeptAlive::from(address, port);
                     let (mut admitted, mut refused) = (0, 0);
-                    let mut next = started;
+                    let interval = client
+                        .per_second
+                        .map(|rate| Duration::from_secs_f64(client.connections as f64 / rate));
+                    let mut next = started + client.from;
+                    let mut asked = n as u32;
+                    std::thread::sleep(client.from);
                     while started.elapsed() < run {
                         if let Some(interval) = interval {
-                            next += interval;
                             if let Some(wait) = next.checked_duration_since(Instant::now()) {
                                 std::thread::sleep(wait);
                             }
+                            next = (next + interval).max(Instant::now());
                         }
+                        let mut request = format!("GET /api/shared HTTP/1.1\r\nhost: x\r\n");
+                        match client.ids {
+                            1 => request.push_str(&format!("x-user-id: {}\r\n", client.id)),
+                            ids => request.push_str(&format!(
+                                "x-user-id: {}-{}\r\n",
+                                client.id,
+                                asked % ids
+                            )),
+                        }
+                        asked += client.connections as u32;
+                        for (name, value) in &client.headers {
+                            request.push_str(&format!("{name}: {value}\r\n"));
+                        }
+                        request.push_str("\r\n");
                         match connection.status(&request) {
                             200 => admitted += 1,
                             429 => refused += 1,
@@ -242,8 +270,13 @@ fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64)> {
     totals
 }
 
-/// The three figures, on the example servers at `ports` (one capacity of
-/// 200/s for all of them).
+/// At most 1% of `seen` refused.
+fn at_most_one_percent_refused((admitted, refused): (u64, u64)) -> bool {
+    refused * 100 <= admitted + refused
+}
+
+/// The figures, on the example servers at `ports` (one capacity of 200/s
+/// for all of them, 100/s per client address in front of it).
 fn figures(ports: &[u16], store: &str) {
     let run = Duration::from_secs(6);
     let most = (200.0 * 6.0 * 1.1) as u64;
@@ -253,18 +286,11 @@ fn figures(ports: &[u16], store: &str) {
 
     let seen = load(
         ports,
-        &[
-            client(&[("x-user-id", "hog")], 6, None),
-            client(&[("x-user-id", "light")], 1, Some(20)),
-        ],
+        &[client("hog", 6, None), client("light", 1, Some(20.0))],
         run,
     );
     println!("{store}: a hog and a light tenant: {seen:?}");
-    let (light_admitted, light_refused) = seen[1];
-    assert!(
-        light_refused * 100 <= light_admitted + light_refused,
-        "{seen:?}"
-    );
+    assert!(at_most_one_percent_refused(seen[1]), "{seen:?}");
     assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
     assert!(seen[0].0 >= 600, "the hog gets what is left: {seen:?}");
     pause();
@@ -272,12 +298,8 @@ fn figures(ports: &[u16], store: &str) {
     let seen = load(
         ports,
         &[
-            client(&[("x-user-id", "pro"), ("x-api-key", "pro-demo")], 3, None),
-            client(
-                &[("x-user-id", "free"), ("x-api-key", "free-demo")],
-                3,
-                None,
-            ),
+            client("pro", 3, None).with("x-api-key", "pro-demo"),
+            client("free", 3, None).with("x-api-key", "free-demo"),
         ],
         run,
     );
@@ -287,34 +309,51 @@ fn figures(ports: &[u16], store: &str) {
     assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
     pause();
 
-    let seen = load(
-        ports,
-        &[
-            client(
-                &[("x-user-id", "batch-1"), ("x-priority", "sheddable")],
-                3,
-                None,
-            ),
-            client(
-                &[("x-user-id", "batch-2"), ("x-priority", "sheddable")],
-                3,
-                None,
-            ),
-            client(
-                &[("x-user-id", "pager"), ("x-priority", "critical")],
-                1,
-                Some(50),
-            ),
-        ],
-        run,
-    );
-    println!("{store}: sheddable hogs and a critical client: {seen:?}");
-    let (critical_admitted, critical_refused) = seen[2];
-    assert!(
-        critical_refused * 100 <= critical_admitted + critical_refused,
-        "{seen:?}"
-    );
-    assert!(seen.iter().map(|s| s.0).sum::<u64>() <= most, "{seen:?}");
+    // Sheddable tenants together asking far more than the capacity, and a
+    // critical one (an enterprise key: a client's own x-priority is not
+    // believed) at 20/s, half the critical reserve.
+    for tenants in [2, 10, 50] {
+        let mut clients: Vec<Client> = (0..tenants)
+            .map(|n| {
+                let connections = if tenants == 2 { 3 } else { 1 };
+                client(&format!("batch-{n}"), connections, None).with("x-priority", "sheddable")
+            })
+            .collect();
+        clients.push(
+            client("pager", 1, Some(20.0))
+                .with("x-priority", "critical")
+                .with("x-api-key", "enterprise-demo"),
+        );
+        let seen = load(ports, &clients, run);
+        let critical = seen[tenants];
+        let sheddable: u64 = seen[..tenants].iter().map(|s| s.0).sum();
+        println!("{store}: {tenants} sheddable tenants ({sheddable} admitted) and a critical client: {critical:?}");
+        assert_eq!(critical.1, 0, "{tenants} sheddable tenants: {seen:?}");
+        assert!(sheddable + critical.0 <= most, "{seen:?}");
+        assert!(
+            sheddable >= 500,
+            "the sheddable ones take the rest: {seen:?}"
+        );
+        pause();
+    }
+
+    // A light tenant, then a client inventing tenant ids on 8 connections
+    // from 8 addresses (each under its 100/s), as fast as it can.
+    for ids in [200, 1_000, 5_000] {
+        let flood = Client {
+            ids,
+            from: Duration::from_secs(1),
+            ..client("made-up", 8, None)
+        };
+        let seen = load(ports, &[client("light", 1, Some(20.0)), flood], run);
+        println!("{store}: a light tenant and {ids} made-up tenant ids: {seen:?}");
+        assert!(
+            at_most_one_percent_refused(seen[0]),
+            "{ids} made-up ids: {seen:?}"
+        );
+        assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
+        pause();
+    }
 }
 
 #[test]
@@ -330,6 +369,49 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
     let env = [("REDIS_URL", url.as_str())];
     let servers = [ExampleServer::start(&env), ExampleServer::start(&env)];
     figures(&[servers[0].port, servers[1].port], "redis, two servers");
+}
+
+/// A small capacity (20/s) and two hogs of weight 1 on 3 connections each
+/// (each far over its 6.7/s share): a tenant at 5/s and one at 0.5/s, who
+/// arrive once the hogs are there, get all they ask; in memory and on two
+/// servers sharing one Redis.
+#[test]
+fn over_http_a_small_capacity_serves_light_tenants_in_full() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let small = [("SHARED_CAPACITY", "20")];
+    let on_redis = [("SHARED_CAPACITY", "20"), ("REDIS_URL", url.as_str())];
+    let memory = ExampleServer::start(&small);
+    let servers = [
+        ExampleServer::start(&on_redis),
+        ExampleServer::start(&on_redis),
+    ];
+    for (ports, store) in [
+        (vec![memory.port], "memory"),
+        (vec![servers[0].port, servers[1].port], "redis, two servers"),
+    ] {
+        let later = |c: Client| Client {
+            from: Duration::from_secs(1),
+            ..c
+        };
+        let seen = load(
+            &ports,
+            &[
+                client("hog-1", 3, None),
+                client("hog-2", 3, None),
+                later(client("five", 1, Some(5.0))),
+                later(client("trickle", 1, Some(0.5))),
+            ],
+            Duration::from_secs(12),
+        );
+        println!("{store}: 20/s, two hogs, 5/s and 0.5/s: {seen:?}");
+        assert!(at_most_one_percent_refused(seen[2]), "{seen:?}");
+        assert_eq!(seen[3].1, 0, "{seen:?}");
+        assert!(seen[2].0 >= 50 && seen[3].0 >= 5, "{seen:?}");
+        let admitted: u64 = seen.iter().map(|s| s.0).sum();
+        assert!(admitted <= 20 * 12 + 11, "{seen:?}");
+        std::thread::sleep(Duration::from_millis(2_500));
+    }
 }
 
 /// Waiting instead of refusing (`wait_up_to`): a hog keeping 40 requests
@@ -492,7 +574,10 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
         if response.status() == 200 {
             admitted += 1;
             let policy = response.headers()["ratelimit-policy"].to_str().unwrap();
-            assert_eq!(policy, "\"shared\";q=67;w=1", "the part's share is reported");
+            assert_eq!(
+                policy, "\"shared\";q=67;w=1",
+                "the part's share is reported"
+            );
         }
     }
     let took = started.elapsed().as_secs_f64();

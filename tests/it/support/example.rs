@@ -201,7 +201,28 @@ pub struct KeptAlive {
 
 impl KeptAlive {
     pub fn to(port: u16) -> Self {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        Self::kept(TcpStream::connect(("127.0.0.1", port)).unwrap())
+    }
+
+    /// From the loopback address `127.0.0.<client>`: a client of an
+    /// address of its own, as the server's limits per client IP see it.
+    pub fn from(client: u8, port: u16) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(std::net::SocketAddr::from(([127, 0, 0, client], 0)))
+            .unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let server = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let stream = runtime.block_on(socket.connect(server)).unwrap();
+        let stream = stream.into_std().unwrap();
+        stream.set_nonblocking(false).unwrap();
+        Self::kept(stream)
+    }
+
+    fn kept(stream: TcpStream) -> Self {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();

@@ -24,7 +24,7 @@ local critical = ARGV[11] == '1'
 local reserve_interval = tonumber(ARGV[12])
 local reserve_depth = tonumber(ARGV[13])
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
-local SMALL_POOL, BUSY_SAMPLE, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 8, 10000
+local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 4, 8, 10000
 local now
 if ARGV[14] ~= '' then
   now = tonumber(ARGV[14])
@@ -123,7 +123,7 @@ if own.standing == 1 then
     local function here(since) return idiv(math.min(math.max(now - since, 0), window) * 64, window) end
     local asked = last_window(own)
     local busy = asked >= BUSY_SAMPLE * 1024
-      and asked * pm * here(ps) >= 2 * last_window(pool) * here(own.since)
+      and asked * pm * here(ps) >= BUSY_TIMES * last_window(pool) * here(own.since)
     local graduated_tat = math.max(field('gtat'), now) + window
     if (pm <= SMALL_POOL or busy) and graduated_tat - now <= SMALL_POOL * window then
       redis.call('HSET', H, 'gtat', num(graduated_tat))
@@ -168,8 +168,7 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
-local tolerance = math.max(math.min(t_interval, headroom), idiv(t_interval, 4))
-local p = pace(t_interval, math.max(t_interval + tolerance, idiv(headroom, 2)), own.tat)
+local p = pace(t_interval, math.max(2 * t_interval, idiv(headroom, 2)), own.tat)
 local within_share = p.within
 local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
 local in_reserve = critical and not within_share and reserve_interval > 0 and reserve.within
@@ -177,11 +176,10 @@ local in_reserve = critical and not within_share and reserve_interval > 0 and re
 local capacity_tat = math.max(field('tat'), now) + interval
 local filled = capacity_tat - now
 local insistent = own.refused_at > 0 and now - own.refused_at < idiv(t_interval, 2)
-local first = pooled and now - own.since < idiv(window, 4)
 if insistent then
-  threshold = threshold - idiv(headroom * 2, 3)
-elseif first then
-  threshold = threshold - idiv(headroom, 3)
+  threshold = math.max(threshold - idiv(headroom * 2, 3), 0)
+elseif pooled then
+  threshold = math.max(threshold - idiv(headroom, 3), 0)
 end
 local admitted, retry_after = 0, 0
 if within_share or in_reserve then
