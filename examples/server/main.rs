@@ -57,7 +57,7 @@
 //! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
-//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, max-min fair: the tenant is `x-user-id` (else client IP), its weight its API key's tier (`x-api-key`: `free-demo` 1, `pro-demo` 4, `enterprise-demo` 10; none 1); `x-priority: critical \| default \| sheddable` says who is refused first |
+//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier (`x-api-key`: `free-demo` 1, `pro-demo` 4, `enterprise-demo` 10; none 1); `x-priority: sheddable` is refused first, `critical` last (only with the enterprise key); `SHARED_PER_IP` requests a second per client address (default 100) checked first |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
@@ -377,8 +377,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "  GET  /api/shared    {}/s shared by every tenant (x-user-id), weighted by tier (x-api-key), x-priority: critical | default | sheddable",
-        config.shared_capacity
+        "  GET  /api/shared    {}/s shared by every tenant (x-user-id), weighted by tier (x-api-key), x-priority: critical (enterprise key) | default | sheddable; {}/s per client address",
+        config.shared_capacity, config.shared_per_ip
     );
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
     let serving = Serving {

@@ -236,7 +236,7 @@ fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64)> {
                             }
                             next = (next + interval).max(Instant::now());
                         }
-                        let mut request = format!("GET /api/shared HTTP/1.1\r\nhost: x\r\n");
+                        let mut request = "GET /api/shared HTTP/1.1\r\nhost: x\r\n".to_owned();
                         match client.ids {
                             1 => request.push_str(&format!("x-user-id: {}\r\n", client.id)),
                             ids => request.push_str(&format!(

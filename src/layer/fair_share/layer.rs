@@ -21,15 +21,17 @@ type WeightFn = Arc<dyn Fn(&RequestHead<'_>) -> u32 + Send + Sync>;
 type ClassFn = Arc<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
 /// One capacity — a rate such as `200/s`, or a number of requests in
-/// flight ([`in_flight`](Self::in_flight)) — shared by every tenant that
-/// asked in the last two windows, max-min fair by weight: a tenant asking
-/// less than its share gets all it asks, and the rest is split among the
-/// others in proportion to their weights. A request's [`Class`] says who
-/// is refused first when the capacity is short: sheddable requests, then
-/// default ones; critical ones keep a reserve (20% of the capacity's
-/// depth by default) and may use all of it. Nothing — no class, no
-/// tenant, no interleaving of servers — admits more than the capacity: on
-/// Redis each decision is one script call.
+/// flight ([`in_flight`](Self::in_flight)) — shared by the tenants asking
+/// for it, by weight: a tenant asking no more than its share (`C · w /
+/// Σw`) gets all it asks, and what tenants leave unused goes to those
+/// asking more. A request's [`Class`] says who is refused first when the
+/// capacity is short: sheddable requests, then default ones; critical ones
+/// keep a reserve (20% of the capacity by default) and may use all of it.
+/// Tenants new to the capacity share one place until they have been here
+/// a while, so tenant ids a client makes up dilute nobody's share (the
+/// guide's fairness chapter has the exact rules and bounds). Nothing — no
+/// class, no tenant, no interleaving of servers — admits more than the
+/// capacity: on Redis each decision is one script call.
 ///
 /// A refused request is answered `429` with `Retry-After`; every answer
 /// carries the tenant's current share as `RateLimit-Policy:
@@ -148,7 +150,8 @@ impl FairShare {
 
     /// `capacity` (`"200/s"`) shared by tenants keyed by client IP, each of
     /// weight 1, every request of class default; in memory. Its burst is a
-    /// tenth of its window's. A window longer than a day is refused.
+    /// tenth of its window's, at least 20 requests. A window longer than a
+    /// day is refused.
     pub fn new(capacity: Quota) -> Result<Self, FairShareError> {
         let window = crate::clock::Micros::from(capacity.window()).as_u64();
         if window > MAX_WINDOW_US {
@@ -317,9 +320,9 @@ impl FairShare {
     }
 
     /// Keep the capacity on Redis, shared by every server on it; while
-    /// Redis fails, each server decides on a capacity of its own (after five
-    /// failures in a row without asking Redis, one request asking it again
-    /// every 100 to 400 ms).
+    /// Redis fails, each server decides on its part of the capacity
+    /// ([`servers`](Self::servers)), after five failures in a row without
+    /// asking Redis, one request asking it again every 100 to 400 ms.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
     pub fn redis(self, redis: crate::backend::RedisBackend) -> Self {
