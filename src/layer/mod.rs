@@ -62,6 +62,9 @@ pub(crate) mod rate_limit;
 // (`fair_share`, `concurrency`).
 pub use class::{Class, Reserves, ReservesError};
 
+// The mark on a response any of them refused.
+pub use answer::RefusedByLimit;
+
 // RateLimitLayer's parts (the layer itself is at the crate's root).
 #[cfg(feature = "axum")]
 pub use rate_limit::AxumBody;

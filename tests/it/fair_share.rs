@@ -408,8 +408,9 @@ fn over_http_a_small_capacity_serves_light_tenants_in_full() {
         assert!(at_most_one_percent_refused(seen[2]), "{seen:?}");
         assert_eq!(seen[3].1, 0, "{seen:?}");
         assert!(seen[2].0 >= 50 && seen[3].0 >= 5, "{seen:?}");
+        // 20 a second for 12 s, and the depth: 20 requests.
         let admitted: u64 = seen.iter().map(|s| s.0).sum();
-        assert!(admitted <= 20 * 12 + 11, "{seen:?}");
+        assert!(admitted <= 20 * 12 + 21, "{seen:?}");
         std::thread::sleep(Duration::from_millis(2_500));
     }
 }
@@ -552,7 +553,7 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
     }
 
     // Without Redis, each of 3 servers decides on its third of 200/s
-    // (67/s, a depth of 10): over a second of requests as fast as they
+    // (67/s, a depth of 20): over a second of requests as fast as they
     // come, at most its rate over the time taken and its depth.
     let redis = RedisServer::start();
     let lost = RedisBackend::builder(&redis.url())
@@ -567,11 +568,16 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
         .layer(ok());
     drop(redis);
     let (mut admitted, mut asked) = (0u64, 0u64);
+    let mut refusal = None;
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(1) {
         let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
         asked += 1;
-        if response.status() == 200 {
+        if response.status() == 429 && refusal.is_none() {
+            use http_body_util::BodyExt;
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            refusal = Some(String::from_utf8(body.to_vec()).unwrap());
+        } else if response.status() == 200 {
             admitted += 1;
             let policy = response.headers()["ratelimit-policy"].to_str().unwrap();
             assert_eq!(
@@ -581,12 +587,17 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
         }
     }
     let took = started.elapsed().as_secs_f64();
-    let most = (took * 67.0).ceil() as u64 + 11;
+    let most = (took * 67.0).ceil() as u64 + 21;
     assert!(
         admitted <= most,
         "{admitted} of {asked} admitted in {took:.2} s: at most {most}"
     );
     assert!(admitted >= 10 && asked > admitted, "{admitted} of {asked}");
+    // A refusal's body is the one every limit of this crate answers with.
+    assert_eq!(
+        refusal.as_deref(),
+        Some(r#"{"error":"rate_limit_exceeded","limit":67,"window":"1s","retry_after_seconds":1}"#)
+    );
 }
 
 /// Redis frozen (SIGSTOP) under a shared capacity: five requests wait the
@@ -636,4 +647,87 @@ async fn a_frozen_redis_costs_the_timeout_a_few_times_then_nothing() {
         ask().await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A per-user limit in front of the capacity, in the guide's order: with
+/// `count_if(|res| !res.refused_by_a_limit())` the requests the capacity
+/// refused spend nothing of the user's budget; without it, each one does.
+#[tokio::test]
+async fn a_refusal_behind_spends_nothing_of_a_limit_in_front() {
+    use tower::{Layer, ServiceExt};
+    use tower_ratelimit::clock::{ManualClock, Micros};
+    use tower_ratelimit::key::Header;
+    use tower_ratelimit::{Policy, RateLimitLayer};
+
+    for give_back in [true, false] {
+        // A capacity of 1/s on a clock that stands still: its depth
+        // admits some, then it refuses.
+        let capacity = FairShare::new(Quota::per_second(1).unwrap())
+            .unwrap()
+            .tenant(Header::new("x-user-id"))
+            .clock(ManualClock::new(Micros::from_secs(1_000)));
+        let per_user =
+            RateLimitLayer::new("100/min".parse::<Policy>().unwrap()).key(Header::new("x-user-id"));
+        let per_user = match give_back {
+            true => per_user.count_if(|res| !res.refused_by_a_limit()),
+            false => per_user,
+        };
+        let svc = per_user.layer(capacity.layer(ok()));
+        let (mut admitted, mut refused, mut remaining) = (0u64, 0u64, String::new());
+        for _ in 0..30 {
+            let req = http::Request::builder()
+                .header("x-user-id", "heavy")
+                .body(())
+                .unwrap();
+            let response = svc.clone().oneshot(req).await.unwrap();
+            match response.status().as_u16() {
+                200 => admitted += 1,
+                429 => refused += 1,
+                other => panic!("status {other}"),
+            }
+            remaining = response.headers()["x-ratelimit-remaining"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+        }
+        assert!(admitted >= 1 && refused >= 10, "{admitted} and {refused}");
+        let spent = 100 - remaining.parse::<u64>().unwrap();
+        let expected = if give_back { admitted } else { 30 };
+        assert_eq!(
+            spent, expected,
+            "given back: {give_back}: {admitted} admitted"
+        );
+    }
+
+    // The same with a limit behind it (per `x-inner`, its headers off so
+    // that the outer one's show): its refusals are marked too. A last
+    // request of another `x-inner` passes it and shows the outer budget:
+    // the first and itself spent it, not the 4 refused.
+    let inner = RateLimitLayer::new("1/min".parse::<Policy>().unwrap())
+        .key(Header::new("x-inner"))
+        .headers(tower_ratelimit::layer::HeaderStyle::None);
+    let outer = RateLimitLayer::new("100/min".parse::<Policy>().unwrap())
+        .key(Header::new("x-user-id"))
+        .count_if(|res| !res.refused_by_a_limit());
+    let svc = outer.layer(inner.layer(ok()));
+    let mut statuses = Vec::new();
+    let mut remaining = String::new();
+    for inner_key in ["a", "a", "a", "a", "a", "b"] {
+        let req = http::Request::builder()
+            .header("x-user-id", "heavy")
+            .header("x-inner", inner_key)
+            .body(())
+            .unwrap();
+        let response = svc.clone().oneshot(req).await.unwrap();
+        statuses.push(response.status().as_u16());
+        remaining = response.headers()["x-ratelimit-remaining"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+    }
+    assert_eq!(statuses, [200, 429, 429, 429, 429, 200]);
+    assert_eq!(
+        remaining, "98",
+        "only the admitted ones spent the outer budget"
+    );
 }

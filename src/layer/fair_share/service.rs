@@ -13,8 +13,11 @@ use tower_service::Service;
 use super::layer::{Config, FairShare};
 use super::place::Place;
 use crate::algorithm::fair_share::Verdict;
+use crate::clock::micros::compact;
+use crate::clock::Micros;
 use crate::key::RequestHead;
 use crate::layer::answer::body::ResponseBody;
+use crate::layer::RefusedByLimit;
 
 /// The service a [`FairShare`] wraps.
 #[derive(Clone, Debug)]
@@ -48,9 +51,10 @@ where
         let config = self.share.config.clone();
         Box::pin(async move {
             let (verdict, place) = admitted(&config, &RequestHead::from(&req)).await;
-            let policy = policy_header(&config.name, verdict.share, config.capacity.window());
+            let window = config.capacity.window();
+            let policy = policy_header(&config.name, verdict.share, window);
             if !verdict.admitted {
-                return Ok(refused(policy, verdict.retry_after));
+                return Ok(refused(policy, verdict.share, window, verdict.retry_after));
             }
             let mut response = inner.call(req).await?;
             response.headers_mut().append("ratelimit-policy", policy);
@@ -122,12 +126,25 @@ fn policy_header(name: &str, share: u32, window_us: Option<u64>) -> HeaderValue 
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static("\"shared\""))
 }
 
-/// The answer to a request the capacity refused.
-fn refused<B>(policy: HeaderValue, retry_after_us: u64) -> Response<ResponseBody<B>> {
-    let body = Bytes::from_static(br#"{"error":"rate_limited","detail":"the shared capacity is at its limit for this tenant's share or this request's class; try again shortly"}"#);
-    let mut response = Response::new(ResponseBody::limiter(body));
-    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+/// The answer to a request the capacity refused: the body every refusal
+/// of this crate's limits has (`RateLimitLayer`'s JSON), its limit the
+/// tenant's share (the capacity is named in `RateLimit-Policy`).
+fn refused<B>(
+    policy: HeaderValue,
+    share: u32,
+    window_us: Option<u64>,
+    retry_after_us: u64,
+) -> Response<ResponseBody<B>> {
     let seconds = retry_after_us.div_ceil(1_000_000).max(1);
+    let window = window_us.map_or_else(String::new, |window| {
+        format!(r#""window":"{}","#, compact(Micros::new(window)))
+    });
+    let body = format!(
+        r#"{{"error":"rate_limit_exceeded","limit":{share},{window}"retry_after_seconds":{seconds}}}"#
+    );
+    let mut response = Response::new(ResponseBody::limiter(Bytes::from(body)));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    response.extensions_mut().insert(RefusedByLimit);
     let headers = response.headers_mut();
     headers.insert(http::header::RETRY_AFTER, HeaderValue::from(seconds));
     headers.insert(

@@ -22,6 +22,7 @@ use crate::key::{Key, RequestHead};
 use crate::layer::answer::grpc;
 use crate::layer::answer::permit::{self};
 use crate::layer::answer::response::{self, Refused};
+use crate::layer::answer::RefusedByLimit;
 use crate::layer::callee::{Callee, Taken};
 use crate::{Decision, Policy};
 
@@ -288,10 +289,11 @@ impl Refusal {
                     key: &ask.key,
                     request: &RequestHead::from(req),
                 };
-                let response =
+                let mut response =
                     config
                         .limited
                         .respond(&refused, config.headers, config.retry_jitter);
+                response.extensions_mut().insert(RefusedByLimit);
                 (response, decision.origin())
             }
             // Only a request the backend was asked about is limited; were

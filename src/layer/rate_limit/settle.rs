@@ -49,6 +49,16 @@ pub struct ResponseHead<'a> {
 }
 
 impl ResponseHead<'_> {
+    /// Whether a limit of this crate behind this layer refused the request
+    /// ([`RefusedByLimit`](crate::layer::RefusedByLimit) is among the
+    /// extensions): `count_if(|res| !res.refused_by_a_limit())` spends
+    /// nothing of this layer's budget on them.
+    pub fn refused_by_a_limit(&self) -> bool {
+        self.extensions
+            .get::<crate::layer::RefusedByLimit>()
+            .is_some()
+    }
+
     /// Header `name` as a whole number, if it is one: the cost a handler
     /// reports (`x-tokens-used: 512`).
     ///
