@@ -297,35 +297,7 @@ impl Shares {
         let (id, mut tenant, active) = self.tenants.enter(&ask, settings.max_tenants);
         let weight = u64::from(tenant.weight);
         let own = &mut tenant.own;
-        match own.standing {
-            Standing::New => {
-                own.standing = Standing::Pooled;
-                own.since = now;
-                if self.pool.members == 0 {
-                    self.pool.since = now;
-                }
-                self.pool.members += 1;
-            }
-            Standing::Pooled => self.pool.weights -= own.pooled_weight,
-            Standing::Established => {}
-        }
-        if own.standing == Standing::Pooled {
-            own.pooled_weight = weight;
-            self.pool.weights += weight;
-            own.asked.count(now, settings.window);
-            self.pool.asked.count(now, settings.window);
-            if now.saturating_sub(own.since) >= settings.window / 4
-                && self.graduates(settings, own, now)
-            {
-                // A tenant of its own from now: no debt from its share as
-                // a newcomer, no refusal held against it.
-                own.standing = Standing::Established;
-                own.tat = now;
-                own.refused_at = 0;
-                self.pool.members -= 1;
-                self.pool.weights -= weight;
-            }
-        }
+        self.stand(settings, own, weight, now);
 
         // The tenant's share: of the capacity over the established
         // tenants and the newcomers' place, and of that place over its
@@ -400,6 +372,39 @@ impl Shares {
             share,
             retry_after,
             active,
+        }
+    }
+
+    /// Where `own` (of `weight`) stands now: a new tenant joins the
+    /// newcomers' place; a newcomer is counted there, and graduates when
+    /// it may.
+    fn stand(&mut self, settings: &Settings, own: &mut Own, weight: u64, now: u64) {
+        match own.standing {
+            Standing::New => {
+                own.standing = Standing::Pooled;
+                own.since = now;
+                if self.pool.members == 0 {
+                    self.pool.since = now;
+                }
+                self.pool.members += 1;
+            }
+            Standing::Pooled => self.pool.weights -= own.pooled_weight,
+            Standing::Established => return,
+        }
+        own.pooled_weight = weight;
+        self.pool.weights += weight;
+        own.asked.count(now, settings.window);
+        self.pool.asked.count(now, settings.window);
+        if now.saturating_sub(own.since) >= settings.window / 4
+            && self.graduates(settings, own, now)
+        {
+            // A tenant of its own from now: no debt from its share as a
+            // newcomer, no refusal held against it.
+            own.standing = Standing::Established;
+            own.tat = now;
+            own.refused_at = 0;
+            self.pool.members -= 1;
+            self.pool.weights -= weight;
         }
     }
 

@@ -142,10 +142,7 @@ impl<B: Backend> Backend for Breaker<B> {
         let (peeks, circuit) = (self.inner.peek_many(asks), Arc::clone(&self.circuit));
         Box::pin(async move {
             let result = peeks.await;
-            match &result {
-                Ok(_) => circuit.succeeded(),
-                Err(_) => circuit.failed(false),
-            }
+            circuit.record(&result, false);
             result
         })
     }
@@ -238,10 +235,7 @@ impl<B: Backend> Future for BreakerFuture<B> {
                 probe,
             } => {
                 let result = ready!(future.poll(cx));
-                match &result {
-                    Ok(_) => circuit.succeeded(),
-                    Err(_) => circuit.failed(probe.is_some()),
-                }
+                circuit.record(&result, probe.is_some());
                 // Recorded: the next decision may probe.
                 probe.take();
                 Poll::Ready(result)

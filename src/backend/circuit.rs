@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::BackendError;
 use crate::clock::Micros;
 
 #[derive(Debug)]
@@ -101,18 +102,15 @@ impl Circuit {
     /// `call` made through the circuit, how it went recorded: `None`
     /// while the circuit is open (a probe is made inline, by this call).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) async fn guard<T, E>(
+    pub(crate) async fn guard<T>(
         self: &Arc<Self>,
-        call: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Option<Result<T, E>> {
+        call: impl std::future::Future<Output = Result<T, BackendError>>,
+    ) -> Option<Result<T, BackendError>> {
         match self.pass() {
             Pass::Open => None,
             Pass::Closed => {
                 let result = call.await;
-                match &result {
-                    Ok(_) => self.succeeded(),
-                    Err(_) => self.failed(false),
-                }
+                self.record(&result, false);
                 Some(result)
             }
             Pass::Probe(probe) => {
@@ -120,6 +118,16 @@ impl Circuit {
                 probe.finished(&result);
                 Some(result)
             }
+        }
+    }
+
+    /// How a call went, a probe's or not: a failure about one key's state
+    /// is the store answering (a poisoned key must not open the circuit
+    /// for every other key).
+    pub(crate) fn record<T>(&self, result: &Result<T, BackendError>, probe: bool) {
+        match result {
+            Err(error) if !error.is_about_one_key() => self.failed(probe),
+            _ => self.succeeded(),
         }
     }
 
@@ -160,11 +168,8 @@ pub(crate) struct Probe(Arc<Circuit>);
 
 impl Probe {
     /// Record how the probe went.
-    pub(crate) fn finished<T, E>(self, result: &Result<T, E>) {
-        match result {
-            Ok(_) => self.0.succeeded(),
-            Err(_) => self.0.failed(true),
-        }
+    pub(crate) fn finished<T>(self, result: &Result<T, BackendError>) {
+        self.0.record(result, true);
     }
 }
 

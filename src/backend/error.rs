@@ -30,6 +30,12 @@ pub enum Cause {
     Timeout,
     /// A [`Breaker`](super::Breaker) in front of the backend is open.
     BreakerOpen,
+    /// One key's state, not the store: a key holding another type than its
+    /// state's, or values the decision cannot read. The store answered, so
+    /// this never opens a breaker nor changes the store's health: that
+    /// request alone is answered by the failure rule, and the Redis
+    /// backend replaces the state with a new client's.
+    KeyState,
     /// Anything else.
     Other,
 }
@@ -37,7 +43,7 @@ pub enum Cause {
 impl Cause {
     /// Its name as a metric label or log field: `refused`, `unknown_host`,
     /// `tls`, `authentication`, `permission`, `unknown_command`, `timeout`,
-    /// `breaker_open`, `other`.
+    /// `breaker_open`, `key_state`, `other`.
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Refused => "refused",
@@ -48,6 +54,7 @@ impl Cause {
             Cause::UnknownCommand => "unknown_command",
             Cause::Timeout => "timeout",
             Cause::BreakerOpen => "breaker_open",
+            Cause::KeyState => "key_state",
             Cause::Other => "other",
         }
     }
@@ -90,6 +97,12 @@ impl BackendError {
     /// [`Breaker`](super::Breaker) in front of it is open.
     pub fn is_breaker_open(&self) -> bool {
         self.cause == Cause::BreakerOpen
+    }
+
+    /// Whether this is one key's trouble ([`Cause::KeyState`]), not the
+    /// store's: the store answered.
+    pub fn is_about_one_key(&self) -> bool {
+        self.cause == Cause::KeyState
     }
 }
 

@@ -86,19 +86,18 @@ impl HealthTracker {
 
     /// How a call ended.
     pub(crate) fn record<T>(&self, result: &Result<T, BackendError>) {
-        let state = match result {
-            Ok(_) => DECIDING,
-            Err(error) => {
-                #[cfg(feature = "metrics")]
-                metrics::counter!(
-                    "ratelimit_store_failures_total",
-                    "backend" => self.backend,
-                    "cause" => error.cause().as_str(),
-                )
-                .increment(1);
-                2 + error.cause() as u8
-            }
-        };
+        #[cfg(feature = "metrics")]
+        if let Err(error) = result {
+            metrics::counter!(
+                "ratelimit_store_failures_total",
+                "backend" => self.backend,
+                "cause" => error.cause().as_str(),
+            )
+            .increment(1);
+        }
+        // One key's trouble is counted, but the store answered: deciding.
+        let failing = result.as_ref().err().filter(|e| !e.is_about_one_key());
+        let state = failing.map_or(DECIDING, |error| 2 + error.cause() as u8);
         if self.state.load(Ordering::Acquire) == state {
             return;
         }
@@ -107,9 +106,9 @@ impl HealthTracker {
         if self.state.swap(state, Ordering::AcqRel) == state {
             return;
         }
-        *held = match result {
-            Ok(_) => StoreHealth::Deciding,
-            Err(error) => StoreHealth::Failing {
+        *held = match failing {
+            None => StoreHealth::Deciding,
+            Some(error) => StoreHealth::Failing {
                 cause: error.cause(),
                 error: error.to_string(),
             },

@@ -529,3 +529,141 @@ async fn a_redis_answering_within_the_timeout_keeps_deciding() {
         origins.len()
     );
 }
+
+/// One client's key poisoned — replaced with a list, as an operator's
+/// mistake or anyone who can write to Redis might — again before each of
+/// its decisions, 20 rounds of six in a row and one beside 16 others': that
+/// client's decisions fail alone (decided by the fallback), never open the
+/// breaker nor leave Redis's health, and every other decision is Redis's;
+/// batched and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_key_is_that_key_s_trouble_alone() {
+    for batch in [64, 1] {
+        let server = RedisServer::start();
+        let changes = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = changes.clone();
+        let redis = RedisBackend::builder(&server.url())
+            .timeout(Duration::from_secs(5))
+            .max_batch(batch)
+            .on_health_change(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+            .connect()
+            .await
+            .unwrap();
+        let backend = redis
+            .clone()
+            .with_breaker()
+            .or_fallback(MemoryBackend::new());
+        let policy: Policy = "1000/min".parse().unwrap();
+        let poisoned = Key::new("user", "poisoned");
+        let state = redis.redis_keys(&poisoned, &policy.limits()[0])[0].clone();
+        let others: Vec<Key> = (0..16)
+            .map(|i| Key::new("user", format!("bystander-{i}")))
+            .collect();
+        for round in 0..20 {
+            server.cli(&["LPUSH", &state, "junk"]);
+            // Six of its decisions in a row (more than the breaker's five
+            // failures), then one of its beside the others' all at once (so
+            // that they share batches).
+            for _ in 0..6 {
+                let decision = backend.check(&poisoned, &policy, 1).await.unwrap();
+                assert_eq!(
+                    decision.origin(),
+                    Origin::Fallback,
+                    "round {round}, batch {batch}"
+                );
+                server.cli(&["LPUSH", &state, "junk"]);
+            }
+            let mut all = vec![tokio::spawn(backend.check(&poisoned, &policy, 1))];
+            all.extend(
+                others
+                    .iter()
+                    .map(|k| tokio::spawn(backend.check(k, &policy, 1))),
+            );
+            let mut decisions = Vec::new();
+            for decision in all {
+                decisions.push(decision.await.unwrap());
+            }
+            let poisoned_origin = decisions[0].as_ref().unwrap().origin();
+            assert_eq!(
+                poisoned_origin,
+                Origin::Fallback,
+                "round {round}, batch {batch}"
+            );
+            for (i, decision) in decisions[1..].iter().enumerate() {
+                let decision = decision.as_ref().unwrap();
+                assert_eq!(
+                    decision.origin(),
+                    Origin::Primary,
+                    "round {round}, bystander {i}"
+                );
+                assert!(decision.is_allowed());
+            }
+            assert!(
+                !backend.primary().is_open(),
+                "round {round}: the breaker opened"
+            );
+            assert_eq!(
+                redis.health(),
+                tower_ratelimit::backend::StoreHealth::Deciding
+            );
+        }
+        // Deciding from the first call on: the health line never flapped.
+        let changes = changes.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(changes <= 1, "{changes} changes of health, batch {batch}");
+    }
+}
+
+/// A state that does not parse, or a key of another type, under each
+/// algorithm: at most its first decision fails (as one key's trouble), and
+/// the state is replaced with a new client's: the next ones are decided,
+/// never denied for ever.
+#[tokio::test]
+async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
+    use tower_ratelimit::backend::Cause;
+    use tower_ratelimit::Algorithm;
+    let server = RedisServer::start();
+    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let algorithms = [
+        Algorithm::SlidingWindow,
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::TokenBucket,
+        Algorithm::SlidingLog,
+        Algorithm::LeakyBucket,
+    ];
+    for algorithm in algorithms {
+        let policy = Policy::single(algorithm, "5/min".parse().unwrap()).unwrap();
+        for value in [
+            "x",
+            "nan",
+            "inf",
+            "nan nan nan",
+            "1 2",
+            "-5 3",
+            "99999999999999999999 1",
+            "a list",
+        ] {
+            let key = Key::new("user", format!("{algorithm:?}-{value}"));
+            for state in redis.redis_keys(&key, &policy.limits()[0]) {
+                match value {
+                    "a list" => server.cli(&["LPUSH", &state, "x"]),
+                    value => server.cli(&["SET", &state, value]),
+                };
+            }
+            match redis.check(&key, &policy, 1).await {
+                Ok(_) => {}
+                Err(e) => assert_eq!(e.cause(), Cause::KeyState, "{algorithm:?} {value:?}: {e}"),
+            }
+            for n in 0..2 {
+                let decision = redis.check(&key, &policy, 1).await;
+                let decision = decision.unwrap_or_else(|e| panic!("{algorithm:?} {value:?}: {e}"));
+                assert!(
+                    decision.is_allowed(),
+                    "{algorithm:?} {value:?}: decision {n} denied"
+                );
+            }
+        }
+    }
+}

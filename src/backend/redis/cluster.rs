@@ -209,15 +209,11 @@ impl RedisBackend {
         match pass {
             Pass::Closed => {
                 let result = self.call_now(key, policy, ask, now).await;
-                match (&result, &circuit) {
-                    (Ok(_), Some(circuit)) => circuit.succeeded(),
-                    (Ok(_), None) => {}
-                    (Err(_), circuit) => {
-                        if let Some(circuit) = circuit {
-                            circuit.failed(false);
-                        }
-                        nodes.refresh(conn);
-                    }
+                if let Some(circuit) = &circuit {
+                    circuit.record(&result, false);
+                }
+                if result.as_ref().is_err_and(|e| !e.is_about_one_key()) {
+                    nodes.refresh(conn);
                 }
                 Some(result)
             }

@@ -66,8 +66,8 @@ impl Connection {
         #[cfg(feature = "redis-sentinel")]
         if let Connection::Sentinel(sentinel) = self {
             match result {
-                Ok(_) => sentinel.succeeded(),
-                Err(_) => sentinel.failed(),
+                Err(error) if !error.is_about_one_key() => sentinel.failed(),
+                _ => sentinel.succeeded(),
             }
         }
         let _ = result;

@@ -8,6 +8,7 @@ mod connection;
 mod control;
 mod hooks;
 mod leases;
+mod repair;
 mod script;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
@@ -285,11 +286,14 @@ impl RedisBackend {
         let reply = match &self.batches {
             Some(batches) => {
                 let lane = self.lane(shape, key);
-                self.batched(batches, lane, call).await?
+                self.batched(batches, lane, call).await
             }
-            None => self.send_alone(shape, &call).await?,
+            None => self.send_alone(shape, &call).await,
         };
-        decision_from(policy, &reply)
+        if reply.as_ref().is_err_and(BackendError::is_about_one_key) {
+            self.replace_states(key, policy).await;
+        }
+        decision_from(policy, &reply?)
     }
 
     /// `call`'s answer within the timeout, its failure given a cause, and
@@ -485,6 +489,12 @@ fn cause_of(e: &RedisError) -> Cause {
     // The rest is told only by the text (the crate keeps no kind for them).
     let text = e.to_string().to_ascii_lowercase();
     let has = |word: &str| text.contains(word);
+    // One key's trouble: a key of another type, or values a script cannot
+    // compute with (Lua's own runtime errors). Redis's own refusals inside
+    // a script (OOM, READONLY, BUSY) name no Lua operation.
+    if has("wrongtype") || (has("user_script") && has("attempt to")) {
+        return Cause::KeyState;
+    }
     if has("wrongpass") || has("noauth") || has("invalid username-password") {
         Cause::Authentication
     } else if has("unknown command") {

@@ -41,10 +41,11 @@ local function read_state(key, known)
   local e, a, b = 0, 0, 0
   local s = known or {{read}}
   if s then
-    -- A bare number (the compact format) needs no pattern.
+    -- A bare number (the compact format) needs no pattern; one that is
+    -- no time (`nan`, `inf`, negative: a key someone wrote) is no state.
     local bare = tonumber(s)
     if bare then
-      e = bare
+      if bare >= 0 and bare < 9007199254740992 then e = bare end
     else
       local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
       e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0

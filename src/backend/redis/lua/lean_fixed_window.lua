@@ -13,6 +13,9 @@ local s = {{read}}
 if s then
   local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
   e, used = tonumber(se or s) or 0, tonumber(su) or 0
+  -- A time that is none (`nan`, `inf`, negative: a key someone wrote) is
+  -- no state.
+  if not (e >= 0 and e < 9007199254740992) then e, used = 0, 0 end
 end
 local was = e -- (for packed_write.lua)
 if e <= now then

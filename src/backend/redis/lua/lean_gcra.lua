@@ -19,6 +19,8 @@ local tat = 0
 local s = {{read}}
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
+-- A time that is none (`nan`, `inf`, negative: a key someone wrote) is no state.
+if not (tat >= 0 and tat < 9007199254740992) then tat = 0 end
 local in_use = tat - now
 if in_use < 0 then in_use = 0 end
 -- Units free: capacity - ceil(in_use / t), exactly (see common.lua: a
