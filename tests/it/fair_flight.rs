@@ -389,3 +389,39 @@ async fn a_lost_place_ends_with_its_lease_and_zero_is_refused() {
         .unwrap();
     assert!(freed.0, "and no more after it");
 }
+
+/// Responses whose bodies nobody reads (slow readers) hold their places at
+/// most the lease, in memory as on Redis: past it (and the second a tenant
+/// keeps the places it used), another tenant is admitted while they are
+/// still held.
+#[tokio::test]
+async fn a_body_nobody_reads_holds_its_place_at_most_the_lease() {
+    // 4 in flight: default requests fill 3.
+    let fair = FairShare::in_flight(4)
+        .unwrap()
+        .tenant(Header::new("x-tenant"))
+        .lease(Duration::from_secs(1));
+    let svc = fair.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::from("a body")))
+    }));
+    let ask = |tenant: &str| {
+        http::Request::builder()
+            .header("x-tenant", tenant)
+            .body(())
+            .unwrap()
+    };
+    // Three responses held, their bodies never read.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let response = svc.clone().oneshot(ask("slow-reader")).await.unwrap();
+        assert_eq!(response.status(), 200);
+        held.push(response);
+    }
+    let refused = svc.clone().oneshot(ask("other")).await.unwrap();
+    assert_eq!(refused.status(), 429, "the places are held");
+    // The lease, then the second a tenant keeps the places it used.
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    let admitted = svc.clone().oneshot(ask("other")).await.unwrap();
+    assert_eq!(admitted.status(), 200, "the lease ended the held places");
+    drop(held);
+}

@@ -203,11 +203,11 @@ impl FairShare {
     /// borrows only places nobody holds — each tenant keeps the places it
     /// used within its share in the last second, and one more, so a place
     /// a tenant's request just left stays its own. A request holds its
-    /// place until its response body has been sent or dropped; a refused
-    /// one is answered `429` with `Retry-After: 1`. On
-    /// Redis a place counts for at most its [`lease`](Self::lease) (60 s):
-    /// a server that stops without giving its places back loses them
-    /// then. Zero is refused.
+    /// place until its response body has been sent or dropped, and for at
+    /// most its [`lease`](Self::lease) (60 s), in memory and on Redis: a
+    /// body a client never reads, or a server that stops without giving
+    /// its places back, holds a place no longer. A refused request is
+    /// answered `429` with `Retry-After: 1`. Zero is refused.
     pub fn in_flight(capacity: u32) -> Result<Self, FairShareError> {
         if capacity == 0 {
             return Err(FairShareError(
@@ -221,10 +221,11 @@ impl FairShare {
         ))))
     }
 
-    /// How long a place in flight counts on Redis at most (60 s by
-    /// default; at least a second): longer requests stop counting then,
-    /// and a server that stopped without giving its places back loses
-    /// them.
+    /// How long a place in flight counts at most (60 s by default; at
+    /// least a second), in memory and on Redis: longer requests (a body
+    /// nobody reads) stop counting then, and a server that stopped without
+    /// giving its places back loses them. It is not renewed: a request
+    /// that may rightly run longer needs a longer lease.
     pub fn lease(self, lease: std::time::Duration) -> Self {
         let lease = lease.max(std::time::Duration::from_secs(1));
         self.with(|c| c.lease = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX / 4))

@@ -1,7 +1,7 @@
 //! `Place`: a request's place in a capacity in flight, given back when
 //! its response body has been sent or dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::layer::{lock, Capacity, Config, Store};
 use crate::algorithm::fair_share::TenantId;
@@ -17,11 +17,15 @@ pub(crate) enum Holding {
 }
 
 /// A place in flight: dropping it gives it back (on Redis, on the
-/// runtime; without one, its lease ends it).
+/// runtime; without one, its lease ends it). A place counted in this
+/// process's state is given back at its lease's end too, if its request
+/// has not ended by then (a body nobody reads): a timer on the runtime,
+/// stopped when the place is dropped first.
 #[doc(hidden)]
 pub struct Place {
     config: Arc<Config>,
-    holding: Option<Holding>,
+    holding: Arc<Mutex<Option<Holding>>>,
+    lease_end: Option<tokio::task::AbortHandle>,
 }
 
 impl std::fmt::Debug for Place {
@@ -34,17 +38,35 @@ impl std::fmt::Debug for Place {
 
 impl Place {
     pub(super) fn new(config: Arc<Config>, holding: Holding) -> Self {
+        let local = matches!(holding, Holding::Local(_));
+        let holding = Arc::new(Mutex::new(Some(holding)));
+        let lease_end = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) if local => {
+                let (config, held) = (config.clone(), Arc::clone(&holding));
+                let lease = std::time::Duration::from_micros(config.lease);
+                let task = runtime.spawn(async move {
+                    tokio::time::sleep(lease).await;
+                    let ended = lock(&held).take();
+                    if let Some(holding) = ended {
+                        let _ = release(&config, holding, None).await;
+                    }
+                });
+                Some(task.abort_handle())
+            }
+            _ => None,
+        };
         Self {
             config,
-            holding: Some(holding),
+            holding,
+            lease_end,
         }
     }
 
     /// Give the place back at `now` (µs; on Redis too, instead of its
     /// clock): for the conformance tests.
     #[doc(hidden)]
-    pub async fn release_at(mut self, now: u64) -> Result<(), crate::backend::BackendError> {
-        let Some(holding) = self.holding.take() else {
+    pub async fn release_at(self, now: u64) -> Result<(), crate::backend::BackendError> {
+        let Some(holding) = lock(&self.holding).take() else {
             return Ok(());
         };
         release(&self.config, holding, Some(now)).await
@@ -53,7 +75,11 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        match self.holding.take() {
+        if let Some(lease_end) = &self.lease_end {
+            lease_end.abort();
+        }
+        let held = lock(&self.holding).take();
+        match held {
             None => {}
             Some(Holding::Local(id)) => release_locally(&self.config, id, None),
             #[cfg(feature = "redis")]
