@@ -155,7 +155,8 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         ("REDIS_URL", url.as_str()),
         ("ADMIN_TOKEN", "s3cret"),
         ("ADAPTIVE_WINDOW_MS", "1000"),
-        // One a second: a second critical request at once is refused.
+        // One a second, a depth of 20: the 21st critical request at once
+        // is refused.
         ("SHARED_CAPACITY", "1"),
     ]);
     let prometheus = Prometheus::scraping(server.port);
@@ -202,10 +203,14 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         for _ in 0..4 {
             server.get("/api/search", &[("x-user-id", "bob")]);
         }
-        for _ in 0..3 {
+        for _ in 0..25 {
             server.get(
                 "/api/shared",
-                &[("x-user-id", "pager"), ("x-priority", "critical")],
+                &[
+                    ("x-user-id", "pager"),
+                    ("x-priority", "critical"),
+                    ("x-api-key", "enterprise-demo"),
+                ],
             );
         }
         std::thread::sleep(Duration::from_millis(1000));
