@@ -472,15 +472,10 @@ pub async fn redis_app_with(
     }
     // Lazily connected: the server starts even while Redis is down, and
     // decides by ON_STORE_FAILURE until it is up.
-    let redis = redis.connect_lazy()?;
-    let capacity = shared::capacity(config).redis(redis.clone());
-    Ok(on_store_failure(
-        config,
-        redis.with_breaker(),
-        limits,
-        changes,
-        capacity,
-    ))
+    let redis = redis.connect_lazy()?.with_breaker();
+    // The shared capacity behind the limits' breaker: one outage, seen once.
+    let capacity = shared::capacity(config).redis(&redis);
+    Ok(on_store_failure(config, redis, limits, changes, capacity))
 }
 
 /// `REDIS_CA_FILE`, `REDIS_CLIENT_CERT` and `REDIS_CLIENT_KEY` applied to

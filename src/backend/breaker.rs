@@ -91,6 +91,12 @@ impl<B> Breaker<B> {
         &self.inner
     }
 
+    /// Its circuit, for another store of the same backend to share.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn circuit(&self) -> &Arc<Circuit> {
+        &self.circuit
+    }
+
     fn settings(&mut self) -> &mut Settings {
         // Settings are set while building, before the breaker is cloned; a
         // breaker configured after cloning gets a state of its own.

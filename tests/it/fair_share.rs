@@ -731,3 +731,55 @@ async fn a_refusal_behind_spends_nothing_of_a_limit_in_front() {
         "only the admitted ones spent the outer budget"
     );
 }
+
+/// On the backend the app's limits use (Redis, its breaker, a fallback for
+/// three servers): once the limits have opened the breaker on a frozen
+/// Redis, the capacity waits for Redis no longer — its decisions come at
+/// once, where a circuit of its own would have waited the timeout five
+/// times — and decides on its third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_app_s_composed_backend_one_breaker_and_one_rule() {
+    use tower::{Layer, ServiceExt};
+    use tower_ratelimit::backend::{Backend, MemoryBackend};
+    use tower_ratelimit::key::Key;
+    let redis = RedisServer::start();
+    let timeout = Duration::from_secs(1);
+    let backend = RedisBackend::builder(&redis.url())
+        .timeout(timeout)
+        .connect()
+        .await
+        .unwrap()
+        .with_breaker()
+        .or_fallback(MemoryBackend::builder().servers(3).build());
+    let svc = FairShare::new(Quota::per_second(200).unwrap())
+        .unwrap()
+        .named(&unique_name("composed"))
+        .unwrap()
+        .redis(&backend)
+        .layer(ok());
+    let first = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+    let policy = first.headers()["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.ends_with(";q=200;w=1"), "Redis decides: {policy}");
+    redis.pause();
+    // The limits find Redis frozen: five failures open the breaker.
+    let policy: tower_ratelimit::Policy = "10/s".parse().unwrap();
+    for i in 0..5 {
+        let _ = backend
+            .check(&Key::new("user", format!("u{i}")), &policy, 1)
+            .await;
+    }
+    assert!(backend.primary().is_open());
+    let started = Instant::now();
+    for _ in 0..5 {
+        let response = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let policy = response.headers()["ratelimit-policy"].to_str().unwrap();
+        assert!(policy.ends_with(";q=67;w=1"), "its third: {policy}");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < timeout,
+        "five decisions took {took:?}: they waited for Redis"
+    );
+    redis.resume();
+}

@@ -170,6 +170,17 @@ impl MemoryBackend {
         Self::builder().build()
     }
 
+    /// How many servers its limits are shared by (see
+    /// [`MemoryBackendBuilder::servers`]; 1 by default).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn servers(&self) -> u32 {
+        self.inner
+            .store
+            .share
+            .as_ref()
+            .map_or(1, |share| share.servers)
+    }
+
     /// Configure a backend.
     pub fn builder() -> MemoryBackendBuilder {
         MemoryBackendBuilder {

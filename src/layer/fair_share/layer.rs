@@ -326,12 +326,16 @@ impl FairShare {
     /// asking Redis, one request asking it again every 100 to 400 ms.
     #[cfg(feature = "redis")]
     #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub fn redis(self, redis: crate::backend::RedisBackend) -> Self {
+    pub fn redis(self, store: impl Into<super::RedisStore>) -> Self {
+        let store = store.into();
         self.with(|c| {
+            if let Some(servers) = store.servers {
+                c.servers = servers;
+            }
             c.store = Store::Redis {
-                redis,
+                redis: store.redis,
                 local: Arc::default(),
-                circuit: Arc::new(crate::backend::circuit::Circuit::new(Default::default())),
+                circuit: store.circuit,
             }
         })
     }

@@ -31,9 +31,14 @@
 mod layer;
 mod observe;
 mod place;
+#[cfg(feature = "redis")]
+mod redis_store;
 mod service;
 
 pub use layer::{FairShare, FairShareError};
 #[doc(hidden)]
 pub use place::Place;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use redis_store::RedisStore;
 pub use service::{FairShareFuture, FairShared};
