@@ -51,6 +51,9 @@ pub struct Decision {
     capacity_exhausted: bool,
     banned: bool,
     origin: Origin,
+    /// How many servers share the limits this was decided on (a local
+    /// fallback's `servers`): 0 or 1, the whole limits.
+    servers: u16,
 }
 
 /// Outcomes a decision holds without an allocation: a policy of one or two
@@ -139,6 +142,7 @@ impl Decision {
             capacity_exhausted: false,
             banned: false,
             origin: Origin::Primary,
+            servers: 0,
         }
     }
 
@@ -275,6 +279,24 @@ impl Decision {
     /// The same decision, saying where it came from.
     pub fn with_origin(self, origin: Origin) -> Self {
         Self { origin, ..self }
+    }
+
+    /// The same decision, made on each limit's share among `servers`
+    /// servers (a local fallback's): its quota headers and body report
+    /// the share.
+    pub(crate) fn shared_by(self, servers: u32) -> Self {
+        let servers = u16::try_from(servers).unwrap_or(u16::MAX);
+        Self { servers, ..self }
+    }
+
+    /// `policy` as this was decided on it: whole, or each limit's share
+    /// among the servers (made anew: only a local fallback's decisions
+    /// are shared, while the store is down).
+    pub(crate) fn decided_on<'a>(&self, policy: &'a Policy) -> std::borrow::Cow<'a, Policy> {
+        match self.servers {
+            0 | 1 => std::borrow::Cow::Borrowed(policy),
+            servers => std::borrow::Cow::Owned(policy.share(u32::from(servers))),
+        }
     }
 
     /// Whether the request may pass.

@@ -332,3 +332,36 @@ fn a_local_share_is_each_limit_divided_by_the_servers() {
     );
     assert_eq!((d.deciding().limit(), d.deciding().remaining()), (10, 9));
 }
+
+/// Through a layer, a share's headers and refusal body report what is
+/// enforced: a 1000/min limit shared by 3 servers says 334 everywhere
+/// (its limit, its policy's quota, its remaining, its refusal's body).
+#[tokio::test]
+async fn a_local_share_is_what_the_headers_and_body_report() {
+    use tower::Layer;
+    let local = MemoryBackend::builder().servers(3).build();
+    let svc = RateLimitLayer::new("1000/min".parse::<Policy>().unwrap())
+        .key(tower_ratelimit::key::Header::new("x-user-id"))
+        .backend(local)
+        .layer(ok());
+    let ask = || {
+        Request::builder()
+            .header("x-user-id", "alice")
+            .body(())
+            .unwrap()
+    };
+    let first = svc.clone().oneshot(ask()).await.unwrap();
+    assert_eq!(first.headers()["x-ratelimit-limit"], "334");
+    assert_eq!(first.headers()["x-ratelimit-remaining"], "333");
+    let policy = first.headers()["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.contains("q=334"), "{policy}");
+    let mut last = first;
+    for _ in 0..334 {
+        last = svc.clone().oneshot(ask()).await.unwrap();
+    }
+    assert_eq!(last.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(last.headers()["x-ratelimit-limit"], "334");
+    let body = last.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains(r#""limit":334"#), "{body}");
+}

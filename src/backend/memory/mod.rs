@@ -331,6 +331,20 @@ impl Store {
     }
 
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
+        self.marked(self.check_local(key, policy, cost, now))
+    }
+
+    /// `decision`, marked with the number of servers whose share it was
+    /// decided on (its headers then report the share).
+    #[inline]
+    fn marked(&self, decision: Decision) -> Decision {
+        match &self.share {
+            None => decision,
+            Some(share) => decision.shared_by(share.servers),
+        }
+    }
+
+    fn check_local(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
         let policy = self.local(policy);
         let policy = &*policy;
         let (base, lock) = self.locate(key);
@@ -356,7 +370,13 @@ impl Store {
     fn settle(&self, key: &Key, policy: &Policy, amounts: (u32, u32), now: Micros) -> Decision {
         let policy = self.local(policy);
         let (base, lock) = self.locate(key);
-        decide::settle(&mut write(lock), &policy, base, amounts, now)
+        self.marked(decide::settle(
+            &mut write(lock),
+            &policy,
+            base,
+            amounts,
+            now,
+        ))
     }
 
     fn permit(
@@ -368,7 +388,7 @@ impl Store {
     ) -> Decision {
         let policy = self.local(policy);
         let (base, lock) = self.locate(key);
-        decide::permit(&mut write(lock), &policy, base, permit, now)
+        self.marked(decide::permit(&mut write(lock), &policy, base, permit, now))
     }
 
     fn reset(&self, key: &Key, policy: &Policy) {

@@ -364,7 +364,10 @@ fn finish<B, O: BodyKind<B>>(
                 observe::counted_twice(&config.observer, limit);
             }
         }
-        headers::write(response.headers_mut(), config.headers, policy, decision);
+        // What was enforced: a local fallback's share while the store is
+        // down.
+        let policy = decision.decided_on(policy);
+        headers::write(response.headers_mut(), config.headers, &policy, decision);
     }
     response.map(|b| O::body(ResponseBody::holding(b, permit)))
 }

@@ -283,9 +283,10 @@ impl Refusal {
     ) -> Response<Bytes> {
         let (mut response, origin) = match (self, asked) {
             (Refusal::Limited(decision), Some(ask)) => {
+                let policy = decision.decided_on(&ask.policy);
                 let refused = Refused {
                     decision: &decision,
-                    policy: &ask.policy,
+                    policy: &policy,
                     key: &ask.key,
                     request: &RequestHead::from(req),
                 };
