@@ -425,3 +425,40 @@ async fn a_body_nobody_reads_holds_its_place_at_most_the_lease() {
     assert_eq!(admitted.status(), 200, "the lease ended the held places");
     drop(held);
 }
+
+/// While Redis is gone, a capacity of 8 in flight shared by 2 servers
+/// decides on its part, 4, on each: default requests fill 3 of them (of
+/// the whole 8 they would fill 6).
+#[tokio::test]
+async fn without_redis_each_server_holds_its_part_of_the_places() {
+    let redis = RedisServer::start();
+    let lost = RedisBackend::builder(&redis.url())
+        .timeout(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    drop(redis);
+    let fair = FairShare::in_flight(8)
+        .unwrap()
+        .named(&unique_name("part"))
+        .unwrap()
+        .tenant(Header::new("x-tenant"))
+        .servers(2)
+        .redis(lost);
+    let svc = fair.layer(tower::service_fn(|_: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let mut held = Vec::new();
+    let mut statuses = Vec::new();
+    for n in 0..8 {
+        let req = http::Request::builder()
+            .header("x-tenant", format!("t{n}"))
+            .body(())
+            .unwrap();
+        let response = svc.clone().oneshot(req).await.unwrap();
+        statuses.push(response.status().as_u16());
+        held.push(response);
+    }
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    assert_eq!(admitted, 3, "{statuses:?}");
+}
