@@ -242,7 +242,7 @@ impl FairShare {
     /// Redis fails, each decides on its part, `⌈capacity / servers⌉`, so
     /// that the fleet together admits about the capacity, not `servers`
     /// times it. The headers report what is enforced: the part's shares.
-    /// [`redis`](Self::redis) given the app's fallback sets it to the
+    /// `redis` (feature `redis`) given the app's fallback sets it to the
     /// fallback's; whichever of the two comes last holds.
     pub fn servers(self, servers: u32) -> Self {
         self.with(|c| c.servers = servers.max(1))
