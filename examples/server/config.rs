@@ -65,6 +65,11 @@ pub struct Config {
     /// soon as they are accepted (default: three quarters of `ulimit -n`,
     /// at most 10,000).
     pub max_connections: usize,
+    /// `MAX_CONNECTIONS_PER_CLIENT`: connections open at once from one
+    /// client address (IPv6: one /64), `TRUSTED_PROXIES` excepted; one more
+    /// closes that address's oldest idle connection (default: an eighth of
+    /// `MAX_CONNECTIONS`, at most 64).
+    pub max_connections_per_client: usize,
     /// `MAX_KEYS`: the memory backend's cap on states (default
     /// `MemoryBackend::DEFAULT_MAX_KEYS`); bans and exhausted budgets are
     /// the last evicted at it.
@@ -115,6 +120,9 @@ impl Default for Config {
             shared_capacity: 200,
             shared_per_ip: 100,
             max_connections: serve::default_max_connections(),
+            max_connections_per_client: serve::default_max_per_client(
+                serve::default_max_connections(),
+            ),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
         }
     }
@@ -151,6 +159,9 @@ impl Config {
             Err(_) => Algorithm::SlidingWindow,
         };
         let trusted_proxies = networks("TRUSTED_PROXIES")?;
+        let max_connections = env_or("MAX_CONNECTIONS", serve::default_max_connections(), |v| {
+            v.parse().ok().filter(|n| *n > 0)
+        })?;
         let on_store_failure = env_or("ON_STORE_FAILURE", StoreFailure::Local, |v| match v {
             "local" => Some(StoreFailure::Local),
             "open" => Some(StoreFailure::Open),
@@ -224,9 +235,12 @@ impl Config {
                 _ => None,
             })
             .map_err(|e| format!("{e} (expected on or off)"))?,
-            max_connections: env_or("MAX_CONNECTIONS", serve::default_max_connections(), |v| {
-                v.parse().ok().filter(|n| *n > 0)
-            })?,
+            max_connections,
+            max_connections_per_client: env_or(
+                "MAX_CONNECTIONS_PER_CLIENT",
+                serve::default_max_per_client(max_connections),
+                |v| v.parse().ok().filter(|n| *n > 0),
+            )?,
             max_keys: env_or("MAX_KEYS", MemoryBackend::DEFAULT_MAX_KEYS, |v| {
                 v.parse().ok().filter(|n| *n > 0)
             })?,

@@ -76,6 +76,7 @@
 //! | `REDACTION_SECRET` | the secret redacted keys (`/admin/top`, logs) are hashed under: the same on every server so that their redacted keys match (default: random per process) |
 //! | `MAX_KEYS` | the memory backend's cap on states (bans and exhausted budgets are evicted last) |
 //! | `MAX_CONNECTIONS` | connections open at once, more are closed at once (default: 3/4 of `ulimit -n`, at most 10,000) |
+//! | `MAX_CONNECTIONS_PER_CLIENT` | connections open at once from one client address (IPv6: one /64; `TRUSTED_PROXIES` excepted): one more closes that address's oldest idle connection, or is closed when none is idle (default: 1/8 of `MAX_CONNECTIONS`, at most 64) |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
 //!
 //! ```sh
@@ -362,8 +363,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.algorithm
     );
     println!(
-        "limits in memory: at most {} keys (MAX_KEYS); connections: at most {} open (MAX_CONNECTIONS)",
-        config.max_keys, config.max_connections
+        "limits in memory: at most {} keys (MAX_KEYS); connections: at most {} open (MAX_CONNECTIONS), {} per client address (MAX_CONNECTIONS_PER_CLIENT)",
+        config.max_keys, config.max_connections, config.max_connections_per_client
     );
     println!(
         "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
@@ -384,12 +385,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let serving = Serving {
         timeout: config.request_timeout,
         max_connections: config.max_connections,
+        max_per_client: config.max_connections_per_client,
+        uncapped: config.trusted_proxies.clone(),
     };
     if let Some(metrics_addr) = config.metrics_addr {
         // For a scraper on an internal network: not on the public address.
         let metrics = tokio::net::TcpListener::bind(metrics_addr).await?;
         println!("metrics on http://{metrics_addr}/metrics");
-        tokio::spawn(serve(metrics, metrics_app::<()>(), serving));
+        tokio::spawn(serve(metrics, metrics_app::<()>(), serving.clone()));
     }
     serve(listener, app, serving).await;
     Ok(())

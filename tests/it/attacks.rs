@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::support::example::ExampleServer;
+use crate::support::example::{ExampleServer, KeptAlive};
 #[cfg(feature = "redis")]
 use crate::support::RedisServer;
 
@@ -34,7 +34,13 @@ fn answers_within(server: &ExampleServer, within: Duration) -> bool {
 /// the server waits that out and serves again once connections close.
 #[test]
 fn running_out_of_file_descriptors_does_not_end_the_server() {
-    let mut server = ExampleServer::start_limited(&[("MAX_CONNECTIONS", "5000")], Some(256));
+    let mut server = ExampleServer::start_limited(
+        &[
+            ("MAX_CONNECTIONS", "5000"),
+            ("MAX_CONNECTIONS_PER_CLIENT", "5000"),
+        ],
+        Some(256),
+    );
     let idle = idle_connections(&server, 288);
     std::thread::sleep(Duration::from_millis(500));
     assert!(
@@ -54,7 +60,14 @@ fn running_out_of_file_descriptors_does_not_end_the_server() {
 #[test]
 fn connections_past_the_cap_are_closed_at_once() {
     // Idle connections under the cap stay open for the whole test.
-    let mut server = ExampleServer::start_limited(&[("REQUEST_TIMEOUT_MS", "60000")], Some(256));
+    // Every connection from one address: the cap in all is what is tested.
+    let mut server = ExampleServer::start_limited(
+        &[
+            ("REQUEST_TIMEOUT_MS", "60000"),
+            ("MAX_CONNECTIONS_PER_CLIENT", "5000"),
+        ],
+        Some(256),
+    );
     let idle = idle_connections(&server, 260);
     let mut closed = 0;
     for mut stream in idle.iter().skip(200) {
@@ -71,6 +84,70 @@ fn connections_past_the_cap_are_closed_at_once() {
     assert!(server.is_running());
     drop(idle);
     assert!(answers_within(&server, Duration::from_secs(5)));
+}
+
+/// One client kept every connection the server allows (200) by sending a
+/// request on each now and then, and every other client's connections were
+/// closed at once. Now one address holds at most its share (25 of 200 by
+/// default): each connection past it closes that address's oldest idle one,
+/// and other addresses connect and are served.
+#[test]
+fn one_client_cannot_hold_every_connection() {
+    let server =
+        ExampleServer::start(&[("MAX_CONNECTIONS", "200"), ("REQUEST_TIMEOUT_MS", "60000")]);
+    let health = "GET /health HTTP/1.1\r\nhost: x\r\n\r\n";
+    let mut held: Vec<KeptAlive> = (0..200)
+        .map(|_| {
+            let mut connection = KeptAlive::from(1, server.port);
+            assert_eq!(connection.status(health), 200);
+            connection
+        })
+        .collect();
+    // Others: each connects and is served.
+    let served = (2..=97u8)
+        .filter(|&client| KeptAlive::from(client, server.port).try_status(health) == Some(200))
+        .count();
+    assert_eq!(served, 96, "{served} of 96 other clients were served");
+    // The attacker keeps its newest 25, its oldest were closed.
+    let open: Vec<usize> = held
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, c)| (c.try_status(health) == Some(200)).then_some(i))
+        .collect();
+    assert_eq!(
+        open,
+        (175..200).collect::<Vec<_>>(),
+        "the attacker's open connections"
+    );
+}
+
+/// A whole header block over 64 KiB that arrives in one write is refused
+/// too (431), as one that trickles in is: the bound is exact.
+#[test]
+fn a_header_block_over_64_kib_is_refused_however_it_arrives() {
+    let server = ExampleServer::start(&[]);
+    let block = |bytes: usize| -> String {
+        let start = "GET /health HTTP/1.1\r\nhost: x\r\n";
+        let padding = bytes - start.len() - "x-pad: \r\n\r\n".len();
+        format!("{start}x-pad: {}\r\n\r\n", "a".repeat(padding))
+    };
+    let status = |request: String| {
+        let mut stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        String::from_utf8_lossy(&response)
+            .get(9..12)
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(status(block(64 * 1024)), "200", "exactly 64 KiB");
+    for bytes in [64 * 1024 + 1, 80 * 1024, 111 * 1024] {
+        assert_eq!(status(block(bytes)), "431", "{bytes} bytes in one write");
+    }
 }
 
 /// Header bytes are bounded per connection: past 64 KiB the server answers

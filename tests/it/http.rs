@@ -681,6 +681,8 @@ async fn slow_clients_are_cut_off() {
     let serving = crate::server::Serving {
         timeout,
         max_connections: 100,
+        max_per_client: 100,
+        uncapped: Vec::new(),
     };
     tokio::spawn(crate::server::serve(listener, app, serving));
     let wait = Duration::from_secs(3);

@@ -230,25 +230,40 @@ impl KeptAlive {
         Self { stream, reader }
     }
 
+    /// Send `request` and read its answer's status, or none when the
+    /// server closed the connection (or reset it) instead of answering.
+    pub fn try_status(&mut self, request: &str) -> Option<u16> {
+        self.stream.write_all(request.as_bytes()).ok()?;
+        let mut status = String::new();
+        self.reader.read_line(&mut status).ok()?;
+        if status.is_empty() {
+            return None;
+        }
+        self.read_rest(status)
+    }
+
     /// Send `request` (a whole request text) and read the answer: its
     /// status.
     pub fn status(&mut self, request: &str) -> u16 {
-        self.stream.write_all(request.as_bytes()).unwrap();
-        let mut status = String::new();
-        self.reader.read_line(&mut status).unwrap();
+        self.try_status(request)
+            .expect("the server closed the connection")
+    }
+
+    /// The rest of an answer whose status line is `status`: its status.
+    fn read_rest(&mut self, status: String) -> Option<u16> {
         let mut length = 0;
         loop {
             let mut line = String::new();
-            self.reader.read_line(&mut line).unwrap();
+            self.reader.read_line(&mut line).ok()?;
             if line == "\r\n" || line.is_empty() {
                 break;
             }
             if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse().unwrap();
+                length = v.trim().parse().ok()?;
             }
         }
         let mut body = vec![0; length];
-        self.reader.read_exact(&mut body).unwrap();
-        status.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+        self.reader.read_exact(&mut body).ok()?;
+        Some(status.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0))
     }
 }
