@@ -57,7 +57,7 @@
 //! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
-//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier (`x-api-key`: `free-demo` 1, `pro-demo` 4, `enterprise-demo` 10; none 1); `x-priority: sheddable` is refused first, `critical` last (only with the enterprise key); `SHARED_PER_IP` requests a second per client address (default 100) checked first |
+//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier, resolved as for `/api/key` (`x-api-key`: the free tier 1, pro 4, enterprise 10, no key 1; a key no tier knows is 401, counted with the failed key checks); `x-priority: sheddable` is refused first, `critical` last (only for the enterprise tier); `SHARED_PER_IP` requests a second per client address (default 100) checked first |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
@@ -225,7 +225,10 @@ pub fn app_with<B: Backend>(
             handler
                 .layer(common.layer(api_key(), policies.clone()))
                 .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(
-                    limits.clone(),
+                    Callers {
+                        limits: limits.clone(),
+                        anonymous: false,
+                    },
                     authenticate,
                 ))
                 .layer(key_checks.clone())
@@ -242,7 +245,7 @@ pub fn app_with<B: Backend>(
             "/api/quota",
             get(quota::<B>)
                 .layer::<_, std::convert::Infallible>(quota_limit)
-                .layer::<_, std::convert::Infallible>(key_checks),
+                .layer::<_, std::convert::Infallible>(key_checks.clone()),
         )
         .route(
             "/api/login",
@@ -250,7 +253,10 @@ pub fn app_with<B: Backend>(
         )
         .route("/api/tokens", tokens::route(&common, &limits))
         .route("/api/slow", slow::route(&common, &limits))
-        .route("/api/shared", shared::route(config, capacity))
+        .route(
+            "/api/shared",
+            shared::route(config, capacity, &limits, key_checks),
+        )
         .route(
             "/api/report",
             report::route(config, &common, &limits, report_service),

@@ -3,7 +3,7 @@
 //! the authentication in front of `/api/key`.
 
 use super::*;
-use tower_ratelimit::config::{ConfigError, FileDefaults, Limits, LimitsFile};
+use tower_ratelimit::config::{ConfigError, FileDefaults, Limits, LimitsFile, Tier};
 use tower_ratelimit::layer::HeaderStyle;
 
 /// The limits the server runs without `LIMITS_FILE`.
@@ -130,7 +130,7 @@ pub(super) fn limits_file(config: &Config) -> Result<LimitsFile, ConfigError> {
 
 /// The demo's API keys, hashed under the demo's secret.
 pub(super) fn api_key() -> ApiKey {
-    ApiKey::header("x-api-key", "tower-ratelimit demo secret")
+    ApiKey::header(API_KEY_HEADER, "tower-ratelimit demo secret")
 }
 
 /// The client IP as this server finds it (behind `TRUSTED_PROXIES`).
@@ -158,19 +158,49 @@ pub(super) fn failed_key_checks(config: &Config) -> RateLimitLayer<ClientIp, Pol
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
 }
 
-/// The auth layer in front of `/api/key`: a key in a tier of the limits
-/// file passes, anything else is a 401.
+/// The header that carries the demo's API keys.
+pub(super) const API_KEY_HEADER: &str = "x-api-key";
+
+/// Who [`authenticate`] lets through: the limits whose `[tier_of]` knows
+/// the keys, and whether a request without a key may pass (as no tier).
+#[derive(Clone)]
+pub(super) struct Callers {
+    pub limits: Limits,
+    pub anonymous: bool,
+}
+
+/// The one place a request's tier is resolved, for every route that limits
+/// or weighs callers by it (`/api/key`, `/api/shared`): its API key is
+/// looked up in the limits file's `[tier_of]` as it is now, so a key the
+/// file no longer lists is unknown at once, and the tier goes into the
+/// request's extensions as [`Tier`] for what follows. A key no tier knows
+/// is a 401 (counted by [`failed_key_checks`] in front); no key at all
+/// passes, with no tier, where the route takes anonymous callers.
 pub(super) async fn authenticate(
-    State(limits): State<Limits>,
-    req: Request,
+    State(callers): State<Callers>,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let known = limits.current().tier(&RequestHead::from(&req)).is_some();
-    if known {
-        next.run(req).await
-    } else {
-        unknown_api_key()
+    let tier = callers
+        .limits
+        .current()
+        .tier(&RequestHead::from(&req))
+        .map(Tier::new);
+    match tier {
+        Some(tier) => {
+            req.extensions_mut().insert(tier);
+            next.run(req).await
+        }
+        None if callers.anonymous && !req.headers().contains_key(API_KEY_HEADER) => {
+            next.run(req).await
+        }
+        None => unknown_api_key(),
     }
+}
+
+/// The tier [`authenticate`] found for `req`, if any.
+pub(super) fn tier<'a>(req: &'a RequestHead<'_>) -> Option<&'a str> {
+    req.extensions.get::<Tier>().map(Tier::name)
 }
 
 /// The answer to an API key no tier knows.

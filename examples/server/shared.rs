@@ -1,10 +1,14 @@
 //! `GET /api/shared`: one capacity of `SHARED_CAPACITY` a second shared by
 //! every tenant (`x-user-id`), weighted by its API key's tier, its requests
 //! classed by `x-priority` where the key's tier allows; behind a limit per
-//! client address (`SHARED_PER_IP` a second).
+//! client address (`SHARED_PER_IP` a second). The tier is the one
+//! [`authenticate`] resolves for every route: a key the limits file does
+//! not list (or no longer lists) is a 401, counted with every failed key
+//! check; a request without a key is a tenant of weight 1.
 
 use super::*;
 use axum::routing::MethodRouter;
+use tower_ratelimit::config::Limits;
 use tower_ratelimit::key::{Header, RequestHead};
 use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::Class;
@@ -20,44 +24,49 @@ pub fn capacity(config: &Config) -> FairShare {
         .expect("a valid name")
         .tenant(Header::new("x-user-id").or(client_ip(config)))
         .weight(|req| match tier(req) {
-            Some(b"enterprise-demo") => 10,
-            Some(b"pro-demo") => 4,
+            Some("enterprise") => 10,
+            Some("pro") => 4,
             _ => 1,
         })
         .class(class)
         .servers(config.servers)
 }
 
-/// The API key, the demo's credential: its tier is what the client proved,
-/// where `x-user-id` and `x-priority` are only what it says.
-fn tier<'a>(req: &'a RequestHead<'_>) -> Option<&'a [u8]> {
-    req.headers.get("x-api-key").map(|v| v.as_bytes())
-}
-
-/// `x-priority: critical` only for an enterprise key (anyone else asking
+/// `x-priority: critical` only for the enterprise tier: what the client's
+/// key proved, where `x-user-id` and `x-priority` are only what it says
+/// (anyone else asking
 /// for it is served as default); `sheddable`, asking to be refused first,
 /// for anyone.
 fn class(req: &RequestHead<'_>) -> Class {
     match req.headers.get("x-priority").map(|v| v.as_bytes()) {
-        Some(b"critical") if tier(req) == Some(b"enterprise-demo") => Class::Critical,
+        Some(b"critical") if tier(req) == Some("enterprise") => Class::Critical,
         Some(b"sheddable") => Class::Sheddable,
         _ => Class::Default,
     }
 }
 
 /// The route: `SHARED_PER_IP` requests a second per client address (in
-/// this server's memory) before the capacity, so that one client inventing
-/// tenant ids asks at most that.
+/// this server's memory) before anything else, so that one client inventing
+/// tenant ids asks at most that; then the failed key checks, the tier, and
+/// the capacity.
 pub(super) fn route<S: Clone + Send + Sync + 'static>(
     config: &Config,
     capacity: FairShare,
+    limits: &Limits,
+    key_checks: RateLimitLayer<ClientIp, Policy>,
 ) -> MethodRouter<S> {
     let per_ip: Policy = format!("{}/s", config.shared_per_ip)
         .parse()
         .expect("SHARED_PER_IP is checked when read");
     let per_ip = RateLimitLayer::new(per_ip).key(client_ip(config));
-    // The capacity first, then the limit in front of it.
+    let callers = Callers {
+        limits: limits.clone(),
+        anonymous: true,
+    };
+    // Innermost first: the capacity, then what stands in front of it.
     get(|| async { "ok: /api/shared\n" })
         .layer::<_, std::convert::Infallible>(capacity)
+        .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(callers, authenticate))
+        .layer::<_, std::convert::Infallible>(key_checks)
         .layer(per_ip)
 }

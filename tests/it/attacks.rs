@@ -421,3 +421,65 @@ fn concurrent_costs_known_afterwards_overrun_once() {
         .iter()
         .all(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.1 429")));
 }
+
+/// The shared capacity weighed tenants by `x-api-key` strings it never
+/// checked: after the limits file rotated the keys, a retired enterprise
+/// key kept its weight of 10 there (and the right one got 1), with no
+/// failed check counted. Now one place resolves the tier for every route:
+/// the retired key is a 401 on `/api/shared` as on `/api/key`, counted with
+/// the failed key checks, and the new key weighs as enterprise.
+#[test]
+fn a_rotated_api_key_loses_its_tier_on_every_route() {
+    let dir = std::env::temp_dir().join(format!("rotated-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("limits.toml");
+    let demo = std::fs::read_to_string("examples/limits.toml").unwrap();
+    std::fs::write(&file, &demo).unwrap();
+    let mut server = ExampleServer::start(&[("LIMITS_FILE", file.to_str().unwrap())]);
+    // The share a tenant of `key` is given (q of the capacity's policy), or
+    // the status when it is refused.
+    let share = |server: &ExampleServer, key: &str, tenant: &str| -> Result<u32, String> {
+        let response = server.get("/api/shared", &[("x-api-key", key), ("x-user-id", tenant)]);
+        header(&response, "ratelimit-policy")
+            .filter(|p| p.starts_with("\"api_shared\""))
+            .and_then(|p| p.split(";q=").nth(1)?.split(';').next()?.parse().ok())
+            .ok_or_else(|| response.get(9..12).unwrap_or("").to_owned())
+    };
+    // Two tenants without a key are there first: a share is a part.
+    for tenant in ["anon-a", "anon-b"] {
+        assert!(server
+            .get("/api/shared", &[("x-user-id", tenant)])
+            .starts_with("HTTP/1.1 200"));
+    }
+    let enterprise = share(&server, "enterprise-demo", "e1").unwrap();
+    let free = share(&server, "free-demo", "f1").unwrap();
+    assert!(
+        enterprise > 3 * free,
+        "enterprise {enterprise}, free {free}"
+    );
+
+    std::fs::write(
+        &file,
+        demo.replace("enterprise-demo = ", "enterprise-2027 = "),
+    )
+    .unwrap();
+    let live = std::iter::from_fn(|| server.line_starting("limits: version"))
+        .find(|line| line.ends_with(" live"));
+    assert!(live.is_some(), "the rotated file did not run");
+    let rotated = share(&server, "enterprise-2027", "e2").unwrap();
+    let free = share(&server, "free-demo", "f2").unwrap();
+    assert!(rotated > 3 * free, "the new key {rotated}, free {free}");
+    assert_eq!(share(&server, "enterprise-demo", "e3"), Err("401".into()));
+    // The retired key counts as a failed check, as on /api/key: 10 a
+    // minute per address, the one above and these 9, then everything from
+    // that address is refused, the right key included.
+    let guesses: Vec<_> = (0..9)
+        .map(|_| share(&server, "enterprise-demo", "e3"))
+        .collect();
+    assert!(
+        guesses.iter().all(|s| *s == Err("401".into())),
+        "{guesses:?}"
+    );
+    assert_eq!(share(&server, "enterprise-2027", "e2"), Err("429".into()));
+    let _ = std::fs::remove_dir_all(&dir);
+}
