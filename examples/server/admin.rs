@@ -118,6 +118,7 @@ pub(super) async fn list_limits<B>(State(state): State<AppState<B>>) -> Json<Val
 pub(super) async fn replace_limits<B>(
     State(state): State<AppState<B>>,
     Path(route): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
     body: String,
 ) -> Response {
     let error =
@@ -157,6 +158,28 @@ pub(super) async fn replace_limits<B>(
             }
             _ => body,
         };
+        // A name is a budget: one another route counts against already is
+        // shared only when asked (`?share=true`), never by a slip.
+        let shared = query.get("share").is_some_and(|v| v == "true");
+        let file = state.limits.current();
+        let taken = text.parse::<Policy>().ok().and_then(|new| {
+            new.limits().iter().filter(|l| l.is_named()).find_map(|l| {
+                let others: Vec<String> = file
+                    .routes_with_limit(l.name())
+                    .into_iter()
+                    .filter(|(_, p)| *p != route.path)
+                    .map(|(_, p)| p.to_owned())
+                    .collect();
+                (!others.is_empty()).then(|| (l.name().to_owned(), others))
+            })
+        });
+        if let (Some((name, others)), false) = (taken, shared) {
+            let text = format!(
+                "the limit name {name:?} is {}'s budget: add ?share=true to share it, or choose another name",
+                others.join(", ")
+            );
+            return error(StatusCode::CONFLICT, text);
+        }
         let method = (route.method != Method::GET).then_some(&route.method);
         let change = |file: &LimitsFile| file.with_route_limits(method, route.path, &text);
         state.changes.make(&state.limits, change).await
@@ -206,6 +229,13 @@ pub(super) async fn reset_keys<B: Backend>(
         request
             .extensions_mut()
             .insert(axum::extract::ConnectInfo(peer));
+    }
+    // Before the fleet is joined the other servers could not be told: a
+    // reset then would be half done (Redis and this server forgetting, the
+    // others refusing from their denial caches). Nothing is done.
+    if !state.changes.joined(Duration::ZERO).await {
+        let text = "the fleet's Redis has not answered yet: nothing was reset";
+        return error(StatusCode::SERVICE_UNAVAILABLE, text.into());
     }
     let head = RequestHead::from(&request);
     let file = state.limits.current();

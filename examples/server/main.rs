@@ -67,11 +67,11 @@
 //!
 //! | route or variable | what |
 //! |---|---|
-//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency (on `METRICS_ADDR` instead, when set) |
+//! | `GET /metrics` | Prometheus text: requests by outcome, route and limit; near-limit admissions; decision latency (with `ADMIN_TOKEN` set, the token is required, as on `/admin`; on `METRICS_ADDR` instead, when set, for a scraper on an internal network) |
 //! | `GET /admin/top` | the most denied keys, redacted, most denied first (`?n=`, default 20; with `ADMIN_TOKEN` set, the token is required) |
 //! | `GET /admin/limits` | each route's limits now (likewise) |
 //! | `DELETE /admin/keys?user=<id>&ip=<address>` | with `ADMIN_TOKEN`: forget what that client used on every limited route, and its bans |
-//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a limited route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`), or for `/api/slow` a number of requests in flight; 401 without the token; 404 when `ADMIN_TOKEN` is unset |
+//! | `PUT /admin/limits/{route}` | with `ADMIN_TOKEN` set and `Authorization: Bearer <token>`: replace a limited route's limits live, the body in the quota syntax (`20/min`, `burst = 10/s; 100/min`), or for `/api/slow` a number of requests in flight; a limit name another route's budget has is 409 unless `?share=true`; 401 without the token; 404 when `ADMIN_TOKEN` is unset |
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
 //! | `REDACTION_SECRET` | the secret redacted keys (`/admin/top`, logs) are hashed under: the same on every server so that their redacted keys match (default: random per process) |
 //! | `MAX_KEYS` | the memory backend's cap on states (bans and exhausted budgets are evicted last) |
@@ -177,6 +177,11 @@ pub fn app_with<B: Backend>(
         .route("/admin/top", get(top_offenders::<B>))
         .route("/admin/top/networks", get(top_networks::<B>))
         .route("/admin/limits", get(list_limits::<B>));
+    if config.metrics_addr.is_none() {
+        // What the metrics tell (tenants active, keys denied) is the
+        // operator's: behind the admin token like the rest of /admin.
+        admin = admin.merge(metrics_app());
+    }
     let report_service = Arc::new(report::Service::default());
     if let Some(token) = &config.admin_token {
         let service = report_service.clone();
@@ -196,9 +201,6 @@ pub fn app_with<B: Backend>(
         .route("/", get(index::<B>))
         .route("/health", get(|| async { "ok" }))
         .merge(admin);
-    if config.metrics_addr.is_none() {
-        app = app.merge(metrics_app());
-    }
     let common = Common {
         backend: backend.clone(),
         on_error: match config.on_store_failure {

@@ -8,7 +8,7 @@ use http::Method;
 use ipnet::IpNet;
 use sha2::{Digest, Sha256};
 
-use super::compile::{Compiled, FileRoute};
+use super::compile::{Compiled, FileRoute, RoutePolicy};
 use super::defaults::FileDefaults;
 use super::error::ConfigError;
 use super::schema::{self, FileSpec, InFlightSpec, KeyValueSpec, OverrideSpec};
@@ -153,6 +153,30 @@ impl LimitsFile {
                 r.path.as_deref()?,
             ))
         })
+    }
+
+    /// The routes with a limit named `name` (for a tiered route, in any
+    /// tier), as `(method, path)`: who counts against that budget's name
+    /// already, before a change gives it to one more route.
+    pub fn routes_with_limit(&self, name: &str) -> Vec<(Option<&str>, &str)> {
+        let named = |policy: &Policy| {
+            policy
+                .limits()
+                .iter()
+                .any(|l| l.is_named() && l.name() == name)
+        };
+        self.routes()
+            .filter(|(method, path)| {
+                let method = method
+                    .and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+                    .unwrap_or(Method::GET);
+                self.route(&method, path)
+                    .is_some_and(|route| match &route.policy {
+                        RoutePolicy::Fixed(policy) => named(policy),
+                        RoutePolicy::Tiered(tiers) => tiers.values().any(named),
+                    })
+            })
+            .collect()
     }
 
     fn route(&self, method: &Method, route: &str) -> Option<&FileRoute> {

@@ -29,7 +29,7 @@ pub(crate) mod penalty;
 pub(crate) mod set;
 
 pub use crate::algorithm::kind::UnknownAlgorithm;
-pub use crate::quota::{Calendar, Period, QuotaError, MAX_WINDOW};
+pub use crate::quota::{Calendar, Period, QuotaError, MAX_WINDOW, MIN_WINDOW};
 pub use builder::PolicyBuilder;
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};

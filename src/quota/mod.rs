@@ -10,4 +10,4 @@ pub(crate) mod calendar;
 pub(crate) mod rate;
 
 pub use calendar::{Calendar, Period};
-pub use rate::{Quota, QuotaError, MAX_WINDOW};
+pub use rate::{Quota, QuotaError, MAX_WINDOW, MIN_WINDOW};

@@ -11,6 +11,12 @@ use crate::clock::micros::{in_largest_unit, Micros, Unit, UNITS};
 /// The longest window a quota may have: 366 days.
 pub const MAX_WINDOW: Duration = Duration::from_secs(366 * 24 * 3600);
 
+/// The shortest window a quota may have: 1 ms. A shorter one would be
+/// decided by how clocks and round trips jitter (servers' clocks agree to
+/// about a millisecond, a decision on Redis takes longer), not by the
+/// limit; for a high rate, give a larger limit over 1 s instead.
+pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
 /// The longest span of time one key's state may cover (`burst × interval`),
 /// about 8.9 years. It keeps every timestamp below 2^53 microseconds, which
 /// Lua numbers (Redis scripts) represent exactly.
@@ -57,6 +63,9 @@ impl Quota {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroLimit)?;
         if window.is_zero() {
             return Err(QuotaError::ZeroWindow);
+        }
+        if window < MIN_WINDOW {
+            return Err(QuotaError::WindowTooShort(window));
         }
         if !window.subsec_nanos().is_multiple_of(1_000) {
             return Err(QuotaError::SubMicrosecondWindow(window));
@@ -501,6 +510,8 @@ pub enum QuotaError {
     ZeroBurst,
     /// The window is not a whole number of microseconds.
     SubMicrosecondWindow(Duration),
+    /// The window is shorter than [`MIN_WINDOW`].
+    WindowTooShort(Duration),
     /// The window is longer than [`MAX_WINDOW`].
     WindowTooLong(Duration),
     /// More than one unit per microsecond: too fine to enforce exactly.
@@ -541,6 +552,10 @@ impl fmt::Display for QuotaError {
             Self::SubMicrosecondWindow(w) => write!(
                 f,
                 "invalid quota: the window {w:?} is not a whole number of microseconds"
+            ),
+            Self::WindowTooShort(w) => write!(
+                f,
+                "invalid quota: the window {w:?} is shorter than the minimum of 1ms (for a high rate, give its limit per second)"
             ),
             Self::WindowTooLong(w) => write!(
                 f,

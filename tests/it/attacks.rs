@@ -260,6 +260,20 @@ fn a_frozen_redis_neither_delays_start_up_nor_hangs_admin_changes() {
     assert!(response.starts_with("HTTP/1.1 503"), "{response}");
     eprintln!("Redis frozen: a limits change answered 503 after {took:?}");
     assert!(took < Duration::from_secs(1), "503 after {took:?}");
+    // A reset before the fleet is joined does nothing, and says so: this
+    // server goes on refusing the client it decided on alone.
+    let ada = [("x-user-id", "ada")];
+    let search: Vec<String> = (0..11).map(|_| server.get("/api/search", &ada)).collect();
+    assert!(search[10].starts_with("HTTP/1.1 429"), "{}", search[10]);
+    let reset = server.send(
+        "DELETE",
+        "/admin/keys?user=ada",
+        &[("authorization", "Bearer t")],
+        "",
+    );
+    assert!(reset.starts_with("HTTP/1.1 503"), "{reset}");
+    assert!(reset.contains("nothing was reset"), "{reset}");
+    assert!(server.get("/api/search", &ada).starts_with("HTTP/1.1 429"));
     redis.resume();
     assert!(
         server.line_starting("limits: joined the fleet").is_some(),

@@ -487,6 +487,19 @@ async fn with_an_admin_token_limits_are_replaced_live() {
     }
     let (status, _, body) = put(bearer(token), "/admin/limits/api/slow", "3/min").await;
     assert_eq!(status, 400, "{body}");
+    // Another route's budget name (a tier's of /api/key, /api/user's) is
+    // refused unless sharing it is asked for.
+    for taken in ["key-free = 1/min", "user = 1/min"] {
+        let (status, _, body) = put(bearer(token), "/admin/limits/api/search", taken).await;
+        assert_eq!(status, 409, "{taken}: {body}");
+    }
+    let (status, _, body) = put(
+        bearer(token),
+        "/admin/limits/api/search?share=true",
+        "user = 100/min",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
     let gil = [("x-user-id", "gil")];
     assert_eq!(statuses(addr, "/api/quota", &gil, 3).await, [200, 200, 429]);
     let (_, headers, _) = get(addr, "/api/tokens?n=1", &gil).await;
@@ -582,6 +595,23 @@ async fn quota_is_limited_and_metrics_can_live_elsewhere() {
     let metrics = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, crate::server::metrics_app::<()>()).await });
     assert_eq!(get(metrics, "/metrics", &[]).await.0, 200);
+}
+
+/// The metrics tell how many tenants share a capacity and which keys are
+/// denied: on the public address they are the admin's, behind its token.
+#[tokio::test]
+async fn metrics_on_the_public_address_need_the_admin_token() {
+    let addr = start_with(Config {
+        admin_token: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(get(addr, "/api/user", &[]).await.0, 200);
+    assert_eq!(get(addr, "/metrics", &[]).await.0, 401);
+    let bearer = [("authorization", "Bearer s3cret")];
+    let (status, _, text) = get(addr, "/metrics", &bearer).await;
+    assert_eq!(status, 200);
+    assert!(text.contains("ratelimit_"), "{text}");
 }
 
 #[tokio::test]
@@ -881,8 +911,11 @@ async fn slow_requests_are_limited_in_flight_until_their_bodies_end() {
     let (a, b) = (slow(800), slow(800));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = Instant::now();
-    let (status, headers, _) = get(addr, "/api/slow?ms=0", &frank).await;
+    let (status, headers, body) = get(addr, "/api/slow?ms=0", &frank).await;
     assert_eq!(status, 429, "a third while two stream");
+    // The refusal names the lease the file gives (15 s), not the default.
+    assert!(body.contains(r#""limit":2,"window":"15s""#), "{body}");
+    assert_eq!(headers["retry-after"], "15");
     assert!(started.elapsed() < Duration::from_millis(400), "at once");
     assert_eq!(
         headers["ratelimit-policy"],

@@ -95,9 +95,20 @@ fn invalid_quotas_are_rejected_with_a_reason() {
         Err(QuotaError::ZeroBurst)
     );
     assert!(matches!(
-        Quota::new(1, Duration::from_nanos(1500)),
+        Quota::new(1, Duration::from_nanos(1_000_500)),
         Err(QuotaError::SubMicrosecondWindow(_))
     ));
+    // Below 1 ms a window is decided by clocks' jitter, not by its limit.
+    let short = "1/1us".parse::<Quota>().unwrap_err();
+    assert_eq!(
+        short.to_string(),
+        "invalid quota: the window 1µs is shorter than the minimum of 1ms (for a high rate, give its limit per second)"
+    );
+    assert!(matches!(
+        Quota::new(1, Duration::from_micros(999)),
+        Err(QuotaError::WindowTooShort(_))
+    ));
+    assert!(Quota::new(1, tower_ratelimit::policy::MIN_WINDOW).is_ok());
     assert!(matches!(
         Quota::new(1, Duration::from_secs(367 * 86_400)),
         Err(QuotaError::WindowTooLong(_))
@@ -150,7 +161,9 @@ fn an_unknown_unit_is_answered_with_every_unit_that_parses() {
     // Each unit the message offers is one that parses.
     for offered in ["us", "ms", "s", "min", "h", "day", "week", "month", "year"] {
         assert!(error.contains(offered), "{offered} in {error}");
-        let quota = format!("1/{offered}");
+        // (A window is at least 1 ms.)
+        let count = if offered == "us" { "1000" } else { "" };
+        let quota = format!("1/{count}{offered}");
         assert!(quota.parse::<Quota>().is_ok(), "{quota}");
     }
     assert!("10/month from 15 utc+02:00".parse::<Quota>().is_ok());
