@@ -61,6 +61,10 @@ pub struct Config {
     /// before the capacity: what one client inventing tenant ids can ask
     /// at most.
     pub shared_per_ip: u32,
+    /// `IDS_PER_IP`: requests per second one client address may send to
+    /// the routes keyed by an id it chooses (default 200): what bounds how
+    /// fast it can make new keys.
+    pub ids_per_ip: u32,
     /// `MAX_CONNECTIONS`: connections open at once; more are closed as
     /// soon as they are accepted (default: three quarters of `ulimit -n`,
     /// at most 10,000).
@@ -119,6 +123,7 @@ impl Default for Config {
             redis_batch: true,
             shared_capacity: 200,
             shared_per_ip: 100,
+            ids_per_ip: 200,
             max_connections: serve::default_max_connections(),
             max_connections_per_client: serve::default_max_per_client(
                 serve::default_max_connections(),
@@ -219,6 +224,7 @@ impl Config {
                 v.parse().ok().filter(|n| *n >= 1)
             })?,
             shared_per_ip: env_or("SHARED_PER_IP", 100, |v| v.parse().ok().filter(|n| *n >= 1))?,
+            ids_per_ip: env_or("IDS_PER_IP", 200, |v| v.parse().ok().filter(|n| *n >= 1))?,
             redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
                 "compact" => Some(RedisKeyFormat::Compact),
                 "packed" => Some(RedisKeyFormat::Packed(None)),

@@ -75,6 +75,7 @@
 //! | `SHADOW=1` | every limit in shadow mode: decided, counted, logged, never enforced |
 //! | `REDACTION_SECRET` | the secret redacted keys (`/admin/top`, logs) are hashed under: the same on every server so that their redacted keys match (default: random per process) |
 //! | `MAX_KEYS` | the memory backend's cap on states (bans and exhausted budgets are evicted last) |
+//! | `IDS_PER_IP` | requests a second one client address may send to the routes keyed by an id it chooses (`x-user-id`, a login's user; default 200, in each server's memory): how fast it can make new keys in Redis |
 //! | `MAX_CONNECTIONS` | connections open at once, more are closed at once (default: 3/4 of `ulimit -n`, at most 10,000) |
 //! | `MAX_CONNECTIONS_PER_CLIENT` | connections open at once from one client address (IPv6: one /64; `TRUSTED_PROXIES` excepted): one more closes that address's oldest idle connection, or is closed when none is idle (default: 1/8 of `MAX_CONNECTIONS`, at most 64) |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
@@ -218,6 +219,9 @@ pub fn app_with<B: Backend>(
     // One count of failed API-key checks per client IP, for every route
     // that evaluates a key: /api/key and /api/quota.
     let key_checks = failed_key_checks(config);
+    // In front of every route keyed by an id the client chooses: how fast
+    // one address can make new keys (and so fill Redis) at most.
+    let ids = ids_per_ip(config);
     for path in SIMPLE {
         let handler = get(move || async move { format!("ok: {path}\n") });
         let handler = if path == "/api/key" {
@@ -235,7 +239,9 @@ pub fn app_with<B: Backend>(
                 ))
                 .layer(key_checks.clone())
         } else {
-            handler.layer(common.layer(limits.keys(), policies.clone()))
+            handler
+                .layer::<_, std::convert::Infallible>(common.layer(limits.keys(), policies.clone()))
+                .layer(ids.clone())
         };
         app = app.route(path, handler);
     }
@@ -247,21 +253,28 @@ pub fn app_with<B: Backend>(
             "/api/quota",
             get(quota::<B>)
                 .layer::<_, std::convert::Infallible>(quota_limit)
-                .layer::<_, std::convert::Infallible>(key_checks.clone()),
+                .layer::<_, std::convert::Infallible>(key_checks.clone())
+                .layer(ids.clone()),
         )
         .route(
             "/api/login",
-            login::route(config, &common, policies.clone()),
+            login::route(config, &common, policies.clone()).layer(ids.clone()),
         )
-        .route("/api/tokens", tokens::route(&common, &limits))
-        .route("/api/slow", slow::route(&common, &limits))
+        .route(
+            "/api/tokens",
+            tokens::route(&common, &limits).layer(ids.clone()),
+        )
+        .route(
+            "/api/slow",
+            slow::route(&common, &limits).layer(ids.clone()),
+        )
         .route(
             "/api/shared",
             shared::route(config, capacity, &limits, key_checks),
         )
         .route(
             "/api/report",
-            report::route(config, &common, &limits, report_service),
+            report::route(config, &common, &limits, report_service).layer(ids),
         );
     changes.forget_on(&backend, &limits);
     let api_key = api_key();

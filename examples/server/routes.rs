@@ -158,6 +158,24 @@ pub(super) fn failed_key_checks(config: &Config) -> RateLimitLayer<ClientIp, Pol
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
 }
 
+/// `IDS_PER_IP` requests a second per client address, in front of every
+/// route keyed by an id the client chooses (`x-user-id`, a login's user):
+/// each new id is a new key in the store, so this bounds the keys one
+/// address can make, `IDS_PER_IP` × how long a key lives (the sizing rule
+/// of `guide::backends`). Counted in each server's own memory; no quota
+/// headers (the route's own are the client's to plan by; a refusal still
+/// says `Retry-After`).
+pub(super) fn ids_per_ip(config: &Config) -> RateLimitLayer<ClientIp, Policy> {
+    let policy = Policy::parse_with(
+        &format!("ids-per-ip = {}/s", config.ids_per_ip),
+        config.algorithm,
+    )
+    .expect("IDS_PER_IP is checked when read");
+    RateLimitLayer::new(policy)
+        .key(client_ip(config))
+        .headers(HeaderStyle::None)
+}
+
 /// The header that carries the demo's API keys.
 pub(super) const API_KEY_HEADER: &str = "x-api-key";
 

@@ -143,7 +143,7 @@ impl<B: Backend> Backend for Breaker<B> {
     /// Fails at once while the breaker is open; never a probe.
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         if self.is_open() {
-            return Box::pin(ready(Err(BackendError::breaker_open())));
+            return Box::pin(ready(Err(self.circuit.refusal())));
         }
         let (peeks, circuit) = (self.inner.peek_many(asks), Arc::clone(&self.circuit));
         Box::pin(async move {
@@ -165,7 +165,7 @@ impl<B: Backend> Breaker<B> {
         let circuit = &self.circuit;
         let open = || BreakerFuture {
             state: State::Open {
-                error: ready(Err(BackendError::breaker_open())),
+                error: ready(Err(circuit.refusal())),
             },
         };
         let probe = match circuit.pass() {

@@ -3,11 +3,11 @@
 //! doubling while probes fail. [`Breaker`](super::Breaker) puts one in front
 //! of a whole backend; the Redis backend keeps one per cluster node.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::BackendError;
+use super::{BackendError, Cause};
 use crate::clock::Micros;
 
 #[derive(Debug)]
@@ -21,6 +21,9 @@ pub(crate) struct Circuit {
     opened_for: AtomicU64,
     /// A probe is under way.
     probing: AtomicBool,
+    /// The last failure's cause (`Cause as u8`), what an open circuit's
+    /// refusals say kept it open: an outage or a full store.
+    last_cause: AtomicU8,
     epoch: Instant,
 }
 
@@ -67,6 +70,7 @@ impl Circuit {
             open_until: AtomicU64::new(0),
             opened_for: AtomicU64::new(0),
             probing: AtomicBool::new(false),
+            last_cause: AtomicU8::new(Cause::Other as u8),
             epoch: Instant::now(),
         }
     }
@@ -126,9 +130,22 @@ impl Circuit {
     /// for every other key).
     pub(crate) fn record<T>(&self, result: &Result<T, BackendError>, probe: bool) {
         match result {
-            Err(error) if !error.is_about_one_key() => self.failed(probe),
+            Err(error) if !error.is_about_one_key() => {
+                self.last_cause
+                    .store(error.cause() as u8, Ordering::Release);
+                self.failed(probe)
+            }
             _ => self.succeeded(),
         }
+    }
+
+    /// What a call refused while the circuit is open fails with: the
+    /// breaker's error, naming what kept it open.
+    pub(crate) fn refusal(&self) -> BackendError {
+        let cause = Cause::ALL
+            .get(usize::from(self.last_cause.load(Ordering::Acquire)))
+            .copied();
+        BackendError::breaker_open(cause)
     }
 
     pub(crate) fn succeeded(&self) {

@@ -7,6 +7,8 @@ use std::fmt;
 pub struct BackendError {
     source: Box<dyn std::error::Error + Send + Sync>,
     cause: Cause,
+    /// For a breaker's refusal: the failure that kept it open last.
+    opened_by: Option<Cause>,
 }
 
 /// Why a backend could not decide, as far as it can tell: what an operator
@@ -36,6 +38,11 @@ pub enum Cause {
     /// request alone is answered by the failure rule, and the Redis
     /// backend replaces the state with a new client's.
     KeyState,
+    /// The store is full: Redis refuses writes (`OOM`) at its `maxmemory`
+    /// under the `noeviction` policy. It answers, but can store no decision
+    /// until memory is freed or raised, so a breaker opens as for an
+    /// outage (and says why) and a fallback decides meanwhile.
+    OutOfMemory,
     /// Anything else.
     Other,
 }
@@ -43,7 +50,7 @@ pub enum Cause {
 impl Cause {
     /// Its name as a metric label or log field: `refused`, `unknown_host`,
     /// `tls`, `authentication`, `permission`, `unknown_command`, `timeout`,
-    /// `breaker_open`, `key_state`, `other`.
+    /// `breaker_open`, `key_state`, `out_of_memory`, `other`.
     pub fn as_str(self) -> &'static str {
         match self {
             Cause::Refused => "refused",
@@ -55,9 +62,27 @@ impl Cause {
             Cause::Timeout => "timeout",
             Cause::BreakerOpen => "breaker_open",
             Cause::KeyState => "key_state",
+            Cause::OutOfMemory => "out_of_memory",
             Cause::Other => "other",
         }
     }
+}
+
+impl Cause {
+    /// Every cause, in declaration order (`cause as u8` indexes it).
+    pub(crate) const ALL: [Cause; 11] = [
+        Cause::Refused,
+        Cause::UnknownHost,
+        Cause::Tls,
+        Cause::Authentication,
+        Cause::Permission,
+        Cause::UnknownCommand,
+        Cause::Timeout,
+        Cause::BreakerOpen,
+        Cause::KeyState,
+        Cause::OutOfMemory,
+        Cause::Other,
+    ];
 }
 
 impl fmt::Display for Cause {
@@ -72,6 +97,7 @@ impl BackendError {
         Self {
             source: source.into(),
             cause: Cause::Other,
+            opened_by: None,
         }
     }
 
@@ -87,10 +113,23 @@ impl BackendError {
     }
 
     /// The backend was not asked: a [`Breaker`](super::Breaker) in front of
-    /// it is open.
-    pub(crate) fn breaker_open() -> Self {
-        Self::new("the circuit breaker is open: the backend failed repeatedly and is not asked until a probe succeeds")
-            .with_cause(Cause::BreakerOpen)
+    /// it is open, kept open last by a failure for `opened_by`.
+    pub(crate) fn breaker_open(opened_by: Option<Cause>) -> Self {
+        let text = match opened_by {
+            Some(cause) => format!("the circuit breaker is open: the backend failed repeatedly ({cause}) and is not asked until a probe succeeds"),
+            None => "the circuit breaker is open: the backend failed repeatedly and is not asked until a probe succeeds".to_owned(),
+        };
+        Self {
+            opened_by,
+            ..Self::new(text).with_cause(Cause::BreakerOpen)
+        }
+    }
+
+    /// For a breaker's refusal ([`Cause::BreakerOpen`]): the cause of the
+    /// failure that kept it open last — an outage (`Timeout`, `Refused`…)
+    /// told apart from a full store (`OutOfMemory`).
+    pub fn opened_by(&self) -> Option<Cause> {
+        self.opened_by
     }
 
     /// Whether the backend was not even asked, because a

@@ -497,3 +497,50 @@ fn a_rotated_api_key_loses_its_tier_on_every_route() {
     assert_eq!(share(&server, "enterprise-2027", "e2"), Err("429".into()));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One client inventing user ids filled an 8 MB Redis in about 20 s (41,773
+/// ids), then every decision failed. Now the routes keyed by a client's id
+/// take at most `IDS_PER_IP` requests a second from one address, so its
+/// keys in Redis grow at most that fast; and a full Redis is told apart
+/// from an outage on the health line.
+#[cfg(feature = "redis")]
+#[test]
+fn made_up_ids_fill_redis_no_faster_than_the_per_address_limit() {
+    let redis = RedisServer::start();
+    let mut server = ExampleServer::start(&[("REDIS_URL", &redis.url()), ("IDS_PER_IP", "50")]);
+    let keys = |redis: &RedisServer| -> u64 { redis.cli(&["DBSIZE"]).trim().parse().unwrap() };
+    let before = keys(&redis);
+    let started = Instant::now();
+    let statuses =
+        server.statuses_kept_alive((0..1500).map(|i| {
+            format!("GET /api/user HTTP/1.1\r\nhost: x\r\nx-user-id: made-up-{i}\r\n\r\n")
+        }));
+    let seconds = started.elapsed().as_secs_f64();
+    let made = keys(&redis) - before;
+    let admitted = statuses.iter().filter(|s| **s == 200).count();
+    eprintln!("1500 made-up ids in {seconds:.1} s: {admitted} admitted, {made} keys made");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    // At most 50 a second (a sliding window: up to twice that in the
+    // first second), each admitted request one key.
+    let bound = (50.0 * (seconds + 2.0)) as u64;
+    assert!(
+        made <= bound,
+        "{made} keys in {seconds:.1} s, at most {bound}"
+    );
+    assert_eq!(made, admitted as u64);
+
+    // Full: every decision fails, and the health line says why.
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    // (From another address: this one's budget is spent.)
+    KeptAlive::from(2, server.port)
+        .status("GET /api/user HTTP/1.1\r\nhost: x\r\nx-user-id: after\r\n\r\n");
+    let line = server.line_starting("redis: failing");
+    assert!(
+        line.as_deref().is_some_and(|l| l.contains("out_of_memory")),
+        "{line:?}"
+    );
+}

@@ -667,3 +667,68 @@ async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
         }
     }
 }
+
+/// A full Redis (`maxmemory` reached under `noeviction`) answers every
+/// decision `OOM`: that is told apart from an outage — the cause is
+/// `OutOfMemory` in the errors, the health and the metrics' label, and a
+/// breaker it opens says so in its refusals — while the fallback decides;
+/// once memory is freed Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_is_told_apart_from_an_outage() {
+    use tower_ratelimit::backend::{Cause, StoreHealth};
+    let server = RedisServer::start();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .unwrap();
+    let backend = redis
+        .clone()
+        .with_breaker()
+        .failures_to_open(5)
+        .open_for(Duration::from_millis(100))
+        .or_fallback(MemoryBackend::new());
+    let policy: Policy = "1000/min".parse().unwrap();
+    let user = |i: usize| Key::new("user", format!("u{i}"));
+    assert!(redis.check(&user(0), &policy, 1).await.is_ok());
+    // Full: Redis now uses more than its maxmemory, and evicts nothing.
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let error = redis.check(&user(1), &policy, 1).await.unwrap_err();
+    assert_eq!(error.cause(), Cause::OutOfMemory, "{error}");
+    assert!(
+        matches!(
+            redis.health(),
+            StoreHealth::Failing {
+                cause: Cause::OutOfMemory,
+                ..
+            }
+        ),
+        "{}",
+        redis.health()
+    );
+    let mut origins = Vec::new();
+    for i in 0..20 {
+        origins.push(backend.check(&user(i), &policy, 1).await.unwrap().origin());
+    }
+    assert_eq!(origins[19], Origin::BreakerOpen, "{origins:?}");
+    let refusal = backend
+        .primary()
+        .check(&user(0), &policy, 1)
+        .await
+        .unwrap_err();
+    assert!(refusal.is_breaker_open());
+    assert_eq!(refusal.opened_by(), Some(Cause::OutOfMemory), "{refusal}");
+    assert!(refusal.to_string().contains("out_of_memory"), "{refusal}");
+    // Memory freed: Redis decides again.
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    let started = std::time::Instant::now();
+    while backend.check(&user(0), &policy, 1).await.unwrap().origin() != Origin::Primary {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "Redis never decided again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(redis.health(), StoreHealth::Deciding);
+}

@@ -217,7 +217,7 @@ impl RedisBackend {
                 }
                 Some(result)
             }
-            Pass::Open => Some(Err(BackendError::breaker_open())),
+            Pass::Open => circuit.map(|c| Err(c.refusal())),
             Pass::Probe(probe) => {
                 let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
                 tokio::spawn(async move {
@@ -229,7 +229,7 @@ impl RedisBackend {
                     }
                     probe.finished(&result);
                 });
-                Some(Err(BackendError::breaker_open()))
+                circuit.map(|c| Err(c.refusal()))
             }
         }
     }

@@ -495,6 +495,11 @@ fn cause_of(e: &RedisError) -> Cause {
     if has("wrongtype") || (has("user_script") && has("attempt to")) {
         return Cause::KeyState;
     }
+    // "OOM command not allowed when used memory > 'maxmemory'", alone or
+    // inside a script's error.
+    if has("used memory > 'maxmemory'") {
+        return Cause::OutOfMemory;
+    }
     if has("wrongpass") || has("noauth") || has("invalid username-password") {
         Cause::Authentication
     } else if has("unknown command") {
