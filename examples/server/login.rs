@@ -1,5 +1,5 @@
 //! `POST /api/login`: 5 failed logins per 15 minutes per client IP and
-//! user; successes never count.
+//! user, and 50 per client IP whatever the user; successes never count.
 //!
 //! The limiter's key and the handler read the same form, parsed once: a
 //! form that repeats a field is refused with 400, so no client can be
@@ -21,6 +21,9 @@ use tower_ratelimit::key::{key_fn, Key, KeyError, KeyExtractor};
 
 use super::routes::client_ip;
 use super::{Common, Config};
+use tower_ratelimit::key::ClientIp;
+use tower_ratelimit::layer::HeaderStyle;
+use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// A login form, parsed once for the key and the handler alike.
 #[derive(Clone)]
@@ -70,10 +73,28 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
         .count_if(|res| res.status == StatusCode::UNAUTHORIZED);
     post(login)
         .layer(limiter)
-        .layer(middleware::from_fn_with_state(
+        .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(
             config.request_timeout,
             read_form,
         ))
+        .layer(failures_per_address(config))
+}
+
+/// In front of the lockouts: 50 failed logins per 15 minutes per client
+/// address, whatever the user names. Each lockout is a state the memory
+/// backend keeps before others at its cap (`MAX_KEYS`); one address
+/// inventing users could otherwise make thousands and push out the lockout
+/// it wants lifted. With this, one address makes at most 10 lockouts per
+/// 15 minutes, and a flood must come from `MAX_KEYS` / 10 addresses at
+/// once. Counted in each server's memory; successes never count, and no
+/// quota headers are sent for it (a refusal still says `Retry-After`).
+fn failures_per_address(config: &Config) -> RateLimitLayer<ClientIp, Policy> {
+    let policy = Policy::parse_with("login-failures-per-ip = 50/15min", config.algorithm)
+        .expect("the demo's own policy is valid");
+    RateLimitLayer::new(policy)
+        .key(client_ip(config))
+        .headers(HeaderStyle::None)
+        .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
 }
 
 /// Read the form once (the key and the handler both need it) and keep it

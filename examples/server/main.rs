@@ -55,7 +55,7 @@
 //! | `GET /api/key` | per API key (`x-api-key`): `free-demo` 100/h, `pro-demo` 1000/h, `enterprise-demo` 10000/h; others 401, at most 10 failed checks a minute per client IP |
 //! | `GET /api/burst` | 10/s and 100/min and 1000/h per user, all at once |
 //! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
-//! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user; successes never count |
+//! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user, and 50 per client IP whatever the user (so that one address cannot make thousands of lockouts to push out the one it wants lifted at `MAX_KEYS`); successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
 //! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier, resolved as for `/api/key` (`x-api-key`: the free tier 1, pro 4, enterprise 10, no key 1; a key no tier knows is 401, counted with the failed key checks); `x-priority: sheddable` is refused first, `critical` last (only for the enterprise tier); `SHARED_PER_IP` requests a second per client address (default 100) checked first |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |

@@ -296,7 +296,8 @@ fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
 /// another, never a client's ban on `/api/ip` or its login lockout.
 #[test]
 fn made_up_ids_evict_neither_a_ban_nor_a_lockout() {
-    let mut server = ExampleServer::start(&[("MAX_KEYS", "2000")]);
+    // The flood at full speed: what is tested is the key cap alone.
+    let mut server = ExampleServer::start(&[("MAX_KEYS", "2000"), ("IDS_PER_IP", "1000000")]);
     assert!(server
         .line_starting("limits in memory: at most 2000 keys")
         .is_some());
@@ -543,4 +544,35 @@ fn made_up_ids_fill_redis_no_faster_than_the_per_address_limit() {
         line.as_deref().is_some_and(|l| l.contains("out_of_memory")),
         "{line:?}"
     );
+}
+
+/// With a small key cap (`MAX_KEYS=2000`), one address made up 10,000 login
+/// users, failing each 5 times and then once more: their lockouts pushed
+/// its own lockout on a real user out of memory, and the right password
+/// got in. Now one address fails at most 50 logins per 15 minutes whatever
+/// the user, so it makes at most 10 lockouts: its lockout holds (and
+/// another address's login of that user is its own).
+#[test]
+fn made_up_login_users_do_not_lift_a_lockout() {
+    let server = ExampleServer::start(&[("MAX_KEYS", "2000"), ("IDS_PER_IP", "1000000")]);
+    let login = |user: &str, password: &str| {
+        let body = format!("user={user}&password={password}");
+        format!("POST /api/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+    };
+    let statuses = server.statuses_kept_alive((0..6).map(|_| login("ann", "wrong")));
+    assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
+    let started = Instant::now();
+    let flood =
+        (0..10_000).flat_map(|i| (0..6).map(move |_| login(&format!("made-up-{i}"), "wrong")));
+    let statuses = server.statuses_kept_alive(flood);
+    let failed = statuses.iter().filter(|s| **s == 401).count();
+    eprintln!(
+        "60,000 failing logins of made-up users in {:?}: {failed} answered 401",
+        started.elapsed()
+    );
+    assert_eq!(failed, 45, "the lockout itself is one of the 50: {failed}");
+    let statuses = server.statuses_kept_alive([login("ann", "demo")]);
+    assert_eq!(statuses, [429], "the lockout was lifted");
+    let mut elsewhere = KeptAlive::from(2, server.port);
+    assert_eq!(elsewhere.status(&login("ann", "demo")), 200);
 }
