@@ -290,7 +290,8 @@ impl RedisBackend {
             }
             None => self.send_alone(shape, &call).await,
         };
-        if reply.as_ref().is_err_and(BackendError::is_about_one_key) {
+        if let Some(error) = reply.as_ref().err().filter(|e| e.is_about_one_key()) {
+            self.health.key_state(key, error);
             self.replace_states(key, policy).await;
         }
         decision_from(policy, &reply?)
