@@ -23,11 +23,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! `layer.rs` holds the capacity and its settings, `service.rs` asks it
+//! `layer.rs` builds the capacity, `config.rs` holds it as built and
+//! decides on it, `place.rs` is a place in flight, `service.rs` asks it
 //! before each call, `observe.rs` reports it (the classes are `layer::Class`); the decision itself is
 //! `algorithm/fair_share.rs` (memory) and `backend/redis/lua/fair_share.lua`
 //! (Redis), step for step the same.
 
+mod config;
 mod layer;
 mod observe;
 mod place;

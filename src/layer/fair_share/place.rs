@@ -3,18 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::layer::{lock, Capacity, Config, Store};
+use super::config::{lock, Capacity, Config, Holding, Store};
 use crate::algorithm::fair_share::TenantId;
-
-/// Where a place is counted.
-#[derive(Debug)]
-pub(crate) enum Holding {
-    /// In this process's state, as this tenant.
-    Local(TenantId),
-    /// On Redis, as this permit.
-    #[cfg(feature = "redis")]
-    Redis(crate::backend::FlightPermit),
-}
 
 /// A place in flight: dropping it gives it back (on Redis, on the
 /// runtime; without one, its lease ends it). A place counted in this

@@ -10,7 +10,8 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::layer::{Config, FairShare};
+use super::config::Config;
+use super::layer::FairShare;
 use super::place::Place;
 use crate::algorithm::fair_share::Verdict;
 use crate::clock::micros::compact;
