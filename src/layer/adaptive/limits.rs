@@ -106,7 +106,7 @@ use crate::{key::RequestHead, Live, Policy};
 ///   request, an extractor that finds no key) counts as a client of its
 ///   own, as every response did before clients were weighed: a server
 ///   that cannot tell its clients apart cannot weigh them.
-/// * Clients are kept as a keyed 64-bit hash, at most 4096 per tenth of
+/// * Clients are kept as a keyed 64-bit hash, at most 2048 per tenth of
 ///   the window; past them, that tenth's newcomers count together as one
 ///   client. Made-up identities push nobody out and weigh no more than
 ///   one client past the cap; within it, each is a client, so the
