@@ -3,7 +3,10 @@
 //! failing in the last window (10 s, at least 20 responses), half the limit;
 //! over 5%, three quarters; a step back up each window once it recovers.
 //! While it is reduced, `x-priority: sheddable` requests stop at 70% of
-//! it and default ones at 80%; critical ones have all of it.
+//! it and default ones at 80%; critical ones have all of it. The window
+//! weighs clients by their address (behind `TRUSTED_PROXIES`): no client's
+//! responses count more than a quarter of it, so it takes four clients at
+//! least, and one client cannot choose everyone's limit.
 //! `PUT /admin/backend` sets how often that service fails and how slow it
 //! is (`error_rate=<0..1>&latency_ms=<n>`).
 
@@ -39,6 +42,9 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
         .named("/api/report")
         .window(config.adaptive_window)
         .min_responses(20)
+        // The address, as the limits that guard the login see it: the
+        // client a proxy forwards, not the proxy.
+        .clients(super::routes::client_ip(config))
         .classes(Class::by_header("x-priority"), Reserves::STANDARD)
         .on_change(|change| println!("adaptive: {change}"));
     let limiter = common.layer(limits.keys(), adaptive.policies(limits.policies()));

@@ -188,10 +188,11 @@ async fn a_reduced_limit_refuses_sheddable_requests_first() {
 /// The example server's session: `/api/report` at q=60; the report
 /// service set failing 20% (`PUT /admin/backend`), q=24 for a default
 /// request (80% of half), 30 for a critical one, 21 for a sheddable one;
-/// healthy again, back to q=60 by a step.
+/// healthy again, back to q=60 by a step. The readers come from 8
+/// addresses: the window weighs clients by address.
 #[tokio::test]
 async fn the_example_report_follows_its_service() {
-    use crate::support::send;
+    use crate::support::{send, send_from};
     use http::Method;
     let config = crate::server::Config {
         admin_token: Some("s3cret".into()),
@@ -207,7 +208,8 @@ async fn the_example_report_follows_its_service() {
     let set = |body: &'static str| send(addr, Method::PUT, "/admin/backend", &auth, body);
     let q = |i: usize| async move {
         let user = format!("reader-{i}");
-        let (status, headers, _) = send(
+        let (status, headers, _) = send_from(
+            10 + (i % 8) as u8,
             addr,
             Method::GET,
             "/api/report",
@@ -266,4 +268,99 @@ async fn the_example_report_follows_its_service() {
             r#""report";q=60;w=60"#
         ]
     );
+}
+
+/// The example server on a free port, its report service failing
+/// `error_rate`, its adaptive window `window_ms`.
+async fn example_report(window_ms: u64, error_rate: &str) -> std::net::SocketAddr {
+    use crate::support::send;
+    let config = crate::server::Config {
+        admin_token: Some("s3cret".into()),
+        adaptive_window: Duration::from_millis(window_ms),
+        ..Default::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new())
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let auth = [("authorization", "Bearer s3cret")];
+    let (status, _, said) = send(
+        addr,
+        http::Method::PUT,
+        "/admin/backend",
+        &auth,
+        &format!("error_rate={error_rate}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{said}");
+    addr
+}
+
+/// A `/api/report` request from `127.0.0.<client>` as `user`: its status,
+/// and its `RateLimit-Policy`'s `q`.
+async fn report_from(addr: std::net::SocketAddr, client: u8, user: &str) -> (u16, String) {
+    let (status, headers, _) = crate::support::send_from(
+        client,
+        addr,
+        http::Method::GET,
+        "/api/report",
+        &[("x-user-id", user)],
+        "",
+    )
+    .await;
+    let policy = headers["ratelimit-policy"].to_str().unwrap();
+    let q = policy.split(';').find(|p| p.starts_with("q=")).unwrap();
+    (status.as_u16(), q.to_owned())
+}
+
+/// Issue 48 item 6, through the example server: its report service fails
+/// 8% of its responses (every 12th or 13th: under the 10% that halves the
+/// limit). A client alone with it counts the responses, and times 26
+/// requests so that a window holds the 12th to the 37th: 3 failures in 26
+/// (11.5%). That halved everyone's limit: the bystander's quota went from
+/// 60 to 24 (80% of the half, for a request of the default class). Now
+/// one client (with a bystander or not) is not evidence enough: the
+/// limit stays whole.
+#[tokio::test]
+async fn one_client_timing_its_requests_does_not_halve_everyones_limit() {
+    let addr = example_report(1_000, "0.08").await;
+    let (attacker, bystander) = (2, 3);
+    // The service's response 0.
+    assert_eq!(report_from(addr, bystander, "bystander").await.1, "q=60");
+    // Responses 1 to 11, then a window for them to leave it.
+    for _ in 1..=11 {
+        report_from(addr, attacker, "mallory").await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    // 12 to 36 (two failures), then past a tenth of the window the 37th
+    // (the third), whose response makes the window be weighed.
+    let mut failed = 0;
+    for _ in 12..=36 {
+        failed += usize::from(report_from(addr, attacker, "mallory").await.0 == 503);
+    }
+    assert_eq!(failed, 2, "the 12th and the 24th");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(report_from(addr, attacker, "mallory").await.0, 503);
+    assert_eq!(
+        report_from(addr, bystander, "bystander").await.1,
+        "q=60",
+        "one client chose everyone's limit"
+    );
+}
+
+/// Many clients seeing the report service fail 20% of the time still
+/// halve the limit: the bystander's quota goes to 24.
+#[tokio::test]
+async fn many_clients_seeing_failures_halve_the_limit() {
+    let addr = example_report(1_000, "0.2").await;
+    let mut failed = 0;
+    for i in 0..60 {
+        let client = 10 + (i % 8) as u8;
+        let user = format!("reader-{i}");
+        failed += usize::from(report_from(addr, client, &user).await.0 == 503);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(failed, 12, "every fifth");
+    assert_eq!(report_from(addr, 3, "bystander").await.1, "q=24");
 }

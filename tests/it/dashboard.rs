@@ -155,6 +155,9 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         ("REDIS_URL", url.as_str()),
         ("ADMIN_TOKEN", "s3cret"),
         ("ADAPTIVE_WINDOW_MS", "1000"),
+        // The report's readers are many addresses behind this proxy: the
+        // adaptive window weighs clients by address.
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
         // One a second, a depth of 20: the 21st critical request at once
         // is refused.
         ("SHARED_CAPACITY", "1"),
@@ -188,7 +191,11 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
     // The adaptive limit looks at its window at most ten times a window:
     // the responses are spread over half of it.
     for i in 0..40 {
-        server.get("/api/report", &[("x-user-id", &format!("r{i}"))]);
+        let (user, address) = (format!("r{i}"), format!("198.51.100.{i}"));
+        server.get(
+            "/api/report",
+            &[("x-user-id", &user), ("x-forwarded-for", &address)],
+        );
         std::thread::sleep(Duration::from_millis(12));
     }
     std::thread::sleep(Duration::from_millis(1500));

@@ -6,9 +6,10 @@
 //! A session shows what a user sees, less what varies: numbers that depend
 //! on the moment (after `x-ratelimit-reset:`, `t=`, `retry-after:`,
 //! `retry_after_seconds`, `reset_seconds`, `elapsed`, and an adaptive
-//! limit's share of failures and count of responses) match any number,
-//! `…` or `...` stand for any text, and lines the session leaves out
-//! (`date:`, `content-length:`) may come between the lines it shows.
+//! limit's share of failures and counts of responses and clients) match
+//! any number, `…` or `...` stand for any text, and lines the session
+//! leaves out (`date:`, `content-length:`) may come between the lines it
+//! shows.
 
 use std::path::Path;
 use std::process::Command;
@@ -40,7 +41,7 @@ fn sessions(file: &str) -> Vec<Vec<String>> {
 
 /// `line` with every number that depends on the moment made `#`.
 fn steady(line: &str) -> String {
-    const VARYING: [&str; 8] = [
+    const VARYING: [&str; 9] = [
         "x-ratelimit-reset: ",
         "t=",
         "retry-after: ",
@@ -49,6 +50,7 @@ fn steady(line: &str) -> String {
         "elapsed ",
         "sha256:",
         "failures in ",
+        "responses from ",
     ];
     let mut out = line.to_owned();
     for marker in VARYING {

@@ -1,8 +1,10 @@
-//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-scaled|shared|shared-in-flight> <n>`:
+//! `layer-instructions <bare|allowed|no-headers|rejected|adaptive|adaptive-clients|adaptive-scaled|shared|shared-in-flight> <n>`:
 //! n requests of 1,000 users through `RateLimitLayer` (GCRA, user-header
 //! keys, default headers; `no-headers` without them), each polled to
 //! completion at once. `adaptive` puts the policy behind an `Adaptive`
-//! limit at its full factor (its observer around the service),
+//! limit at its full factor (its observer around the service; the
+//! requests carry no peer address, so each response is a client of its
+//! own), `adaptive-clients` the same with the users as its clients,
 //! `adaptive-scaled` the same pinned at half; `shared` puts a `FairShare`
 //! capacity (in memory, every request admitted, the 1,000 users its
 //! tenants) in place of the rate limit, `shared-in-flight` a capacity of
@@ -44,6 +46,14 @@ fn main() {
     };
     let policy = Policy::single(Algorithm::Gcra, quota).unwrap();
     let adaptive = Adaptive::new(Steps::default());
+    // 1,000 clients told apart (the users), each response counted under
+    // its client; in `adaptive` the requests have no peer address, so
+    // each is a client of its own.
+    let adaptive = if which == "adaptive-clients" {
+        adaptive.clients(Header::new("x-user-id"))
+    } else {
+        adaptive
+    };
     if which == "adaptive-scaled" {
         adaptive.pin().replace(Some(0.5));
     }

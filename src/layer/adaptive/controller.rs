@@ -28,9 +28,9 @@ pub trait Controller: Send + Sync + 'static {
 /// use tower_ratelimit::layer::{Controller, ServiceHealth, Steps};
 ///
 /// let steps = Steps::default();
-/// let sick = ServiceHealth { responses: 100, failures: 20 };
+/// let sick = ServiceHealth { responses: 100.0, failures: 20.0, ..Default::default() };
 /// assert_eq!(steps.next(1.0, &sick), 0.5);
-/// let well = ServiceHealth { responses: 100, failures: 1 };
+/// let well = ServiceHealth { responses: 100.0, failures: 1.0, ..Default::default() };
 /// assert_eq!(steps.next(0.5, &well), 1.0); // the target; Adaptive climbs to it by steps
 /// assert_eq!(steps.step_up(0.5, 1.0), 0.75);
 /// ```
@@ -98,8 +98,8 @@ impl Controller for Steps {
 /// use tower_ratelimit::layer::{AimdLimits, Controller, ServiceHealth};
 ///
 /// let aimd = AimdLimits::default(); // over 5%: × 0.5; else + 0.1
-/// assert_eq!(aimd.next(1.0, &ServiceHealth { responses: 50, failures: 10 }), 0.5);
-/// assert!((aimd.next(0.5, &ServiceHealth { responses: 50, failures: 0 }) - 0.6).abs() < 1e-9);
+/// assert_eq!(aimd.next(1.0, &ServiceHealth { responses: 50.0, failures: 10.0, ..Default::default() }), 0.5);
+/// assert!((aimd.next(0.5, &ServiceHealth { responses: 50.0, failures: 0.0, ..Default::default() }) - 0.6).abs() < 1e-9);
 /// ```
 #[derive(Clone, Debug)]
 pub struct AimdLimits {
@@ -154,8 +154,9 @@ mod tests {
 
     fn window(responses: u64, failures: u64) -> ServiceHealth {
         ServiceHealth {
-            responses,
-            failures,
+            responses: responses as f64,
+            failures: failures as f64,
+            ..ServiceHealth::default()
         }
     }
 

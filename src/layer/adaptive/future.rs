@@ -10,6 +10,7 @@ use http::Response;
 use pin_project_lite::pin_project;
 
 use super::limits::Adaptive;
+use super::window::ClientId;
 
 pin_project! {
     /// The future of an [`Observed`] call.
@@ -17,6 +18,7 @@ pin_project! {
         #[pin]
         pub(super) call: F,
         pub(super) adaptive: Option<Adaptive>,
+        pub(super) client: ClientId,
         pub(super) start: Instant,
     }
 
@@ -27,7 +29,7 @@ pin_project! {
             // up on a slow service, a timeout.
             if let Some(adaptive) = this.adaptive.take() {
                 if adaptive.inner.classifier.is_too_slow(this.start.elapsed()) {
-                    adaptive.record(true);
+                    adaptive.record(*this.client, true);
                 }
             }
         }
@@ -53,7 +55,7 @@ where
                 ),
                 Err(_) => true,
             };
-            adaptive.record(failed);
+            adaptive.record(*this.client, failed);
         }
         Poll::Ready(output)
     }

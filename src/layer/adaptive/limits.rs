@@ -1,7 +1,9 @@
 //! `Adaptive`: the factor each policy is checked at, and the resolver that applies it.
 
+use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -12,7 +14,8 @@ use super::controller::Controller;
 use super::layer::Observer;
 use super::window::ServiceHealth;
 
-use super::window::Window;
+use super::window::{ClientId, Window};
+use crate::key::{ClientIp, Key, KeyError, KeyExtractor};
 use crate::layer::rate_limit::select::PolicyResolver;
 use crate::layer::{Class, Reserves};
 use crate::{key::RequestHead, Live, Policy};
@@ -58,9 +61,62 @@ use crate::{key::RequestHead, Live, Policy};
 ///     // Inside the limiter: only admitted requests reach the service.
 ///     .route_layer(adaptive.observer())
 ///     .route_layer(RateLimitLayer::new(adaptive.policies(policy)));
-/// // Under 20% errors: RateLimit-Policy says q=30; once they stop, q=60 again.
+/// // Under 20% errors (seen by 4 clients or more, see "Whose evidence"):
+/// // RateLimit-Policy says q=30; once they stop, q=60 again.
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Whose evidence
+///
+/// The factor applies to every client, so no one client may choose it.
+/// Counted whole, a window of 20 responses could be one client's, timed
+/// so that it caught 3 of the service's failures: a service failing 8% of
+/// the time (under the 10% that halves the limit) then halved everyone's
+/// limit. So the window is weighed by client ([`clients`](Self::clients):
+/// the peer address by default), and no client supplies more than a share
+/// `s` ([`max_client_share`](Self::max_client_share), 1/4 by default) of
+/// its evidence. With client `i`'s `rᵢ` responses and `fᵢ` failures in the
+/// window, each counts
+///
+/// ```text
+/// responses  min(rᵢ, c)
+/// failures   fᵢ × min(rᵢ, c) / rᵢ
+/// ```
+///
+/// where the cap `c` is the largest level at which no client counts more
+/// than `s` of all that is counted: `c = s × Σⱼ min(rⱼ, c)` (water-filling:
+/// only the clients above the level are cut, each to it). The failure rate
+/// the [`Controller`](super::Controller) sees is the counted failures over
+/// the counted responses ([`ServiceHealth`]), and the factor moves only
+/// once the counted responses reach [`min_responses`](Self::min_responses).
+///
+/// What it means:
+///
+/// * It takes at least `1 / s` clients (4 by default) for anything to
+///   count: with fewer, no level but 0 keeps each within its share. A
+///   service with one or two clients (or all of them behind one proxy:
+///   give [`clients`](Self::clients) a [`ClientIp`](crate::key::ClientIp)
+///   that trusts it) keeps its whole limit whatever its health; a log line
+///   (feature `tracing`) says so once. Set the share to 1 (every response
+///   counted whole) or 1/2 where that is wanted: then one client, or two,
+///   do choose the factor.
+/// * A client's failure rate is kept, its weight cut: a client whose own
+///   requests all fail adds at most `s` to the failure rate.
+/// * A response whose client cannot be found (no peer address in the
+///   request, an extractor that finds no key) counts as a client of its
+///   own, as every response did before clients were weighed: a server
+///   that cannot tell its clients apart cannot weigh them.
+/// * Clients are kept as a keyed 64-bit hash, at most 2048 per tenth of
+///   the window; past them, the newcomers (of every tenth together)
+///   count as one client. Made-up identities push nobody out and weigh no more than
+///   one client past the cap; within it, each is a client, so the
+///   identity must be one a client cannot make up cheaply (an address, an
+///   authenticated user; not a header it sends).
+/// * The cost per response is a hash of the client's key and a map update
+///   under the lock it took already; the weighing (a sort of the window's
+///   clients) happens once a tenth of a window, only when the window holds
+///   `min_responses` responses (3.3 ms at worst, with every tenth at the
+///   cap, in a release build; BENCHMARKS.md has the cost per request).
 #[derive(Clone)]
 pub struct Adaptive {
     pub(super) inner: Arc<Inner>,
@@ -73,6 +129,15 @@ pub(super) struct Inner {
     length: Duration,
     min_responses: u64,
     min_factor: f64,
+    /// Who sent a request ([`Adaptive::clients`]), and the key its
+    /// identity is hashed with (random per process, so that no client can
+    /// choose ids that collide with another's).
+    identify: Identify,
+    ids: RandomState,
+    max_client_share: f64,
+    /// Whether the log was told that too few clients hold the factor.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    warned: AtomicBool,
     start: Instant,
     /// The factor the controller set, as f64 bits.
     factor: AtomicU64,
@@ -91,6 +156,7 @@ pub(super) struct Inner {
 
 type Tell = dyn Fn(&FactorChange) + Send + Sync;
 type ClassOf = Box<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
+type Identify = Box<dyn Fn(&RequestHead<'_>) -> Result<Key, KeyError> + Send + Sync>;
 
 /// The window and when the factor last moved.
 struct State {
@@ -124,14 +190,22 @@ impl fmt::Display for FactorChange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}: limits at {:.2} of their numbers (were {:.2}): {:.1}% failures in {} responses",
+            "{}: limits at {:.2} of their numbers (were {:.2}): {:.1}% failures in {:.0} responses from {} clients",
             self.name,
             self.to,
             self.from,
             100.0 * self.health.failure_rate(),
-            self.health.responses
+            self.health.responses,
+            self.health.clients
         )
     }
+}
+
+/// The share of a window's counted responses one client may supply.
+const DEFAULT_SHARE: f64 = 0.25;
+
+fn identify(clients: impl KeyExtractor) -> Identify {
+    Box::new(move |req| clients.extract(req))
 }
 
 /// Most scaled policies kept at once (a resolver that makes a new policy
@@ -150,6 +224,10 @@ impl Adaptive {
             length,
             min_responses: 20,
             min_factor: 0.1,
+            identify: identify(ClientIp::new()),
+            ids: RandomState::new(),
+            max_client_share: DEFAULT_SHARE,
+            warned: AtomicBool::new(false),
             start: Instant::now(),
             factor: AtomicU64::new(1.0f64.to_bits()),
             pinned: Live::new(None),
@@ -214,6 +292,39 @@ impl Adaptive {
         self.with(|i| i.min_factor = factor)
     }
 
+    /// Who sent each request, so that no client supplies more than
+    /// [`max_client_share`](Self::max_client_share) of the evidence the
+    /// factor follows (see [`Adaptive`]'s docs, "Whose evidence"). By
+    /// default the peer address ([`ClientIp::new`]: axum's `ConnectInfo<SocketAddr>`, a
+    /// [`PeerAddr`](crate::key::PeerAddr) or `SocketAddr` extension; IPv6
+    /// by /64), and behind proxies that is the proxy's: give the
+    /// [`ClientIp`] that trusts them. A request whose client the extractor
+    /// cannot find counts as a client of its own.
+    ///
+    /// Choose an identity a client cannot make up cheaply: whoever can
+    /// present four identities (at the default share) supplies a whole
+    /// window. Keys are kept as a keyed 64-bit hash, a few thousand per
+    /// tenth of the window at most.
+    pub fn clients(self, clients: impl KeyExtractor) -> Self {
+        let identify = identify(clients);
+        self.with(|i| i.identify = identify)
+    }
+
+    /// The most one client's responses count of a window's counted
+    /// responses (default 1/4; between 0.01 and 1). The factor moves only
+    /// once a window counts [`min_responses`](Self::min_responses), which
+    /// takes at least `1 / share` clients: 4 by default. `1.0` counts
+    /// every response whoever sent it (one client may then choose the
+    /// factor everyone gets).
+    pub fn max_client_share(self, share: f64) -> Self {
+        let share = if share.is_finite() {
+            share.clamp(0.01, 1.0)
+        } else {
+            DEFAULT_SHARE
+        };
+        self.with(|i| i.max_client_share = share)
+    }
+
     /// Which responses are failures (default: 5xx).
     pub fn classifier(self, classifier: Classifier) -> Self {
         self.with(|i| i.classifier = classifier)
@@ -256,10 +367,10 @@ impl Adaptive {
         }
     }
 
-    /// What the current window saw.
+    /// What the current window saw, weighed by client.
     pub fn health(&self) -> ServiceHealth {
         let now = self.now_ms();
-        self.lock().window.health(now)
+        self.lock().window.health(now, self.inner.max_client_share)
     }
 
     /// `resolver`'s policies, scaled by the factor.
@@ -289,19 +400,34 @@ impl Adaptive {
         self.inner.start.elapsed().as_millis() as u64
     }
 
-    /// Count a response, and let the controller move the factor if a tenth
-    /// of a window has passed since it last looked.
-    pub(super) fn record(&self, failed: bool) {
-        let now = self.now_ms();
+    /// The client of a request: a keyed hash of its identity, if found.
+    pub(super) fn client_of(&self, req: &RequestHead<'_>) -> ClientId {
+        let key = (self.inner.identify)(req).ok()?;
+        Some(self.inner.ids.hash_one(key.as_bytes()))
+    }
+
+    /// Count a response of `client`, and let the controller move the
+    /// factor if a tenth of a window has passed since it last looked.
+    pub(super) fn record(&self, client: ClientId, failed: bool) {
+        self.record_at(self.now_ms(), client, failed);
+    }
+
+    fn record_at(&self, now: u64, client: ClientId, failed: bool) {
         let mut state = self.lock();
-        state.window.record(now, failed);
+        state.window.record(now, client, failed);
         let tenth = (self.inner.length.as_millis() as u64 / 10).max(1);
         if now.saturating_sub(state.evaluated_ms) < tenth {
             return;
         }
         state.evaluated_ms = now;
-        let health = state.window.health(now);
-        if health.responses < self.inner.min_responses {
+        let min = self.inner.min_responses;
+        if state.window.seen(now) < min {
+            return;
+        }
+        let health = state.window.health(now, self.inner.max_client_share);
+        // A hair of tolerance: 20 responses weighed may sum to 19.999….
+        if health.responses < min as f64 - 1e-6 {
+            self.too_few_clients(&health);
             return;
         }
         let current = f64::from_bits(self.inner.factor.load(Ordering::Acquire));
@@ -339,6 +465,25 @@ impl Adaptive {
         self.told(&change, &limits);
     }
 
+    /// A window that would have been enough before clients were weighed:
+    /// said once in the log, for a service behind a proxy whose clients
+    /// all look like one.
+    fn too_few_clients(&self, health: &ServiceHealth) {
+        #[cfg(feature = "tracing")]
+        if !self.inner.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                route = %self.inner.name,
+                responses = health.seen,
+                clients = health.clients,
+                max_client_share = self.inner.max_client_share,
+                "adaptive limit: too few clients in the window for the factor to move \
+                 (behind a proxy? give Adaptive::clients a ClientIp that trusts it)"
+            );
+        }
+        #[cfg(not(feature = "tracing"))]
+        let _ = health;
+    }
+
     fn told(&self, change: &FactorChange, limits: &[Arc<str>]) {
         #[cfg(feature = "tracing")]
         tracing::info!(
@@ -347,6 +492,7 @@ impl Adaptive {
             previous = change.from,
             failure_rate = change.health.failure_rate(),
             responses = change.health.responses,
+            clients = change.health.clients,
             "adaptive limit scaled"
         );
         #[cfg(feature = "metrics")]
@@ -446,5 +592,113 @@ pub struct AdaptivePolicies<P> {
 impl<P: PolicyResolver> PolicyResolver for AdaptivePolicies<P> {
     fn resolve(&self, req: &RequestHead<'_>) -> Option<Policy> {
         Some(self.adaptive.scale(self.resolver.resolve(req)?, req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::PeerAddr;
+    use crate::layer::Steps;
+
+    fn adaptive(share: f64) -> Adaptive {
+        Adaptive::new(Steps::default())
+            .window(Duration::from_secs(1))
+            .min_responses(20)
+            .max_client_share(share)
+    }
+
+    /// 20 responses of `client_of(i)`, 3 of them failures (15%: over the
+    /// 10% that halves the limit), then one more a tenth later, which
+    /// evaluates the window.
+    fn a_window_of_15_percent(adaptive: &Adaptive, client_of: impl Fn(u64) -> ClientId) {
+        for i in 0..20 {
+            adaptive.record_at(10 + i, client_of(i), i % 7 == 0);
+        }
+        adaptive.record_at(150, client_of(20), false);
+    }
+
+    /// Issue 48 item 6: one client's window of 3 failures in 20 halved
+    /// everyone's limit. Now it moves nothing; counted whole (a share of
+    /// 1, the old reading) it halves the limit.
+    #[test]
+    fn one_client_does_not_choose_the_factor() {
+        let weighed = adaptive(0.25);
+        a_window_of_15_percent(&weighed, |_| Some(7));
+        assert_eq!(weighed.factor(), 1.0);
+        let health = weighed.lock().window.health(150, 0.25);
+        assert_eq!(
+            (health.seen, health.clients, health.responses),
+            (21, 1, 0.0)
+        );
+
+        let whole = adaptive(1.0);
+        a_window_of_15_percent(&whole, |_| Some(7));
+        assert_eq!(whole.factor(), 0.5);
+    }
+
+    /// The same failures, each from a client of its own (or of no known
+    /// identity), halve the limit.
+    #[test]
+    fn the_same_failures_from_many_clients_move_the_factor() {
+        let adaptive = adaptive(0.25);
+        a_window_of_15_percent(&adaptive, Some);
+        assert_eq!(adaptive.factor(), 0.5);
+        let anonymous = self::adaptive(0.25);
+        a_window_of_15_percent(&anonymous, |_| None);
+        assert_eq!(anonymous.factor(), 0.5);
+    }
+
+    /// Four clients are the fewest the default share counts: the attacker
+    /// among three bystanders weighs as one of four.
+    #[test]
+    fn a_client_among_others_weighs_its_share() {
+        let adaptive = adaptive(0.25);
+        // The attacker: 40 responses, 6 failures (15%).
+        for i in 0..40 {
+            adaptive.record_at(10 + i, Some(666), i % 7 == 0);
+        }
+        // Three bystanders, 8 responses each, none failing.
+        for i in 0..24 {
+            adaptive.record_at(60 + i, Some(i % 3), false);
+        }
+        adaptive.record_at(150, Some(0), false);
+        // Counted: 8 each (the bystander with 9 is cut too), 32 in all;
+        // the attacker's 1.2 failures in them are under 5%.
+        assert_eq!(adaptive.factor(), 1.0);
+        let health = adaptive.lock().window.health(150, 0.25);
+        assert_eq!((health.responses, health.clients), (32.0, 4));
+        assert!(health.failure_rate() < 0.05, "{health:?}");
+    }
+
+    /// The default identity is the peer address (an IPv6 client by its
+    /// /64); a request without one is a client of its own.
+    #[test]
+    fn clients_are_peers_by_default() {
+        let adaptive = adaptive(0.25);
+        let from = |peer: Option<&str>| {
+            let mut req = http::Request::get("/").body(()).unwrap();
+            if let Some(peer) = peer {
+                req.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+            }
+            adaptive.client_of(&RequestHead::from(&req))
+        };
+        let one = from(Some("192.0.2.1:1000"));
+        assert!(one.is_some());
+        assert_eq!(
+            one,
+            from(Some("192.0.2.1:2000")),
+            "the port is not the client"
+        );
+        assert_ne!(one, from(Some("192.0.2.2:1000")));
+        assert_eq!(from(Some("[2001:db8::1]:1")), from(Some("[2001:db8::2]:1")));
+        assert_eq!(from(None), None);
+
+        let by_user = self::adaptive(0.25).clients(crate::key::Header::new("x-user-id"));
+        let req = http::Request::get("/")
+            .header("x-user-id", "ann")
+            .body(())
+            .unwrap();
+        assert!(by_user.client_of(&RequestHead::from(&req)).is_some());
     }
 }

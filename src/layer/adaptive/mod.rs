@@ -6,6 +6,10 @@
 //! its [`Observer`](crate::layer::Observer) layer (`layer.rs`, `service.rs`,
 //! `future.rs`) sees each response; `window.rs` keeps the recent ones,
 //! `classify.rs` says which failed, `controller.rs` moves the factor.
+//!
+//! `window.rs` weighs the window by client, so that no client supplies
+//! more than its share of the evidence: the rule and its formula are in
+//! [`Adaptive`](crate::layer::Adaptive)'s docs ("Whose evidence").
 
 mod classify;
 mod controller;

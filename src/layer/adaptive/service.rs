@@ -8,6 +8,7 @@ use tower_service::Service;
 
 use super::future::ObservedFuture;
 use super::limits::Adaptive;
+use crate::key::RequestHead;
 
 /// The guarded service, its responses counted ([`Observer`](super::Observer)).
 #[derive(Clone, Debug)]
@@ -29,9 +30,12 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // Read before the request is handed on: the response has no peer.
+        let client = self.adaptive.client_of(&RequestHead::from(&req));
         ObservedFuture {
             call: self.inner.call(req),
             adaptive: Some(self.adaptive.clone()),
+            client,
             start: Instant::now(),
         }
     }

@@ -21,8 +21,37 @@ pub async fn send(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (http::StatusCode, http::HeaderMap, String) {
-    use http_body_util::{BodyExt, Full};
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    exchange(stream, addr, method, path, headers, body).await
+}
+
+/// [`send`] from the loopback address `127.0.0.<client>`: a client of an
+/// address of its own, as a server that knows its peers sees it.
+pub async fn send_from(
+    client: u8,
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (http::StatusCode, http::HeaderMap, String) {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from(([127, 0, 0, client], 0)))
+        .unwrap();
+    let stream = socket.connect(addr).await.unwrap();
+    exchange(stream, addr, method, path, headers, body).await
+}
+
+async fn exchange(
+    stream: tokio::net::TcpStream,
+    addr: std::net::SocketAddr,
+    method: http::Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (http::StatusCode, http::HeaderMap, String) {
+    use http_body_util::{BodyExt, Full};
     let io = hyper_util::rt::TokioIo::new(stream);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
     tokio::spawn(conn);

@@ -16,7 +16,7 @@ pub mod store;
 pub mod strict;
 pub mod tls;
 
-pub use self::http::{request, send};
+pub use self::http::{request, send, send_from};
 pub use self::redis::{available, RedisCluster, RedisServer};
 
 /// A backend that always fails, as an unreachable Redis would.
