@@ -10,9 +10,9 @@ use sha2::{Digest, Sha256};
 
 use super::compile::{Compiled, FileRoute, RoutePolicy};
 use super::defaults::FileDefaults;
+use super::disk;
 use super::error::ConfigError;
 use super::schema::{self, FileSpec, InFlightSpec, KeyValueSpec, OverrideSpec};
-use super::watch;
 use crate::key::{Key, KeyError};
 use crate::{key::RequestHead, Policy};
 
@@ -57,7 +57,7 @@ impl FileDefaults {
     /// (through any symlinks) of at most [`LimitsFile::MAX_BYTES`].
     pub fn read(&self, path: impl AsRef<Path>) -> Result<LimitsFile, ConfigError> {
         let path = path.as_ref();
-        let text = watch::read_text(path)?;
+        let text = disk::read_text(path)?;
         self.parse(&text).map_err(|e| e.in_file(path))
     }
 }
@@ -89,7 +89,7 @@ impl LimitsFile {
     /// The largest limits file read: 1 MiB, hundreds of times a large one.
     /// A bigger file (a log pointed at by mistake, `/dev/zero` behind a
     /// symlink) is refused without being read.
-    pub const MAX_BYTES: u64 = 1 << 20;
+    pub const MAX_BYTES: u64 = disk::MAX_BYTES;
 
     /// The file in `text`.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {

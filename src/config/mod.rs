@@ -89,6 +89,7 @@
 
 mod compile;
 mod defaults;
+mod disk;
 mod error;
 mod file;
 #[cfg(feature = "redis")]

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::disk::{read_text, stamp, Stamp};
 use super::{ConfigError, Limits, LimitsFile};
 
 /// How often a watched file's metadata is looked at: a change runs within
@@ -59,82 +60,6 @@ impl Limits {
             },
         )
     }
-}
-
-/// What says a file changed without reading it: its size, its modification
-/// time and which file it is (a rename into place, a Kubernetes symlink
-/// swap, gives another inode).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    #[cfg(unix)]
-    file: (u64, u64),
-}
-
-impl Stamp {
-    /// Whether a write could still leave the stamp as it is: file times
-    /// move in steps of a few milliseconds, so a second write of the same
-    /// length within one step keeps them. A stamp this recent is not
-    /// trusted to say "unchanged" (the text is compared instead).
-    fn settled(&self) -> bool {
-        self.modified
-            .and_then(|m| m.elapsed().ok())
-            .is_some_and(|age| age > Duration::from_secs(2))
-    }
-}
-
-/// The stamp of the regular file `path` leads to, or why it is no limits
-/// file (missing, a device, a FIFO, a folder, larger than
-/// [`LimitsFile::MAX_BYTES`]). Reads the metadata only: a FIFO is never
-/// opened, `/dev/zero` never read.
-fn stamp(path: &Path) -> Result<Stamp, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|e| ConfigError::unreadable(path, &e))?;
-    if !meta.is_file() {
-        return Err(ConfigError::from_message(
-            "not a regular file (a folder, a device or a FIFO): a limits file must be one",
-        )
-        .in_file(path));
-    }
-    if meta.len() > LimitsFile::MAX_BYTES {
-        return Err(ConfigError::from_message(format!(
-            "{} bytes: a limits file may have at most {} (1 MiB)",
-            meta.len(),
-            LimitsFile::MAX_BYTES
-        ))
-        .in_file(path));
-    }
-    Ok(Stamp {
-        len: meta.len(),
-        modified: meta.modified().ok(),
-        #[cfg(unix)]
-        file: {
-            use std::os::unix::fs::MetadataExt;
-            (meta.dev(), meta.ino())
-        },
-    })
-}
-
-/// The text of the limits file at `path`: a regular file of at most
-/// [`LimitsFile::MAX_BYTES`], read no further than that even if it grows
-/// meanwhile.
-pub(super) fn read_text(path: &Path) -> Result<String, ConfigError> {
-    use std::io::Read;
-    stamp(path)?;
-    let file = std::fs::File::open(path).map_err(|e| ConfigError::unreadable(path, &e))?;
-    let mut bytes = Vec::new();
-    file.take(LimitsFile::MAX_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ConfigError::unreadable(path, &e))?;
-    if bytes.len() as u64 > LimitsFile::MAX_BYTES {
-        return Err(ConfigError::from_message(format!(
-            "it grew past {} bytes (1 MiB) while it was read",
-            LimitsFile::MAX_BYTES
-        ))
-        .in_file(path));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| ConfigError::from_message("it is not UTF-8 text").in_file(path))
 }
 
 /// A task looking at `path`'s metadata every [`WATCH_EVERY`] and giving

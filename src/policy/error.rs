@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::set::MAX_LIMITS;
+use super::MAX_LIMITS;
 use crate::algorithm::Algorithm;
 use crate::quota::QuotaError;
 

@@ -33,4 +33,14 @@ pub use crate::quota::{Calendar, Period, QuotaError, MAX_WINDOW, MIN_WINDOW};
 pub use builder::PolicyBuilder;
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};
-pub use set::{MAX_LIMITS, MAX_LOG_ENTRIES};
+
+/// The most limits one policy may hold. Decisions keep one outcome per
+/// limit inline, without allocating.
+pub const MAX_LIMITS: usize = 8;
+
+/// The most entries a sliding log (or a limit of requests in flight) may
+/// hold in one window, unless [`PolicyBuilder::max_log_entries`] raises it:
+/// a log keeps one entry per admitted request, so a key of a
+/// `4000000/h` log could hold millions. The sliding window counter keeps
+/// 16 bytes whatever its limit.
+pub const MAX_LOG_ENTRIES: u32 = 100_000;

@@ -8,20 +8,10 @@ use std::sync::{Arc, OnceLock};
 use super::builder::PolicyBuilder;
 use super::error::PolicyError;
 use super::limit::{hash, Limit};
+use super::{MAX_LIMITS, MAX_LOG_ENTRIES};
 use crate::algorithm::Algorithm;
 use crate::policy::penalty::PenaltyBox;
 use crate::quota::Quota;
-
-/// The most limits one policy may hold. Decisions keep one outcome per
-/// limit inline, without allocating.
-pub const MAX_LIMITS: usize = 8;
-
-/// The most entries a sliding log (or a limit of requests in flight) may
-/// hold in one window, unless [`PolicyBuilder::max_log_entries`] raises it:
-/// a log keeps one entry per admitted request, so a key of a
-/// `4000000/h` log could hold millions. The sliding window counter keeps
-/// 16 bytes whatever its limit.
-pub const MAX_LOG_ENTRIES: u32 = 100_000;
 
 /// Limits a request must all pass. Cheap to clone: one reference count
 /// (policies are cloned for every request).

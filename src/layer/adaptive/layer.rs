@@ -12,6 +12,17 @@ pub struct Observer {
     pub(super) adaptive: Adaptive,
 }
 
+/// Built beside the layer it builds: `limits.rs` need not know it.
+impl Adaptive {
+    /// The layer that sees the guarded service's responses: put it inside
+    /// the rate limiter.
+    pub fn observer(&self) -> Observer {
+        Observer {
+            adaptive: self.clone(),
+        }
+    }
+}
+
 impl<S> Layer<S> for Observer {
     type Service = Observed<S>;
 

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use super::classify::Classifier;
 use super::controller::Controller;
-use super::layer::Observer;
 use super::window::ServiceHealth;
 
 use super::window::{ClientId, Window};
@@ -377,14 +376,6 @@ impl Adaptive {
     pub fn policies<P: PolicyResolver>(&self, resolver: P) -> AdaptivePolicies<P> {
         AdaptivePolicies {
             resolver,
-            adaptive: self.clone(),
-        }
-    }
-
-    /// The layer that sees the guarded service's responses: put it inside
-    /// the rate limiter.
-    pub fn observer(&self) -> Observer {
-        Observer {
             adaptive: self.clone(),
         }
     }
