@@ -170,6 +170,24 @@ fn uses(code: &str) -> Vec<(Vec<String>, String, bool)> {
     out
 }
 
+/// The code without its `use` statements (read by [`uses`]).
+fn without_uses(code: &str) -> String {
+    let mut kept = Vec::new();
+    let mut in_use = false;
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        let starts = trimmed.starts_with("use ")
+            || trimmed.starts_with("pub use ")
+            || (trimmed.starts_with("pub(") && trimmed.contains(") use "));
+        if starts || in_use {
+            in_use = !line.contains(';');
+        } else {
+            kept.push(line);
+        }
+    }
+    kept.join("\n")
+}
+
 /// Written-out paths outside `use` statements: `crate::a::b`, `super::a`.
 fn inline_paths(code: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
@@ -177,6 +195,11 @@ fn inline_paths(code: &str) -> Vec<Vec<String>> {
         let mut rest = code;
         while let Some(at) = find_word(rest, start) {
             let tail = &rest[at..];
+            // `pub(in crate::a)` says who may see a name, not what it uses.
+            if rest[..at].ends_with("pub(in ") {
+                rest = &tail[start.len()..];
+                continue;
+            }
             let len = tail
                 .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
                 .unwrap_or(tail.len());
@@ -281,13 +304,46 @@ impl House {
         Some(file)
     }
 
+    /// Paths written from a child module on (`slot::slot(…)` in the file
+    /// that declares `mod slot`), outside `use` statements.
+    fn child_paths(&self, from: usize) -> Vec<Vec<String>> {
+        let here = &self.sources[from].module;
+        let code = without_uses(&self.sources[from].code);
+        let mut out = Vec::new();
+        for (module, _) in self.by_module.iter() {
+            if module.len() != here.len() + 1 || !module.starts_with(here) {
+                continue;
+            }
+            let child = format!("{}::", module[here.len()]);
+            let mut rest = code.as_str();
+            while let Some(at) = find_word(rest, &child) {
+                let tail = &rest[at..];
+                let len = tail
+                    .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(tail.len());
+                out.push(
+                    std::iter::once("self".to_owned())
+                        .chain(segments(&tail[..len]))
+                        .collect(),
+                );
+                rest = &tail[child.len()..];
+            }
+        }
+        out
+    }
+
     fn edges(&self) -> BTreeSet<(usize, usize)> {
         let mut edges = BTreeSet::new();
         for (from, source) in self.sources.iter().enumerate() {
+            // A re-export (`pub use`) is where a name is published, not a
+            // dependency of the file: who imports the name is led to the
+            // file that defines it (`file_of`).
             let paths = uses(&source.code)
                 .into_iter()
+                .filter(|(_, _, public)| !public)
                 .map(|(path, _, _)| path)
-                .chain(inline_paths(&source.code));
+                .chain(inline_paths(&without_uses(&source.code)))
+                .chain(self.child_paths(from));
             for path in paths {
                 let Some(path) = self.absolute(from, &path) else {
                     continue;
@@ -311,44 +367,129 @@ fn top(source: &Source) -> String {
         .unwrap_or_else(|| "lib".into())
 }
 
-/// Simple cycles of at least `min` nodes, each reported once (from its
-/// smallest node).
-fn cycles<N: Ord + Clone>(edges: &BTreeSet<(N, N)>, min: usize) -> Vec<Vec<N>> {
-    let mut next: BTreeMap<N, Vec<N>> = BTreeMap::new();
+/// The strongly connected components of more than `max` nodes: the groups
+/// of nodes each of which reaches every other (Tarjan's algorithm, linear
+/// in the edges: no search budget to run out of). A group of three or more
+/// is a circle of that many, or of two-node circles chained together.
+fn tangles<N: Ord + Clone>(edges: &BTreeSet<(N, N)>, max: usize) -> Vec<Vec<N>> {
+    let mut nodes: BTreeSet<N> = BTreeSet::new();
     for (a, b) in edges {
-        next.entry(a.clone()).or_default().push(b.clone());
+        nodes.insert(a.clone());
+        nodes.insert(b.clone());
     }
-    let mut found = Vec::new();
-    let mut budget = 2_000_000;
-    for start in next.keys() {
-        let mut path = vec![start.clone()];
-        search(&next, start, &mut path, min, &mut found, &mut budget);
+    let nodes: Vec<N> = nodes.into_iter().collect();
+    let index_of = |n: &N| nodes.binary_search(n).unwrap();
+    let mut next = vec![Vec::new(); nodes.len()];
+    for (a, b) in edges {
+        next[index_of(a)].push(index_of(b));
+    }
+    // Tarjan's algorithm, iterative: (node, next edge to follow).
+    let mut order = vec![usize::MAX; nodes.len()];
+    let mut low = vec![0; nodes.len()];
+    let mut on_stack = vec![false; nodes.len()];
+    let (mut stack, mut count, mut found) = (Vec::new(), 0, Vec::new());
+    for root in 0..nodes.len() {
+        if order[root] != usize::MAX {
+            continue;
+        }
+        let mut calls = vec![(root, 0)];
+        while let Some(&mut (v, ref mut edge)) = calls.last_mut() {
+            if *edge == 0 && order[v] == usize::MAX {
+                order[v] = count;
+                low[v] = count;
+                count += 1;
+                stack.push(v);
+                on_stack[v] = true;
+            }
+            if let Some(&w) = next[v].get(*edge) {
+                *edge += 1;
+                if order[w] == usize::MAX {
+                    calls.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(order[w]);
+                }
+                continue;
+            }
+            calls.pop();
+            if let Some(&(parent, _)) = calls.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == order[v] {
+                let mut group = Vec::new();
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    group.push(nodes[w].clone());
+                    if w == v {
+                        break;
+                    }
+                }
+                if group.len() > max {
+                    group.sort();
+                    found.push(group);
+                }
+            }
+        }
     }
     found
 }
 
-fn search<N: Ord + Clone>(
-    next: &BTreeMap<N, Vec<N>>,
-    start: &N,
-    path: &mut Vec<N>,
-    min: usize,
-    found: &mut Vec<Vec<N>>,
-    budget: &mut usize,
-) {
-    // A few cycles are enough to say what is wrong.
-    if found.len() >= 20 || *budget == 0 {
-        return;
-    }
-    *budget -= 1;
-    for n in next.get(path.last().unwrap()).into_iter().flatten() {
-        if n == start && path.len() >= min {
-            found.push(path.clone());
-        } else if n > start && !path.contains(n) {
-            path.push(n.clone());
-            search(next, start, path, min, found, budget);
-            path.pop();
+/// A shortest way from `from` to `to` inside `group` (both ends given).
+fn way<N: Ord + Clone>(edges: &BTreeSet<(N, N)>, group: &[N], from: &N, to: &N) -> Vec<N> {
+    let mut came_from: BTreeMap<N, N> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([from.clone()]);
+    while let Some(n) = queue.pop_front() {
+        if n == *to {
+            let mut way = vec![n];
+            while let Some(prev) = came_from.get(way.last().unwrap()) {
+                way.push(prev.clone());
+            }
+            way.reverse();
+            return way;
+        }
+        for (_, b) in edges.iter().filter(|(a, b)| *a == n && group.contains(b)) {
+            if b != from && !came_from.contains_key(b) {
+                came_from.insert(b.clone(), n.clone());
+                queue.push_back(b.clone());
+            }
         }
     }
+    vec![from.clone(), to.clone()]
+}
+
+/// A shortest way round from `from` back to itself inside `group`.
+fn circle<N: Ord + Clone>(edges: &BTreeSet<(N, N)>, group: &[N], from: &N) -> Vec<N> {
+    edges
+        .iter()
+        .filter(|(a, b)| b == from && group.contains(a))
+        .map(|(a, _)| way(edges, group, from, a))
+        .min_by_key(Vec::len)
+        .unwrap_or_else(|| vec![from.clone()])
+}
+
+/// The groups of files tied by a circle of three or more. Within a
+/// strongly connected group, a one-way import `a → b` closes a circle
+/// of at least three with the way back from `b` to `a`; if every import is
+/// mutual, the group holds such a circle exactly when its pairs do not
+/// form a tree (a hub importing and imported by each of its spokes is
+/// pairs, not a circle). Each group comes with one such circle.
+fn circles_of_three<N: Ord + Clone>(edges: &BTreeSet<(N, N)>) -> Vec<(Vec<N>, Vec<N>)> {
+    let mut found = Vec::new();
+    for group in tangles(edges, 2) {
+        let inside: Vec<&(N, N)> = edges
+            .iter()
+            .filter(|(a, b)| group.contains(a) && group.contains(b))
+            .collect();
+        let one_way = inside
+            .iter()
+            .find(|(a, b)| !edges.contains(&(b.clone(), a.clone())));
+        if let Some((a, b)) = one_way {
+            // `b` … `a`, then `a → b` closes it.
+            found.push((group.clone(), way(edges, &group, b, a)));
+        } else if inside.len() / 2 != group.len() - 1 {
+            found.push((group.clone(), group.clone()));
+        }
+    }
+    found
 }
 
 #[test]
@@ -395,7 +536,10 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
         .map(|(a, b)| (top(&house.sources[a]), top(&house.sources[b])))
         .filter(|(a, b)| a != b && a != "lib" && b != "lib")
         .collect();
-    let found = cycles(&edges, 2);
+    let found: Vec<Vec<String>> = tangles(&edges, 1)
+        .iter()
+        .map(|group| circle(&edges, group, &group[0]))
+        .collect();
     let why: Vec<String> = found
         .iter()
         .map(|cycle| {
@@ -424,15 +568,70 @@ fn the_top_level_modules_import_one_another_without_a_cycle() {
 fn no_three_files_or_more_import_in_a_circle() {
     let house = House::new();
     let edges = house.edges();
-    let found: Vec<String> = cycles(&edges, 3)
+    let file = |i: &usize| house.sources[*i].file.clone();
+    let found: Vec<String> = circles_of_three(&edges)
         .iter()
-        .map(|cycle| {
-            let names: Vec<&str> = cycle
+        .map(|(group, way)| {
+            let names: Vec<String> = group.iter().map(file).collect();
+            let way: Vec<String> = way.iter().map(file).collect();
+            let inside: Vec<String> = edges
                 .iter()
-                .map(|&i| house.sources[i].file.as_str())
+                .filter(|(a, b)| group.contains(a) && group.contains(b))
+                .map(|(a, b)| format!("{} → {}", file(a), file(b)))
                 .collect();
-            names.join(" → ")
+            format!(
+                "{} files tied: {}\n  a circle: {} → back\n  imports among them: {}",
+                names.len(),
+                names.join(", "),
+                way.join(" → "),
+                inside.join(", ")
+            )
         })
         .collect();
-    assert!(found.is_empty(), "cycles of files:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "files tied in circles:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The check itself finds what it is there to find: circles planted in a
+/// made-up graph, however far into it and however many nodes it has.
+#[test]
+fn the_circle_check_finds_a_planted_circle() {
+    // A long chain with many ways through (what exhausted a budgeted
+    // search), and a circle of three at its far end.
+    let mut edges = BTreeSet::new();
+    for i in 0..2_000u32 {
+        for j in 1..=6 {
+            edges.insert((i, i + j));
+        }
+    }
+    assert!(tangles(&edges, 2).is_empty());
+    edges.insert((2_003, 1_990));
+    let found = tangles(&edges, 2);
+    assert_eq!(found.len(), 1, "{found:?}");
+    // (2,000 to 2,002 lead nowhere: they are not in the circle.)
+    let expected: Vec<u32> = (1_990..2_000).chain([2_003]).collect();
+    assert_eq!(found[0], expected);
+    let way = circle(&edges, &found[0], &found[0][0]);
+    assert!(way.len() >= 2, "{way:?}");
+    assert_eq!(circles_of_three(&edges).len(), 1);
+    // Two files importing each other are allowed, and so is a hub with its
+    // spokes each importing it; pairs closing a circle, or a one-way
+    // import back, are not.
+    let pair: BTreeSet<(u32, u32)> = [(1, 2), (2, 1)].into();
+    assert!(circles_of_three(&pair).is_empty());
+    let hub: BTreeSet<(u32, u32)> = [(1, 2), (2, 1), (1, 3), (3, 1), (1, 4), (4, 1)].into();
+    assert!(circles_of_three(&hub).is_empty());
+    let ring: BTreeSet<(u32, u32)> = [(1, 2), (2, 1), (2, 3), (3, 2), (3, 1), (1, 3)].into();
+    assert_eq!(circles_of_three(&ring).len(), 1);
+    let spoke_to_spoke: BTreeSet<(u32, u32)> = hub.iter().copied().chain([(2, 3)]).collect();
+    let found = circles_of_three(&spoke_to_spoke);
+    assert_eq!(found.len(), 1);
+    assert_eq!(
+        found[0].1,
+        vec![3, 1, 2],
+        "the circle 2 → 3 → 1 → 2, from 3"
+    );
 }

@@ -6,18 +6,9 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::shard::{LogBytes, Shard};
 use super::table::Table;
+use super::AtCapacity;
 use super::{CachePadded, Inner, MemoryBackend, Share, Store};
 use crate::clock::{Clock, MonotonicClock};
-
-/// What a full backend does with a key it does not know.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum AtCapacity {
-    /// Evict the nearby state that expires soonest (see the module docs).
-    #[default]
-    EvictSoonestExpiring,
-    /// Deny requests from new keys until state expires.
-    Deny,
-}
 
 pub(super) const DEFAULT_SHARDS: usize = 64;
 

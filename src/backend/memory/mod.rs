@@ -74,6 +74,7 @@
 //! assert_eq!(admitted, 3);
 //! ```
 
+mod at_capacity;
 pub(crate) mod bucket;
 mod builder;
 pub(crate) mod decide;
@@ -95,7 +96,8 @@ use crate::clock::{Clock, MonotonicClock};
 use crate::key::Key;
 use crate::{clock::Micros, Decision, Policy};
 
-pub use builder::{AtCapacity, MemoryBackendBuilder};
+pub use at_capacity::AtCapacity;
+pub use builder::MemoryBackendBuilder;
 
 /// Rate-limit state in this process's memory.
 ///

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::batch::Batches;
-use super::connection::Connection;
+use super::connection::{connection_info, Connection, Open};
 #[cfg(feature = "config")]
 use super::control::Listen;
 use super::leases::Leases;
@@ -16,9 +16,6 @@ use super::RedisBackend;
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
 use crate::backend::{BackendError, StoreHealth};
-
-/// Makes a client for a URL (with the builder's TLS settings).
-pub(super) type Open = Box<dyn Fn(&str) -> ::redis::RedisResult<::redis::Client> + Send + Sync>;
 
 /// Configures a [`RedisBackend`].
 #[derive(Debug, Clone)]
@@ -76,6 +73,100 @@ impl std::fmt::Debug for Topology {
             Topology::ClusterConnection(_) => f.write_str("ClusterConnection"),
             Topology::Unusable(why) => f.debug_tuple("Unusable").field(why).finish(),
         }
+    }
+}
+
+/// How a backend is configured: the entry points, each a builder.
+impl RedisBackend {
+    /// Configure a backend on the Redis that `url` names: one server
+    /// (`redis://[user:password@]host:port/db`, `rediss://` for TLS), a
+    /// cluster (`redis+cluster://host:port,host:port`, or a comma-separated
+    /// list of URLs), or the master Redis Sentinel names
+    /// (`redis+sentinel://host:port,host:port/master-name`,
+    /// `rediss+sentinel://`). A URL that cannot be used is an error from
+    /// [`connect`](RedisBackendBuilder::connect) that says why.
+    pub fn builder(url: &str) -> RedisBackendBuilder {
+        RedisBackendBuilder::from_url(url)
+    }
+
+    /// Configure a backend on a client you built (any setting the `redis`
+    /// crate offers); it is connected through a connection manager.
+    pub fn builder_from_client(client: ::redis::Client) -> RedisBackendBuilder {
+        RedisBackendBuilder::client(client)
+    }
+
+    /// Configure a backend on a connection manager you built. Its own
+    /// settings (timeouts, retries) stay as you made them.
+    pub fn builder_from_connection(manager: ConnectionManager) -> RedisBackendBuilder {
+        RedisBackendBuilder::manager(manager)
+    }
+
+    /// Configure a backend on a cluster connection you built.
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn builder_from_cluster(
+        connection: ::redis::cluster_async::ClusterConnection,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::cluster_connection(connection)
+    }
+
+    /// Configure a backend on the Redis Cluster these nodes belong to.
+    #[cfg(feature = "redis-cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
+    pub fn cluster_builder(
+        nodes: impl IntoIterator<Item = impl Into<String>>,
+    ) -> RedisBackendBuilder {
+        RedisBackendBuilder::cluster(nodes.into_iter().map(Into::into).collect())
+    }
+
+    /// Configure a backend on the master that these Redis Sentinel nodes
+    /// (`host:port` each) name `master`, following it through failovers.
+    #[cfg(feature = "redis-sentinel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
+    pub fn sentinel_builder(
+        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
+        master: &str,
+    ) -> RedisBackendBuilder {
+        let hosts: Vec<String> = sentinels
+            .into_iter()
+            .map(|s| s.as_ref().to_owned())
+            .collect();
+        RedisBackendBuilder::from_url(&format!("redis+sentinel://{}/{master}", hosts.join(",")))
+    }
+}
+
+#[cfg(feature = "redis-tls")]
+impl RedisBackendBuilder {
+    /// Verify a `rediss://` server against these authorities (PEM, one or
+    /// more certificates) instead of the system's roots: a private CA, as
+    /// managed Redis services and self-hosted TLS use.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_ratelimit::backend::RedisBackend;
+    ///
+    /// let redis = RedisBackend::builder("rediss://limiter:secret@redis.internal:6380")
+    ///     .tls_root_certificates(std::fs::read("/etc/redis/ca.pem")?)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots = Some(pem.into());
+        self
+    }
+
+    /// Show this certificate chain and private key (PEM) to a `rediss://`
+    /// server that requires clients to have one (mutual TLS).
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((chain_pem.into(), key_pem.into()));
+        self
     }
 }
 
@@ -324,7 +415,18 @@ impl RedisBackendBuilder {
             ),
             Topology::Unusable(why) => return Err(BackendError::new(why.clone())),
             #[cfg(feature = "redis-cluster")]
-            Topology::Cluster(nodes) => self.connect_cluster(nodes).await?,
+            Topology::Cluster(nodes) => {
+                let client = ::redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
+                    .tcp_settings(super::connection::tcp_settings())
+                    .response_timeout(self.timeout)
+                    .connection_timeout(self.connection_timeout());
+                #[cfg(feature = "redis-tls")]
+                let client = match self.tls.certificates() {
+                    Some(certificates) => client.certs(certificates),
+                    None => client,
+                };
+                super::cluster::connect(client).await?
+            }
         };
         let backend = self.finish(conn);
         #[cfg(feature = "redis-cluster")]
@@ -483,21 +585,4 @@ impl RedisBackendBuilder {
             listen,
         }
     }
-}
-
-/// The TCP settings of every connection the builder opens: `TCP_NODELAY`.
-/// With Nagle's algorithm (the socket's default) a request written while
-/// an earlier one on the shared connection is unacknowledged waits for
-/// that acknowledgement, which comes back with the earlier answer: under
-/// concurrent decisions each took two round trips, so a Redis 25 ms away
-/// timed out half the decisions of a 50 ms timeout
-/// (`tests/it/faults.rs`).
-pub(super) fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
-    ::redis::io::tcp::TcpSettings::default().set_nodelay(true)
-}
-
-/// `url` as connection settings, with [`tcp_settings`].
-pub(super) fn connection_info(url: &str) -> ::redis::RedisResult<::redis::ConnectionInfo> {
-    use ::redis::IntoConnectionInfo;
-    Ok(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
 }

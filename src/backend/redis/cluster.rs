@@ -15,8 +15,8 @@ use ::redis::cluster_async::ClusterConnection;
 use ::redis::{RedisError, Value};
 use arc_swap::ArcSwap;
 
-use super::builder::{tcp_settings, RedisBackendBuilder};
 use super::connection::Connection;
+use super::script::slot::SLOTS;
 use super::script::{self, Ask};
 use super::RedisBackend;
 use crate::backend::circuit::{Circuit, Pass, Settings};
@@ -24,8 +24,6 @@ use crate::backend::BackendError;
 use crate::key::Key;
 use crate::{clock::Micros, Decision, Policy};
 
-/// Slots in a Redis Cluster.
-const SLOTS: usize = 16_384;
 /// The map is read again at most this often.
 const REFRESH_AT_MOST_EVERY: Duration = Duration::from_millis(100);
 
@@ -117,71 +115,17 @@ impl Nodes {
     }
 }
 
-/// The cluster slot of a Redis key: CRC16 of its hash tag (what is between
-/// the first `{` and the next `}`, when not empty), else of the whole key.
-pub(super) fn slot(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS as u16
-}
-
-/// CRC-16/XMODEM, the one Redis Cluster uses.
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
-impl RedisBackendBuilder {
-    /// A connection to the cluster these nodes belong to.
-    pub(super) async fn connect_cluster(
-        &self,
-        nodes: &[String],
-    ) -> Result<Connection, BackendError> {
-        let client = ::redis::cluster::ClusterClientBuilder::new(nodes.to_vec())
-            .tcp_settings(tcp_settings())
-            .response_timeout(self.timeout)
-            .connection_timeout(self.connection_timeout());
-        #[cfg(feature = "redis-tls")]
-        let client = match self.tls.certificates() {
-            Some(certificates) => client.certs(certificates),
-            None => client,
-        };
-        let client = client.build().map_err(BackendError::from)?;
-        let connection = client.get_async_connection().await;
-        Ok(Connection::Cluster(connection.map_err(BackendError::from)?))
-    }
+/// A connection to the cluster `client` (its nodes, timeouts and TLS as
+/// the builder set them) reaches.
+pub(super) async fn connect(
+    client: ::redis::cluster::ClusterClientBuilder,
+) -> Result<Connection, BackendError> {
+    let client = client.build().map_err(BackendError::from)?;
+    let connection = client.get_async_connection().await;
+    Ok(Connection::Cluster(connection.map_err(BackendError::from)?))
 }
 
 impl RedisBackend {
-    /// Configure a backend on a cluster connection you built.
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-    pub fn builder_from_cluster(
-        connection: ::redis::cluster_async::ClusterConnection,
-    ) -> RedisBackendBuilder {
-        RedisBackendBuilder::cluster_connection(connection)
-    }
-
-    /// Configure a backend on the Redis Cluster these nodes belong to.
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-cluster")))]
-    pub fn cluster_builder(
-        nodes: impl IntoIterator<Item = impl Into<String>>,
-    ) -> RedisBackendBuilder {
-        RedisBackendBuilder::cluster(nodes.into_iter().map(Into::into).collect())
-    }
-
     /// Which node holds which slots, for the circuits; asked again whenever
     /// a call fails.
     pub(super) async fn learn_slots(&self) {
@@ -232,26 +176,5 @@ impl RedisBackend {
                 circuit.map(|c| Err(c.refusal()))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{crc16, slot};
-
-    #[test]
-    fn slots_are_redis_clusters() {
-        // The CRC: the check value of CRC-16/XMODEM, and CLUSTER KEYSLOT foo.
-        assert_eq!(slot(b"123456789"), 12_739);
-        assert_eq!(slot(b"foo"), 12_182);
-        // The hash tag, by the cluster specification's own examples: the
-        // text between the first `{` and the first `}` after it, unless
-        // that is empty, when the whole key is hashed.
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16_384);
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
-        assert_eq!(slot(b"foo{bar"), crc16(b"foo{bar") % 16_384);
     }
 }

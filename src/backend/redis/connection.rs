@@ -10,6 +10,9 @@ use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use crate::backend::BackendError;
 
+/// Makes a client for a URL (with the builder's TLS settings).
+pub(super) type Open = Box<dyn Fn(&str) -> ::redis::RedisResult<::redis::Client> + Send + Sync>;
+
 /// The connection of a backend, shared by its clones.
 #[derive(Clone)]
 pub(super) enum Connection {
@@ -115,4 +118,21 @@ impl Connection {
             Route::Cluster(mut conn) => script.load_async(&mut conn).await,
         }
     }
+}
+
+/// The TCP settings of every connection the builder opens: `TCP_NODELAY`.
+/// With Nagle's algorithm (the socket's default) a request written while
+/// an earlier one on the shared connection is unacknowledged waits for
+/// that acknowledgement, which comes back with the earlier answer: under
+/// concurrent decisions each took two round trips, so a Redis 25 ms away
+/// timed out half the decisions of a 50 ms timeout
+/// (`tests/it/faults.rs`).
+pub(super) fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
+    ::redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
+/// `url` as connection settings, with [`tcp_settings`].
+pub(super) fn connection_info(url: &str) -> ::redis::RedisResult<::redis::ConnectionInfo> {
+    use ::redis::IntoConnectionInfo;
+    Ok(url.into_connection_info()?.set_tcp_settings(tcp_settings()))
 }

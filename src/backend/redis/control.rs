@@ -58,7 +58,7 @@ impl RedisBackend {
         #[cfg(feature = "redis-cluster")]
         if let super::connection::Connection::Cluster(conn) = &self.conn {
             use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-            let slot = super::cluster::slot(key.as_bytes());
+            let slot = super::script::slot::slot(key.as_bytes());
             let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
             return conn
                 .clone()

@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ::redis::aio::ConnectionManager;
 use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::batch::{Batches, Call};
@@ -111,29 +110,6 @@ impl RedisBackend {
     /// Connect to the Redis at `url` with the defaults.
     pub async fn connect(url: &str) -> Result<Self, BackendError> {
         Self::builder(url).connect().await
-    }
-
-    /// Configure a backend on the Redis that `url` names: one server
-    /// (`redis://[user:password@]host:port/db`, `rediss://` for TLS), a
-    /// cluster (`redis+cluster://host:port,host:port`, or a comma-separated
-    /// list of URLs), or the master Redis Sentinel names
-    /// (`redis+sentinel://host:port,host:port/master-name`,
-    /// `rediss+sentinel://`). A URL that cannot be used is an error from
-    /// [`connect`](RedisBackendBuilder::connect) that says why.
-    pub fn builder(url: &str) -> RedisBackendBuilder {
-        RedisBackendBuilder::from_url(url)
-    }
-
-    /// Configure a backend on a client you built (any setting the `redis`
-    /// crate offers); it is connected through a connection manager.
-    pub fn builder_from_client(client: ::redis::Client) -> RedisBackendBuilder {
-        RedisBackendBuilder::client(client)
-    }
-
-    /// Configure a backend on a connection manager you built. Its own
-    /// settings (timeouts, retries) stay as you made them.
-    pub fn builder_from_connection(manager: ConnectionManager) -> RedisBackendBuilder {
-        RedisBackendBuilder::manager(manager)
     }
 
     /// Whether Redis is deciding now, and if not, why

@@ -21,9 +21,8 @@ use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ErrorKind, RedisError, Value};
 use arc_swap::ArcSwapOption;
 
-use super::builder::{Open, RedisBackendBuilder};
+use super::connection::Open;
 use super::url::SentinelUrl;
-use super::RedisBackend;
 use crate::backend::BackendError;
 
 /// How often the sentinels are asked while the master is being followed.
@@ -250,20 +249,4 @@ async fn within<T>(
     tokio::time::timeout(ANSWER_WITHIN, future)
         .await
         .map_err(|_| RedisError::from((ErrorKind::Io, "no answer within 1 s")))?
-}
-
-impl RedisBackend {
-    /// Configure a backend on the master that these Redis Sentinel nodes
-    /// (`host:port` each) name `master`, following it through failovers.
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-sentinel")))]
-    pub fn sentinel_builder(
-        sentinels: impl IntoIterator<Item = impl AsRef<str>>,
-        master: &str,
-    ) -> RedisBackendBuilder {
-        let hosts: Vec<String> = sentinels
-            .into_iter()
-            .map(|s| s.as_ref().to_owned())
-            .collect();
-        RedisBackendBuilder::from_url(&format!("redis+sentinel://{}/{master}", hosts.join(",")))
-    }
 }

@@ -10,8 +10,6 @@
 
 use ::redis::{ClientTlsConfig, TlsCertificates};
 
-use super::builder::RedisBackendBuilder;
-
 /// What a builder was told about TLS; the URL says whether TLS is used.
 #[derive(Clone, Default)]
 pub(super) struct Tls {
@@ -37,40 +35,6 @@ impl Tls {
                 }),
             root_cert: self.roots.clone(),
         })
-    }
-}
-
-impl RedisBackendBuilder {
-    /// Verify a `rediss://` server against these authorities (PEM, one or
-    /// more certificates) instead of the system's roots: a private CA, as
-    /// managed Redis services and self-hosted TLS use.
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// use tower_ratelimit::backend::RedisBackend;
-    ///
-    /// let redis = RedisBackend::builder("rediss://limiter:secret@redis.internal:6380")
-    ///     .tls_root_certificates(std::fs::read("/etc/redis/ca.pem")?)
-    ///     .connect()
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
-    pub fn tls_root_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.roots = Some(pem.into());
-        self
-    }
-
-    /// Show this certificate chain and private key (PEM) to a `rediss://`
-    /// server that requires clients to have one (mutual TLS).
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
-    pub fn tls_client_certificate(
-        mut self,
-        chain_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((chain_pem.into(), key_pem.into()));
-        self
     }
 }
 

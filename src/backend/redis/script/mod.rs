@@ -15,6 +15,8 @@ use crate::policy::MAX_LIMITS;
 use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
 
 mod shape;
+#[cfg(feature = "redis-cluster")]
+pub(super) mod slot;
 
 pub(super) use self::shape::Shape;
 
@@ -177,7 +179,7 @@ pub(super) fn packed_field(names: &KeyNames, key: &Key) -> Option<[u8; CLIENT_CH
 /// The cluster slot every Redis key of `key` is in (its hash tag).
 #[cfg(feature = "redis-cluster")]
 pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
-    super::cluster::slot(&Client::of(names, key).stem)
+    slot::slot(&Client::of(names, key).stem)
 }
 
 /// What a client's Redis keys are made of: the stem every one begins with
