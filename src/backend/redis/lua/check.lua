@@ -16,15 +16,15 @@
 -- allow, and the request is counted in all; or it is counted in none
 -- (unless denied requests count). Mirrors backend/memory: Store::check.
 
-local cost = tonumber(ARGV[2])
+local cost = {{number}}(ARGV[2])
 local count_denied = ARGV[3] == '1'
 local penalty = nil
 if ARGV[4] ~= '0' then
   penalty = {
-    strikes = tonumber(ARGV[4]),
-    within = tonumber(ARGV[5]),
-    ban = tonumber(ARGV[6]),
-    max_ban = tonumber(ARGV[7]),
+    strikes = {{number}}(ARGV[4]),
+    within = {{number}}(ARGV[5]),
+    ban = {{number}}(ARGV[6]),
+    max_ban = {{number}}(ARGV[7]),
     strikes_key = KEYS[#KEYS - 1],
     bans_key = KEYS[#KEYS],
   }
@@ -37,10 +37,10 @@ local k = 1
 local a = {{first_limit_arg}}
 while ARGV[a] do
   local l = {
-    alg = tonumber(ARGV[a]),
-    limit = tonumber(ARGV[a + 1]),
-    w = tonumber(ARGV[a + 2]),
-    t = tonumber(ARGV[a + 3]),
+    alg = {{number}}(ARGV[a]),
+    limit = {{number}}(ARGV[a + 1]),
+    w = {{number}}(ARGV[a + 2]),
+    t = {{number}}(ARGV[a + 3]),
     key = KEYS[k],
   }
   -- 5: requests in flight, kept as a sliding log whose permits leave

@@ -4,8 +4,8 @@
 -- to algorithm/fixed_window.rs by the conformance proptest. KEYS, ARGV (see
 -- lean_gcra.lua) and reply (without the trailing zeros) as check.lua's.
 
-local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local key = KEYS[1]
+local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local key = KEYS[{{ko}}1]
 
 -- The current window's end and count.
 local e, used = 0, 0

@@ -12,8 +12,8 @@
 -- without its two trailing zeros (no ban, no permit); every C function it
 -- would call (math.floor, math.max) is arithmetic here instead.
 
-local cost, capacity, t = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local key = KEYS[1]
+local cost, capacity, t = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local key = KEYS[{{ko}}1]
 
 local tat = 0
 local s = {{read}}

@@ -6,8 +6,8 @@
 -- field). Reply as check.lua's for one limit, without its two trailing
 -- zeros (no ban, no permit).
 
-local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local key = KEYS[1]
+local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local key = KEYS[{{ko}}1]
 
 -- A new client (no state) is allowed what fits the limit, and its state
 -- becomes this window's count. So in a batch of new clients, each claims

@@ -104,19 +104,14 @@ impl Shape {
         // Arguments repeat from decision to decision (a policy's limit and
         // span, the costs): each text is parsed once a batch
         // (`PARSED_ONCE`).
-        let body = [parts.prelude.as_str(), fresh, &parts.driver]
-            .concat()
-            .replace("tonumber(ARGV[", "number(ARGV[");
+        let body = [parts.prelude.as_str(), fresh, &parts.driver].concat();
         // A lean decision reads its keys and arguments where they are in
-        // the batch's (at fixed places after an offset); the general
-        // driver, which looks for the end of its arguments, gets tables of
-        // its own.
+        // the batch's (at fixed places after an offset, `{{ko}}` and
+        // `{{ao}}`); the general driver, which looks for the end of its
+        // arguments, gets tables of its own.
         let (decide, arguments) = match self.is_lean() {
             true => (
-                "local function decide(ko, ao)\n".to_owned()
-                    + &body
-                        .replace("ARGV[", "ARGV[ao + ")
-                        .replace("KEYS[", "KEYS[ko + "),
+                "local function decide(ko, ao)\n".to_owned() + &body,
                 "k - 1, a - 1",
             ),
             false => (
@@ -189,10 +184,20 @@ impl Shape {
                 "  now = batch_now"
             ),
         };
+        // How a decision reads its arguments: one alone with `tonumber`, in
+        // a batch with `number` (`PARSED_ONCE`); a lean one in a batch
+        // from its offsets into the batch's keys and arguments.
+        let number = if batch { "number" } else { "tonumber" };
+        let (ko, ao) = match batch && has(Self::LEAN) {
+            true => ("ko + ", "ao + "),
+            false => ("", ""),
+        };
+        let reading = [("number", number), ("ko", ko), ("ao", ao)];
         prelude = fill(&prelude, &[("server_time", server_time)]);
         if has(Self::PACKED) {
-            prelude.push_str(&format!("field = ARGV[{}]\n", fixed + 1));
+            prelude.push_str(&format!("field = ARGV[{{{{ao}}}}{}]\n", fixed + 1));
         }
+        prelude = fill(&prelude, &reading);
         let first_limit_arg = (fixed + 1 + usize::from(has(Self::PACKED))).to_string();
         let mut values = state_calls(has(Self::PACKED)).to_vec();
         values.push(("first_limit_arg", &first_limit_arg));
@@ -229,6 +234,7 @@ impl Shape {
             };
             (fill(&helpers, &values), driver)
         };
+        values.extend(reading);
         Parts {
             head,
             prelude,
