@@ -94,12 +94,20 @@ async fn on_redis_a_limiter_and_a_layer_share_a_named_limit() {
 
     let server = crate::support::RedisServer::start();
     let policy: Policy = "chat = 4/min".parse().unwrap();
-    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     let limiter = Limiter::new(policy.clone()).backend(redis.clone());
     let user = Key::new("header:x-user-id", "alice");
     assert_eq!(admitted(&limiter, &user, 3).await, 3);
 
-    let other_process = RedisBackend::connect(&server.url()).await.unwrap();
+    let other_process = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     let http = axum::Router::new()
         .route("/", axum::routing::get(|| async { "ok" }))
         .layer(

@@ -83,7 +83,11 @@ async fn on_memory_a_quota_change_keeps_counts_and_bans() {
 async fn on_redis_a_quota_change_keeps_counts_and_bans() {
     use tower_ratelimit::backend::RedisBackend;
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     a_tighter_quota_keeps_the_count(redis.clone()).await;
     a_ban_survives_a_quota_change(redis).await;
 }

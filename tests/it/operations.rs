@@ -298,8 +298,16 @@ async fn bans_hold_across_servers_on_redis_and_cost_no_round_trip() {
     use tower_ratelimit::backend::RedisBackend;
 
     let server = RedisServer::start();
-    let a = RedisBackend::connect(&server.url()).await.unwrap();
-    let b = RedisBackend::connect(&server.url()).await.unwrap();
+    let a = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
+    let b = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     let (app_a, app_b) = (app!(banning(a)), app!(banning(b)));
     let seen = send_n(&app_a, 4, "eve", "192.0.2.1").await;
     assert_eq!(statuses(&seen), [200, 429, 429, 429]);

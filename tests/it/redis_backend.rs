@@ -44,8 +44,13 @@ fn both_in(
 
 /// A backend on `url` writing keys in `format`.
 fn connect_in(rt: &tokio::runtime::Runtime, url: &str, format: KeyFormat) -> RedisBackend {
-    rt.block_on(RedisBackend::builder(url).key_format(format).connect())
-        .unwrap()
+    rt.block_on(
+        RedisBackend::builder(url)
+            .key_format(format)
+            .timeout(crate::support::AGREE)
+            .connect(),
+    )
+    .unwrap()
 }
 
 /// The packed format over one shard: every client's state in one hash.
@@ -428,7 +433,13 @@ fn where_doubles_would_be_wrong_the_script_is_exact() {
 fn one_server_many_keys_many_algorithms() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap();
     for algorithm in Algorithm::ALL {
         let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
         for user in ["a", "b"] {
@@ -610,7 +621,13 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
     let (key, policy) = (Key::new("user", "acl"), "5/min".parse::<Policy>().unwrap());
 
     let started = Instant::now();
-    let err = rt.block_on(RedisBackend::connect(&wrong)).unwrap_err();
+    let err = rt
+        .block_on(
+            RedisBackend::builder(&wrong)
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(err.to_string().contains("authentication failed"), "{err}");
 
@@ -630,7 +647,13 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
 
     // A user that may not run the scripts: the error names the permission.
     assert_eq!(server.cli(&["ACL", "SETUSER", "limiter", "-evalsha"]), "OK");
-    let backend = rt.block_on(RedisBackend::connect(&url)).unwrap();
+    let backend = rt
+        .block_on(
+            RedisBackend::builder(&url)
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap();
     let err = rt.block_on(backend.check(&key, &policy, 1)).unwrap_err();
     assert!(
         err.to_string()
@@ -643,7 +666,13 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
 fn server_time_decides_and_keys_expire_with_their_state() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap();
     let key = Key::new("user", "ttl");
     for algorithm in Algorithm::ALL {
         // 2 per second: state matters for at most a second or two.
@@ -746,7 +775,13 @@ fn a_dead_server_fails_fast_instead_of_waiting() {
 fn hostile_identities_get_their_own_keys_in_one_slot() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let redis = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap();
     let policy = Policy::builder()
         .limit("a", Algorithm::Gcra, Quota::per_minute(1).unwrap())
         .limit("b", Algorithm::SlidingLog, Quota::per_minute(1).unwrap())
@@ -961,7 +996,11 @@ async fn a_denied_key_is_denied_locally_until_its_retry_after() {
     use tower_ratelimit::backend::Backend;
     use tower_ratelimit::decision::Origin;
     let server = RedisServer::start();
-    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     // 2 at once, then one every 500 ms.
     let policy = Policy::single(Algorithm::Gcra, Quota::per_second(2).unwrap()).unwrap();
     let (alice, bob) = (Key::new("user", "alice"), Key::new("user", "bob"));
@@ -1137,7 +1176,13 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
     let server = RedisServer::start();
     let rt = runtime();
     let old = connect_in(&rt, &server.url(), KeyFormat::Readable);
-    let new = rt.block_on(RedisBackend::connect(&server.url())).unwrap();
+    let new = rt
+        .block_on(
+            RedisBackend::builder(&server.url())
+                .timeout(crate::support::AGREE)
+                .connect(),
+        )
+        .unwrap();
     let packed = connect_in(&rt, &server.url(), ONE_HASH);
     let policy: Policy = "limit = 10/min".parse().unwrap();
     let key = Key::new("user", "moving");

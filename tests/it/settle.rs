@@ -137,7 +137,9 @@ async fn on_memory_costs_are_settled_after_the_response() {
 #[tokio::test]
 async fn on_redis_failed_logins_alone_count_and_costs_are_settled() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::connect(&server.url())
+    let redis = tower_ratelimit::backend::RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
         .await
         .unwrap();
     failed_logins_alone_count(redis.clone()).await;
@@ -267,7 +269,11 @@ async fn on_redis_permits_of_a_dead_holder_end_with_their_lease() {
     use tower_ratelimit::Limit;
 
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     let policy = Policy::builder()
         .with(
             Limit::concurrent("flight", 1)
@@ -305,7 +311,11 @@ async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
     use tower_ratelimit::Limit;
 
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::connect(&server.url()).await.unwrap();
+    let redis = RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
+        .connect()
+        .await
+        .unwrap();
     let policy = Policy::builder()
         .with(
             Limit::concurrent("flight", 1)

@@ -205,7 +205,9 @@ impl Default for MemoryBackend {
 impl<C: Clock> MemoryBackend<C> {
     /// Decide a request of `cost` for `key` under `policy`, now.
     pub fn check_now(&self, key: &Key, policy: &Policy, cost: u32) -> Decision {
-        self.check_at(key, policy, cost, self.inner.clock.now())
+        self.inner
+            .store
+            .check(key, policy, cost, self.inner.clock.now())
     }
 
     /// Decide a request of `cost` for `key` under `policy` at `now` (on this
@@ -217,6 +219,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// Not part of the public API (hidden from the docs): the conformance
     /// suite's hook. Replay a trace of your own with a
     /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn check_at(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
         self.inner.store.check(key, policy, cost, now)
@@ -228,6 +231,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// Not part of the public API (hidden from the docs): the conformance
     /// suite's hook. Replay a trace of your own with a
     /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn settle_at(
         &self,
@@ -248,6 +252,7 @@ impl<C: Clock> MemoryBackend<C> {
     /// Not part of the public API (hidden from the docs): the conformance
     /// suite's hook. Replay a trace of your own with a
     /// [`ManualClock`](crate::clock::ManualClock) and `check_now`.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn permit_at(
         &self,
@@ -467,17 +472,32 @@ impl<C: Clock> Backend for MemoryBackend<C> {
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
         let now = self.inner.clock.now();
-        ready(Ok(self.settle_at(key, policy, reserved, actual, now)))
+        ready(Ok(self.inner.store.settle(
+            key,
+            policy,
+            (reserved, actual),
+            now,
+        )))
     }
 
     fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let now = self.inner.clock.now();
-        ready(Ok(self.permit_at(key, policy, permit, cost, false, now)))
+        ready(Ok(self.inner.store.permit(
+            key,
+            policy,
+            (permit, cost, false),
+            now,
+        )))
     }
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         let now = self.inner.clock.now();
-        ready(Ok(self.permit_at(key, policy, permit, cost, true, now)))
+        ready(Ok(self.inner.store.permit(
+            key,
+            policy,
+            (permit, cost, true),
+            now,
+        )))
     }
 
     fn reset(&self, key: &Key, policy: &Policy) -> Reset {

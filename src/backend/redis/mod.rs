@@ -6,6 +6,7 @@ mod builder;
 mod cluster;
 mod connection;
 mod control;
+#[cfg(feature = "test-hooks")]
 mod hooks;
 mod leases;
 mod repair;

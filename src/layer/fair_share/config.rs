@@ -4,8 +4,6 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use sha2::{Digest, Sha256};
-
 use crate::algorithm::fair_flight::{FlightSettings, Flights};
 use crate::algorithm::fair_share::{Ask, Settings, Shares, TenantId, Verdict};
 use crate::clock::Clock;
@@ -206,7 +204,9 @@ pub(super) fn local_id(key: &[u8]) -> TenantId {
 
 /// A tenant's id on every server sharing a Redis: 16 bytes of SHA-256 of
 /// its key.
+#[cfg(any(feature = "redis", feature = "test-hooks"))]
 pub(super) fn tenant_id(key: &[u8]) -> TenantId {
+    use sha2::{Digest, Sha256};
     let digest = Sha256::digest(key);
     let mut id = [0; 16];
     id.copy_from_slice(&digest[..16]);

@@ -30,6 +30,8 @@
 //! (Redis), step for step the same.
 
 mod config;
+#[cfg(feature = "test-hooks")]
+mod hooks;
 mod layer;
 mod observe;
 mod place;
@@ -38,6 +40,7 @@ mod redis_store;
 mod service;
 
 pub use layer::{FairShare, FairShareError};
+#[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use place::Place;
 #[cfg(feature = "redis")]

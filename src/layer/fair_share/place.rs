@@ -12,6 +12,7 @@ use crate::algorithm::fair_share::TenantId;
 /// has not ended by then (a body nobody reads): a timer on the runtime,
 /// stopped when the place is dropped first.
 #[doc(hidden)]
+#[cfg_attr(not(feature = "test-hooks"), allow(unreachable_pub))]
 pub struct Place {
     config: Arc<Config>,
     holding: Arc<Mutex<Option<Holding>>>,
@@ -54,6 +55,7 @@ impl Place {
 
     /// Give the place back at `now` (µs; on Redis too, instead of its
     /// clock): for the conformance tests.
+    #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub async fn release_at(self, now: u64) -> Result<(), crate::backend::BackendError> {
         let Some(holding) = lock(&self.holding).take() else {

@@ -170,7 +170,9 @@ impl RedisServer {
     /// A backend connected to this server.
     #[cfg(feature = "redis")]
     pub async fn backend(&self) -> tower_ratelimit::backend::RedisBackend {
-        tower_ratelimit::backend::RedisBackend::connect(&self.url())
+        tower_ratelimit::backend::RedisBackend::builder(&self.url())
+            .timeout(super::AGREE)
+            .connect()
             .await
             .unwrap()
     }
