@@ -23,7 +23,9 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn scraping(target: u16) -> Self {
+    /// Scraping the server on `target`, with the admin's bearer `token`
+    /// (`/metrics` is the admin's when `ADMIN_TOKEN` is set).
+    fn scraping(target: u16, token: &str) -> Self {
         let port = RedisServer::unused_port();
         let dir = temp_dir("prometheus");
         let config = dir.join("prometheus.yml");
@@ -31,7 +33,7 @@ impl Prometheus {
             &config,
             format!(
                 "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n\
-                 scrape_configs:\n  - job_name: example\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+                 scrape_configs:\n  - job_name: example\n    authorization: {{ credentials: '{token}' }}\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
             ),
         )
         .unwrap();
@@ -162,7 +164,7 @@ fn every_panel_and_alert_rule_sees_series_of_the_example_server() {
         // is refused.
         ("SHARED_CAPACITY", "1"),
     ]);
-    let prometheus = Prometheus::scraping(server.port);
+    let prometheus = Prometheus::scraping(server.port, "s3cret");
     // Its first scrape comes seconds after it is ready: a counter must be
     // seen before it grows for its rate to show.
     let deadline = Instant::now() + Duration::from_secs(30);

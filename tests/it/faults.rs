@@ -481,61 +481,74 @@ async fn latency_proxy(target: u16, delay: Duration) -> u16 {
     port
 }
 
-/// Redis answering 50 ms late under 16 clients at once: each decision
-/// takes one round trip, so a timeout of twice the latency keeps Redis
-/// deciding. Measured as the decisions' median time against the link's
-/// latency (under 1.5 times it; Nagle's extra round trip made it twice),
-/// with a timeout of seconds, so that a busy machine's stalls lengthen a
-/// few decisions without changing who decides or failing the test.
+/// Redis answering 50 ms late under 16 clients at once: each call takes
+/// one round trip (every connection sets `TCP_NODELAY`; under Nagle's
+/// algorithm a request waited for the acknowledgement of the one before,
+/// and a 100 ms timeout saw most decisions fail). Measured against the
+/// link's latency, with a timeout of seconds so that a busy machine's
+/// stalls lengthen a few decisions without failing the test: each decision
+/// sent alone, at most 5% take over 1.5 round trips (none on a quiet
+/// machine; 24–40% with Nagle's algorithm back on); batched (a decision
+/// may wait for the call in flight, then go in the next), the median is
+/// under 2.5 round trips.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_answering_within_the_timeout_keeps_deciding() {
     let server = RedisServer::start();
     let late: u64 = std::env::var("REDIS_LATE_MS").map_or(50, |ms| ms.parse().unwrap());
     let late = Duration::from_millis(late);
     let port = latency_proxy(server.port, late).await;
-    let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
-        .timeout(crate::support::AGREE)
-        .connect_lazy()
-        .unwrap()
-        .with_breaker()
-        .or_fallback(MemoryBackend::new());
-    let policy: Policy = "1000000/s".parse().unwrap();
-    // Connecting and loading the scripts take several round trips.
-    for _ in 0..5 {
-        let _ = backend.check(&Key::new("user", "warm"), &policy, 1).await;
+    for batch in [1, 64] {
+        let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+            .timeout(crate::support::AGREE)
+            .max_batch(batch)
+            .connect_lazy()
+            .unwrap();
+        let policy: Policy = "1000000/s".parse().unwrap();
+        // Connecting and loading the scripts take several round trips.
+        for _ in 0..5 {
+            backend
+                .check(&Key::new("user", "warm"), &policy, 1)
+                .await
+                .unwrap();
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for client in 0..16 {
+            let (backend, policy) = (backend.clone(), policy.clone());
+            tasks.spawn(async move {
+                let key = Key::new("user", format!("client-{client}"));
+                let mut times = Vec::new();
+                for _ in 0..50 {
+                    let asked = std::time::Instant::now();
+                    backend.check(&key, &policy, 1).await.unwrap();
+                    times.push(asked.elapsed());
+                }
+                times
+            });
+        }
+        let mut times = Vec::new();
+        while let Some(more) = tasks.join_next().await {
+            times.extend(more.unwrap());
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        eprintln!(
+            "{late:?} late, batches of {batch}: {} decisions, median {median:?}, p99 {:?}",
+            times.len(),
+            times[times.len() * 99 / 100]
+        );
+        let slow = times.iter().filter(|t| **t > late.mul_f64(1.5)).count();
+        match batch {
+            1 => assert!(
+                slow * 100 <= times.len() * 5,
+                "alone: {slow} of {} over 1.5 round trips of {late:?}",
+                times.len()
+            ),
+            _ => assert!(
+                median < late.mul_f64(2.5),
+                "batched: median {median:?} for a link {late:?} late"
+            ),
+        }
     }
-    let mut tasks = tokio::task::JoinSet::new();
-    for client in 0..16 {
-        let (backend, policy) = (backend.clone(), policy.clone());
-        tasks.spawn(async move {
-            let key = Key::new("user", format!("client-{client}"));
-            let mut seen = Vec::new();
-            for _ in 0..50 {
-                let asked = std::time::Instant::now();
-                let origin = backend.check(&key, &policy, 1).await.unwrap().origin();
-                seen.push((origin, asked.elapsed()));
-            }
-            seen
-        });
-    }
-    let mut seen = Vec::new();
-    while let Some(more) = tasks.join_next().await {
-        seen.extend(more.unwrap());
-    }
-    let by_redis = seen.iter().filter(|(o, _)| *o == Origin::Primary).count();
-    let mut times: Vec<Duration> = seen.iter().map(|(_, t)| *t).collect();
-    times.sort();
-    let median = times[times.len() / 2];
-    eprintln!(
-        "{late:?} late: {by_redis} of {} decided by Redis, median {median:?}, p99 {:?}",
-        seen.len(),
-        times[times.len() * 99 / 100]
-    );
-    assert_eq!(by_redis, seen.len());
-    assert!(
-        median < late.mul_f64(1.5),
-        "median {median:?} for a link {late:?} late: more than one round trip"
-    );
 }
 
 /// One client's key poisoned — replaced with a list, as an operator's
