@@ -142,7 +142,7 @@ pub mod clock;
 pub mod decision;
 pub mod key;
 pub mod policy;
-mod quota;
+pub mod quota;
 
 // Where state lives.
 pub mod backend;
@@ -164,7 +164,7 @@ pub use limiter::{Admission, Limiter};
 pub use policy::limit::Limit;
 pub use policy::live::Live;
 pub use policy::set::Policy;
-pub use quota::Quota;
+pub use quota::rate::Quota;
 
 /// README.md's code blocks, compiled as doctests: a snippet that stops
 /// compiling fails the tests.

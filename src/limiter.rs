@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::backend::OnBackendError;
 use crate::backend::{Backend, BackendError, FailureLog, MemoryBackend};
 use crate::key::Key;
-use crate::{decision::Verdict, Decision, Policy};
+use crate::{algorithm::Verdict, Decision, Policy};
 
 /// A policy enforced on a backend, called from any code. Cheap to clone;
 /// clones share the backend (and so the budgets).

@@ -11,7 +11,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::clock::Micros;
-use tower_ratelimit::decision::Verdict;
+use tower_ratelimit::algorithm::Verdict;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 

@@ -1,8 +1,8 @@
 //! Fixed window counter.
 
 use super::State;
-use crate::policy::Calendar;
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::quota::Calendar;
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// Counts cost per window aligned to multiples of the window length since
 /// the clock's epoch (with the default clock, the Unix epoch: a `/min` window

@@ -1,7 +1,7 @@
 //! Generic cell rate algorithm (GCRA).
 
 use super::State;
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// GCRA: each key holds one time, the *theoretical arrival time* (TAT) —
 /// when the key would be idle again if requests kept coming at the rate.

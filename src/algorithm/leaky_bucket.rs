@@ -1,7 +1,7 @@
 //! Leaky bucket, as a meter.
 
 use super::{Gcra, State};
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// A bucket of capacity `N` (the burst, or the limit) that each request fills
 /// by its cost and that drains one unit every `T = window / limit`. A request

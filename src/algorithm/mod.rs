@@ -51,7 +51,9 @@ mod token_bucket;
 
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
+pub use kind::UnknownAlgorithm;
 pub use leaky_bucket::LeakyBucket;
+pub use outcome::{Outcome, Verdict};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::SlidingWindow;
 pub use token_bucket::TokenBucket;

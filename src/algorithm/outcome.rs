@@ -13,7 +13,7 @@ use crate::clock::Micros;
 ///
 /// ```
 /// use tower_ratelimit::clock::Micros;
-/// use tower_ratelimit::decision::{Outcome, Verdict};
+/// use tower_ratelimit::algorithm::{Outcome, Verdict};
 ///
 /// let denied = Outcome::denied(10, 0, Micros::from_secs(60), Micros::from_secs(6));
 /// assert_eq!(denied.verdict(), Verdict::RetryAfter(Micros::from_secs(6)));

@@ -4,7 +4,7 @@
 use super::{
     Algorithm, FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingWindow, State, TokenBucket,
 };
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// An algorithm bound to its quota, ready to apply: what a [`Limit`](crate::Limit) runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// Remembers the time and cost of every admitted request for one window. A
 /// request of cost `c` at `now` fits when the cost admitted in

@@ -1,7 +1,7 @@
 //! Sliding window counter.
 
 use super::State;
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// Counts per aligned window, like [`FixedWindow`](super::FixedWindow), but
 /// judges a request by the current window's count plus the previous window's

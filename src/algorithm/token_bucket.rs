@@ -1,7 +1,7 @@
 //! Token bucket.
 
 use super::{Gcra, State};
-use crate::{clock::Micros, decision::Outcome, Quota};
+use crate::{algorithm::Outcome, clock::Micros, Quota};
 
 /// A bucket of `B` tokens (the burst, or the limit) that starts full and
 /// refills one token every `T = window / limit`; a request of cost `c` takes

@@ -40,10 +40,10 @@
 //! policy's limits (a limit's [`identity`](crate::Limit::identity) keeps
 //! limits apart), apply the [`algorithm`](crate::algorithm)s, and answer
 //! with [`Decision::from_outcomes`] — one
-//! [`Outcome`](crate::decision::Outcome) per limit, made with
-//! [`Outcome::allowed`](crate::decision::Outcome::allowed),
-//! [`denied`](crate::decision::Outcome::denied) or
-//! [`never`](crate::decision::Outcome::never). The crate applies the
+//! [`Outcome`](crate::algorithm::Outcome) per limit, made with
+//! [`Outcome::allowed`](crate::algorithm::Outcome::allowed),
+//! [`denied`](crate::algorithm::Outcome::denied) or
+//! [`never`](crate::algorithm::Outcome::never). The crate applies the
 //! all-or-nothing rule and picks the deciding limit. Commit the cost only
 //! when every limit allows it (or, for a policy that
 //! [counts denied requests](crate::Policy::counts_denied), always), and do

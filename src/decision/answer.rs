@@ -4,7 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{Origin, Outcome, Verdict};
+use super::Origin;
+use crate::algorithm::{Outcome, Verdict};
 use crate::policy::MAX_LIMITS;
 use crate::{clock::Micros, Policy};
 
@@ -96,7 +97,7 @@ impl Decision {
     /// ```
     /// use tower_ratelimit::{Decision, Policy};
     /// use tower_ratelimit::clock::Micros;
-    /// use tower_ratelimit::decision::Outcome;
+    /// use tower_ratelimit::algorithm::Outcome;
     ///
     /// let policy: Policy = "10/s; 100/min".parse()?;
     /// let decision = Decision::from_outcomes(&policy, [

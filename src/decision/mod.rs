@@ -1,7 +1,7 @@
 //! What a policy says about one request, and where that came from.
 //!
 //! A [`Decision`](crate::Decision) (at the crate's root) holds one
-//! [`Outcome`] per limit, in the policy's order, and the [`Origin`] of the
+//! [`Outcome`](crate::algorithm::Outcome) per limit, in the policy's order, and the [`Origin`] of the
 //! answer. A [`Backend`](crate::backend::Backend) of your own builds
 //! decisions from outcomes with
 //! [`Decision::from_outcomes`](crate::Decision::from_outcomes); a
@@ -9,7 +9,7 @@
 //! the [`Origin`] the layer put in the request's extensions.
 //!
 //! ```
-//! use tower_ratelimit::decision::{Outcome, Verdict};
+//! use tower_ratelimit::algorithm::{Outcome, Verdict};
 //! use tower_ratelimit::clock::Micros;
 //!
 //! let denied = Outcome::denied(10, 0, Micros::from_secs(60), Micros::from_secs(6));
@@ -19,6 +19,5 @@
 pub(crate) mod answer;
 mod origin;
 
-pub use crate::algorithm::outcome::{Outcome, Verdict};
 pub use answer::OutcomeCountMismatch;
 pub use origin::Origin;

@@ -7,7 +7,7 @@ use super::limit::Limit;
 use super::set::{Policy, Settings};
 use crate::algorithm::Algorithm;
 use crate::policy::penalty::PenaltyBox;
-use crate::quota::Quota;
+use crate::quota::rate::Quota;
 
 /// Builds a [`Policy`]; every problem is reported by [`PolicyBuilder::build`].
 #[derive(Clone, Debug, Default)]

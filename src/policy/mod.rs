@@ -28,8 +28,6 @@ pub(crate) mod live;
 pub(crate) mod penalty;
 pub(crate) mod set;
 
-pub use crate::algorithm::kind::UnknownAlgorithm;
-pub use crate::quota::{Calendar, Period, QuotaError, MAX_WINDOW, MIN_WINDOW};
 pub use builder::PolicyBuilder;
 pub use error::PolicyError;
 pub use penalty::{PenaltyBox, PenaltyError};

@@ -26,7 +26,7 @@ const MAX_OFFSET_MINUTES: i16 = 23 * 60 + 59;
 /// let billing: Quota = "50000/month from 15 utc+02:00".parse()?;
 /// let calendar = billing.calendar().unwrap();
 /// assert_eq!(calendar.to_string(), "month from 15 utc+02:00");
-/// # Ok::<(), tower_ratelimit::policy::QuotaError>(())
+/// # Ok::<(), tower_ratelimit::quota::QuotaError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Calendar {

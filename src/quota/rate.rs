@@ -102,7 +102,7 @@ impl Quota {
     /// let billing = Quota::per_month(50_000)?.starting_on_day(15)?.utc_offset(120)?;
     /// assert_eq!(billing.to_string(), "50000/month from 15 utc+02:00");
     /// assert_eq!(billing, "50000/month from 15 utc+02:00".parse()?);
-    /// # Ok::<(), tower_ratelimit::policy::QuotaError>(())
+    /// # Ok::<(), tower_ratelimit::quota::QuotaError>(())
     /// ```
     pub fn per_month(limit: u32) -> Result<Self, QuotaError> {
         Self::per_period(limit, Period::Month)

@@ -3,10 +3,10 @@
 //! Every trace runs through a fresh single-limit policy on the memory backend
 //! at explicit times (microseconds), so the numbers are the algorithm's own.
 
+use tower_ratelimit::algorithm::Verdict;
 use tower_ratelimit::algorithm::{SlidingLog, SlidingLogState, SlidingWindow, State};
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::clock::Micros;
-use tower_ratelimit::decision::Verdict;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 

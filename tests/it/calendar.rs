@@ -10,7 +10,8 @@ use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::clock::Micros;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::layer::HeaderStyle;
-use tower_ratelimit::policy::{Period, PolicyError};
+use tower_ratelimit::policy::PolicyError;
+use tower_ratelimit::quota::Period;
 use tower_ratelimit::{Algorithm, Limit, Policy, Quota, RateLimitLayer};
 
 use crate::support::http::ok;

@@ -10,9 +10,9 @@ use proptest::prelude::*;
 use tower_ratelimit::algorithm::{
     FixedWindow, Gcra, LeakyBucket, SlidingLog, SlidingLogState, SlidingWindow, State, TokenBucket,
 };
+use tower_ratelimit::algorithm::{Outcome, Verdict};
 use tower_ratelimit::backend::MemoryBackend;
 use tower_ratelimit::clock::Micros;
-use tower_ratelimit::decision::{Outcome, Verdict};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 

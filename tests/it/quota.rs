@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tower_ratelimit::policy::QuotaError;
+use tower_ratelimit::quota::QuotaError;
 use tower_ratelimit::Quota;
 
 #[test]
@@ -108,7 +108,7 @@ fn invalid_quotas_are_rejected_with_a_reason() {
         Quota::new(1, Duration::from_micros(999)),
         Err(QuotaError::WindowTooShort(_))
     ));
-    assert!(Quota::new(1, tower_ratelimit::policy::MIN_WINDOW).is_ok());
+    assert!(Quota::new(1, tower_ratelimit::quota::MIN_WINDOW).is_ok());
     assert!(matches!(
         Quota::new(1, Duration::from_secs(367 * 86_400)),
         Err(QuotaError::WindowTooLong(_))

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 
 use crate::support::reference::Reference;
 use crate::support::store::Map;
+use tower_ratelimit::algorithm::Verdict;
 use tower_ratelimit::backend::{MemoryBackend, StoreBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
-use tower_ratelimit::decision::Verdict;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 

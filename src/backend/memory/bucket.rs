@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::table::Expires;
 use crate::algorithm::{Gcra, State};
-use crate::{clock::Micros, decision::Outcome};
+use crate::{algorithm::Outcome, clock::Micros};
 
 /// One bucket's TAT in µs: 8 bytes, so a slot with its fingerprint is 16.
 #[derive(Debug, Default)]

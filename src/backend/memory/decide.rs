@@ -9,7 +9,7 @@ use super::shard::{fingerprint, Entries, Shard, TimedLog};
 use super::AtCapacity;
 use crate::algorithm::{Form, State};
 use crate::policy::MAX_LIMITS;
-use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
+use crate::{algorithm::Outcome, clock::Micros, Decision, Limit, Policy};
 
 /// A check under one limit (not of requests in flight), no penalty box,
 /// denials not counted: the common case on its own path. The same shard

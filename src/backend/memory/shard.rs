@@ -14,7 +14,7 @@ use super::bucket::Tat;
 use super::table::{Expires, Table, KEPT};
 use crate::algorithm::{Form, SlidingLog, SlidingLogState, State};
 use crate::policy::penalty::PenaltyState;
-use crate::{clock::Micros, decision::Outcome, Limit};
+use crate::{algorithm::Outcome, clock::Micros, Limit};
 
 /// Entries by a 64-bit fingerprint (never 0): what a shard needs of the
 /// place its states live.

@@ -16,7 +16,7 @@ use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 use http::HeaderMap;
 
 use super::rendered::{push_u64, Rendered};
-use crate::{clock::Micros, decision::Outcome, Algorithm, Decision, Limit, Policy};
+use crate::{algorithm::Outcome, clock::Micros, Algorithm, Decision, Limit, Policy};
 
 /// Which quota headers responses carry.
 ///

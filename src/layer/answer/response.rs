@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use super::headers::{self, HeaderStyle, Theirs};
 use super::rendered::Rendered;
 use crate::key::{Key, KeyError, RequestHead};
-use crate::{clock::Micros, decision::Verdict, Decision, Limit, Policy};
+use crate::{algorithm::Verdict, clock::Micros, Decision, Limit, Policy};
 
 /// A function that renders the response to a limited request.
 pub type LimitedFn = dyn Fn(&Refused<'_>) -> Response<Bytes> + Send + Sync;

@@ -126,7 +126,7 @@ pub(super) fn decide<W>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decision::Outcome;
+    use crate::algorithm::Outcome;
     use crate::{clock::Micros, Policy};
 
     const RULES: Rules = Rules {

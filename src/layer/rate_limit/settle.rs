@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use http::{Extensions, HeaderMap, Response, StatusCode};
 
 use crate::key::Key;
-use crate::{clock::Micros, decision::Outcome, Decision, Policy};
+use crate::{algorithm::Outcome, clock::Micros, Decision, Policy};
 
 /// What a settlement may read of a response.
 #[derive(Clone, Copy, Debug)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, Sleep};
 
-use crate::{decision::Verdict, Decision};
+use crate::{algorithm::Verdict, Decision};
 
 /// Delaying requests that do not fit yet, instead of refusing them, for
 /// [`RateLimitLayer::shape`](crate::RateLimitLayer::shape): each waits up to

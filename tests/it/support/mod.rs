@@ -17,12 +17,7 @@ pub mod strict;
 pub mod tls;
 
 pub use self::http::{request, send, send_from};
-
-/// The store timeout of a test of agreement (a decision compared with
-/// another, a count of calls): seconds, so that a busy machine delays such
-/// a test and never fails it. Tests of timing set their own.
-pub const AGREE: std::time::Duration = std::time::Duration::from_secs(5);
-pub use self::redis::{available, RedisCluster, RedisServer};
+pub use self::redis::{available, RedisCluster, RedisServer, AGREE};
 
 /// A backend that always fails, as an unreachable Redis would.
 #[derive(Clone)]

@@ -25,6 +25,11 @@ fn free_port() -> u16 {
 }
 
 /// A free port for a cluster node: below 55536, with port + 10000 free.
+/// The store timeout of a test of agreement (a decision compared with
+/// another, a count of calls): seconds, so that a busy machine delays such
+/// a test and never fails it. Tests of timing set their own.
+pub const AGREE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub fn cluster_port() -> u16 {
     loop {
         let port = free_port();
@@ -171,7 +176,7 @@ impl RedisServer {
     #[cfg(feature = "redis")]
     pub async fn backend(&self) -> tower_ratelimit::backend::RedisBackend {
         tower_ratelimit::backend::RedisBackend::builder(&self.url())
-            .timeout(super::AGREE)
+            .timeout(AGREE)
             .connect()
             .await
             .unwrap()

@@ -12,7 +12,7 @@ use crate::algorithm::{FixedRule, Form};
 use crate::backend::BackendError;
 use crate::key::Key;
 use crate::policy::MAX_LIMITS;
-use crate::{clock::Micros, decision::Outcome, Decision, Limit, Policy};
+use crate::{algorithm::Outcome, clock::Micros, Decision, Limit, Policy};
 
 mod shape;
 #[cfg(feature = "redis-cluster")]
