@@ -346,7 +346,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .parse()
         .map_err(|e| format!("ADDR: {e}"))?;
     // Listening first: nothing below waits for Redis.
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} ({e}): set ADDR to another address"))?;
     let limits = Limits::new(limits_file(&config)?);
     let redis_url = std::env::var("REDIS_URL").ok();
     let changes = match &redis_url {
@@ -411,7 +413,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     if let Some(metrics_addr) = config.metrics_addr {
         // For a scraper on an internal network: not on the public address.
-        let metrics = tokio::net::TcpListener::bind(metrics_addr).await?;
+        let metrics = tokio::net::TcpListener::bind(metrics_addr)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen on {metrics_addr} ({e}): set METRICS_ADDR to another address"
+                )
+            })?;
         println!("metrics on http://{metrics_addr}/metrics");
         tokio::spawn(serve(metrics, metrics_app::<()>(), serving.clone()));
     }

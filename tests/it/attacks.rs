@@ -576,3 +576,15 @@ fn made_up_login_users_do_not_lift_a_lockout() {
     let mut elsewhere = KeptAlive::from(2, server.port);
     assert_eq!(elsewhere.status(&login("ann", "demo")), 200);
 }
+
+/// A port already taken: the server says which address it could not
+/// listen on and how to choose another (it printed `Os { code: 98, kind:
+/// AddrInUse }` alone).
+#[test]
+fn a_busy_port_is_named_with_the_way_out() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let said = crate::support::example::refusal(&[("ADDR", &addr)]);
+    assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
+    assert!(said.contains("set ADDR"), "{said}");
+}
