@@ -67,10 +67,12 @@
 //! # }
 //! ```
 //!
-//! ## Tiers per route
+//! ## A policy per route
 //!
 //! [`RoutePolicies`](layer::RoutePolicies) gives each route template its own
-//! policy (feature `axum`); every route keeps its own budget.
+//! policy (feature `axum`); every route keeps its own budget. Tiers — free,
+//! pro, enterprise, by what your authentication established — are
+//! [`policy_fn`](layer::policy_fn) reading it (`guide::policies`, "Tiers").
 //!
 //! ```
 //! use axum::{routing::{get, post}, Router};

@@ -77,7 +77,32 @@ pub enum NoPolicy {
     Unlimited,
 }
 
-/// A closure as a policy resolver.
+/// A closure as a policy resolver: the policy for a request, or `None`
+/// (refused with 500 unless [`NoPolicy::Unlimited`]).
+///
+/// Most often a tier: what your authentication established about the
+/// caller, read from the request's extensions — never a header the client
+/// sets itself. Put the authentication outside the limiter (added after
+/// it), so that it runs first. The guide's policies chapter has the whole
+/// app (an API key looked up, its plan, keyed by the key).
+///
+/// ```
+/// use tower_ratelimit::layer::policy_fn;
+/// use tower_ratelimit::{Policy, RateLimitLayer};
+///
+/// /// Put in the request by your authentication.
+/// #[derive(Clone, Copy, PartialEq)]
+/// enum Plan { Free, Pro }
+///
+/// let (free, pro): (Policy, Policy) = ("free = 100/h".parse()?, "pro = 1000/h".parse()?);
+/// let tiers = policy_fn(move |req| match req.extensions.get::<Plan>()? {
+///     Plan::Free => Some(free.clone()),
+///     Plan::Pro => Some(pro.clone()),
+/// });
+/// let layer = RateLimitLayer::new(tiers);
+/// # drop(layer);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn policy_fn<F>(f: F) -> PolicyFn<F>
 where
     F: Fn(&RequestHead<'_>) -> Option<Policy> + Clone + Send + Sync + 'static,
