@@ -61,11 +61,22 @@ async fn metrics_count_exactly_what_was_sent() {
         sample(&text, &format!("ratelimit_near_limit_total{{{route}}}")),
         Some(4.0)
     );
+    // Every request also passes IDS_PER_IP in front (200 a second per
+    // address: none refused here), so each is decided twice.
+    let sent = 2.0 * (allowed + limited) as f64;
+    assert_eq!(
+        sample(
+            &text,
+            r#"ratelimit_requests_total{outcome="allowed",route="/api/search",limit="ids-per-ip"}"#
+        ),
+        Some(sent),
+        "{text}"
+    );
     let decisions = sample(
         &text,
         r#"ratelimit_decision_seconds_count{backend="memory"}"#,
     );
-    assert_eq!(decisions, Some(2.0 * (allowed + limited) as f64), "{text}");
+    assert_eq!(decisions, Some(2.0 * sent), "{text}");
     assert!(
         !text.contains("u1") && !text.contains("u2"),
         "no keys in labels"

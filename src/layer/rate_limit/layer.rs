@@ -281,7 +281,7 @@ impl<K, P, B, C, O> RateLimitLayer<K, P, B, C, O> {
     /// // 5 failed logins per 15 minutes per client IP and user.
     /// let logins = RateLimitLayer::new("5/15min".parse::<Policy>().unwrap())
     ///     .key((ClientIp::new(), Header::new("x-login")))
-    ///     .count_if(|res| res.status == http::StatusCode::UNAUTHORIZED);
+    ///     .count_if(|res| res.status == axum::http::StatusCode::UNAUTHORIZED);
     /// ```
     pub fn count_if(
         mut self,
