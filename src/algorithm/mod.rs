@@ -37,7 +37,9 @@
 //! they admit exactly the same requests. All three are here because users
 //! reason in all three; they share [`Gcra`]'s arithmetic.
 
+#[cfg(feature = "fair-share")]
 pub(crate) mod fair_flight;
+#[cfg(feature = "fair-share")]
 pub(crate) mod fair_share;
 mod fixed_window;
 mod gcra;

@@ -92,7 +92,7 @@ impl<B> Breaker<B> {
     }
 
     /// Its circuit, for another store of the same backend to share.
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "redis", feature = "fair-share")), allow(dead_code))]
     pub(crate) fn circuit(&self) -> &Arc<Circuit> {
         &self.circuit
     }

@@ -105,7 +105,7 @@ impl Circuit {
 
     /// `call` made through the circuit, how it went recorded: `None`
     /// while the circuit is open (a probe is made inline, by this call).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "redis", feature = "fair-share")), allow(dead_code))]
     pub(crate) async fn guard<T>(
         self: &Arc<Self>,
         call: impl std::future::Future<Output = Result<T, BackendError>>,

@@ -80,7 +80,7 @@ pub use fallback::{Fallback, FallbackFuture};
 #[cfg(feature = "redis")]
 pub use health::StoreHealth;
 pub use memory::{AtCapacity, MemoryBackend, MemoryBackendBuilder};
-#[cfg(feature = "redis")]
+#[cfg(all(feature = "redis", feature = "fair-share"))]
 pub(crate) use redis::FlightPermit;
 #[cfg(feature = "redis")]
 pub use redis::{KeyFormat, RedisBackend, RedisBackendBuilder};

@@ -56,6 +56,10 @@ impl Class {
     }
 
     /// Its position in [`ALL`](Self::ALL).
+    #[cfg_attr(
+        not(any(feature = "adaptive", feature = "fair-share")),
+        allow(dead_code)
+    )]
     pub(crate) fn index(self) -> usize {
         self as usize
     }

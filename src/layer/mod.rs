@@ -19,9 +19,12 @@
 //! * the service and its future: [`RateLimit`], [`ResponseFuture`],
 //!   [`ResponseBody`] (or axum's own body: [`BodyKind`]).
 //!
-//! Beside it, for all clients together: [`concurrency`] (a limit of
-//! requests in flight found from latency) and [`fair_share`] (one capacity
-//! divided among tenants by weight, critical requests first).
+//! Beside it, each behind a feature of its own: `Adaptive` (limits that
+//! follow the service's health, feature `adaptive`), `concurrency` (a
+//! limit of requests in flight found from latency, `adaptive-concurrency`),
+//! `fair_share` (one capacity divided among tenants by weight, critical
+//! requests first, `fair-share`) and `ContentBytesLayer` (the bytes of
+//! bodies, `content-bytes`).
 //!
 //! Metrics (feature `metrics`), through the `metrics` facade:
 //! `ratelimit_requests_total{outcome, route, limit}`,
@@ -48,18 +51,42 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(feature = "adaptive")]
 mod adaptive;
 mod answer;
 mod callee;
+#[cfg(any(
+    feature = "adaptive",
+    feature = "adaptive-concurrency",
+    feature = "fair-share"
+))]
 mod class;
+#[cfg(feature = "adaptive-concurrency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "adaptive-concurrency")))]
 pub mod concurrency;
+#[cfg(feature = "content-bytes")]
 mod content_bytes;
+#[cfg(feature = "fair-share")]
+#[cfg_attr(docsrs, doc(cfg(feature = "fair-share")))]
 pub mod fair_share;
 mod lookup;
 pub(crate) mod rate_limit;
 
 // Who is refused first when a capacity shared by all is short
-// (`fair_share`, `concurrency`).
+// (`fair_share`, `concurrency`, `Adaptive`).
+#[cfg(any(
+    feature = "adaptive",
+    feature = "adaptive-concurrency",
+    feature = "fair-share"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "adaptive",
+        feature = "adaptive-concurrency",
+        feature = "fair-share"
+    )))
+)]
 pub use class::{Class, Reserves, ReservesError};
 
 // The mark on a response any of them refused.
@@ -76,12 +103,16 @@ pub use rate_limit::{
 };
 
 // ContentBytesLayer: limits on the bytes of bodies.
+#[cfg(feature = "content-bytes")]
+#[cfg_attr(docsrs, doc(cfg(feature = "content-bytes")))]
 pub use content_bytes::{
     ContentBytes, ContentBytesExceeded, ContentBytesFuture, ContentBytesLayer, RequestBytes,
     ResponseBytes,
 };
 
 // Adaptive: limits that follow the service's health.
+#[cfg(feature = "adaptive")]
+#[cfg_attr(docsrs, doc(cfg(feature = "adaptive")))]
 pub use adaptive::{
     Adaptive, AdaptivePolicies, AimdLimits, Classifier, Controller, FactorChange, Observed,
     ObservedFuture, Observer, ServiceHealth, Steps,

@@ -121,6 +121,7 @@ impl Limit {
         }
     }
 
+    #[cfg(feature = "content-bytes")]
     /// The same limit counting bytes of content (the IETF quota unit
     /// `content-bytes`): its own state, apart from a limit of requests of
     /// the same name. A limit of requests in flight stays one.
@@ -151,7 +152,7 @@ impl Limit {
     }
 
     /// Whether the limit counts bytes of content (a
-    /// [`ContentBytesLayer`](crate::layer::ContentBytesLayer)'s), not
+    /// `ContentBytesLayer`'s, feature `content-bytes`), not
     /// requests.
     pub fn counts_bytes(&self) -> bool {
         self.bytes

@@ -237,6 +237,7 @@ impl Policy {
         self.with_limits(limits)
     }
 
+    #[cfg(feature = "content-bytes")]
     /// This policy with every limit counting bytes of content.
     pub(crate) fn in_bytes(&self) -> Policy {
         let limits = self.limits().iter().map(Limit::in_bytes).collect();

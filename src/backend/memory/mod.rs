@@ -174,7 +174,7 @@ impl MemoryBackend {
 
     /// How many servers its limits are shared by (see
     /// [`MemoryBackendBuilder::servers`]; 1 by default).
-    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    #[cfg_attr(not(all(feature = "redis", feature = "fair-share")), allow(dead_code))]
     pub(crate) fn servers(&self) -> u32 {
         self.inner
             .store

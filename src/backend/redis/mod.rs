@@ -27,8 +27,9 @@ use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 
 use self::batch::{Batches, Call};
 use self::connection::Connection;
-pub(crate) use self::control::FlightPermit;
 use self::leases::Leases;
+#[cfg(feature = "fair-share")]
+pub(crate) use self::script::capacity::FlightPermit;
 pub use self::script::KeyFormat;
 use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};
 use super::denials::Denials;

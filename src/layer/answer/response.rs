@@ -11,7 +11,7 @@ use http::{Response, StatusCode};
 use super::headers::{self, HeaderStyle, Theirs};
 use super::rendered::Rendered;
 use crate::key::{Key, KeyError, RequestHead};
-use crate::{algorithm::Verdict, clock::Micros, Decision, Limit, Policy};
+use crate::{algorithm::Verdict, clock::Micros, Decision, Policy};
 
 /// A function that renders the response to a limited request.
 pub type LimitedFn = dyn Fn(&Refused<'_>) -> Response<Bytes> + Send + Sync;
@@ -178,13 +178,14 @@ impl LimitedResponse {
     }
 }
 
+#[cfg(feature = "content-bytes")]
 /// The answer to a request body larger than `policy`'s limits in bytes can
 /// ever hold.
 pub(crate) fn payload_too_large(policy: &Policy) -> Response<Bytes> {
     let capacity = policy
         .limits()
         .iter()
-        .map(Limit::capacity)
+        .map(crate::Limit::capacity)
         .min()
         .unwrap_or(0);
     // Limit names are printable ASCII without '"' or '\\'.

@@ -14,6 +14,8 @@ use crate::key::Key;
 use crate::policy::MAX_LIMITS;
 use crate::{algorithm::Outcome, clock::Micros, Decision, Limit, Policy};
 
+#[cfg(feature = "fair-share")]
+pub(super) mod capacity;
 mod shape;
 #[cfg(feature = "redis-cluster")]
 pub(super) mod slot;
