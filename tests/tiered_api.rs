@@ -1,0 +1,93 @@
+//! `examples/tiered_api.rs` over real HTTP, in a process of its own (it
+//! installs the global metrics recorder): each claim of its docs.
+#![cfg(feature = "metrics")]
+
+#[allow(dead_code)]
+#[path = "it/support/http.rs"]
+mod http_support;
+#[allow(dead_code)]
+#[path = "../examples/tiered_api.rs"]
+mod tiered_api;
+
+use std::net::SocketAddr;
+
+use http::{Method, StatusCode};
+use http_support::send_from;
+
+#[tokio::test]
+async fn the_tiered_api_does_what_its_docs_say() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = tiered_api::app(tiered_api::metrics().unwrap()).unwrap();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    });
+    let data = |client: u8, key: &'static str| async move {
+        send_from(
+            client,
+            addr,
+            Method::GET,
+            "/api/data",
+            &[("x-api-key", key)],
+            "",
+        )
+        .await
+    };
+
+    // The free tier: 10 a minute per key; pro: 100, its own budget.
+    let mut free = Vec::new();
+    for _ in 0..11 {
+        free.push(data(2, "free-key").await.0);
+    }
+    assert_eq!(free[..10], [StatusCode::OK; 10]);
+    assert_eq!(free[10], StatusCode::TOO_MANY_REQUESTS);
+    let (status, headers, _) = data(2, "pro-key").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["x-ratelimit-limit"], "100");
+
+    // Unknown keys: 401, and the eleventh guess in a minute from one
+    // address is refused, a right key included; another address is not.
+    for n in 0..10 {
+        assert_eq!(
+            data(3, "guess").await.0,
+            StatusCode::UNAUTHORIZED,
+            "guess {n}"
+        );
+    }
+    assert_eq!(data(3, "pro-key").await.0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(data(4, "pro-key").await.0, StatusCode::OK);
+
+    // Logins: 5 failures per address and user lock that user out there,
+    // the right password included; successes never count.
+    let login = |client: u8, form: &'static str| async move {
+        let form_type = [("content-type", "application/x-www-form-urlencoded")];
+        send_from(client, addr, Method::POST, "/login", &form_type, form)
+            .await
+            .0
+    };
+    for _ in 0..3 {
+        assert_eq!(login(5, "user=ann&password=demo").await, StatusCode::OK);
+    }
+    for _ in 0..5 {
+        assert_eq!(
+            login(5, "user=ann&password=wrong").await,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        login(5, "user=ann&password=demo").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(login(5, "user=bob&password=demo").await, StatusCode::OK);
+    assert_eq!(login(6, "user=ann&password=demo").await, StatusCode::OK);
+
+    // Metrics: what was refused, by route and limit.
+    let (status, _, text) = send_from(2, addr, Method::GET, "/metrics", &[], "").await;
+    assert_eq!(status, StatusCode::OK);
+    let limited = r#"ratelimit_requests_total{outcome="limited",route="/api/data",limit="free"} 1"#;
+    assert!(text.contains(limited), "{text}");
+}
