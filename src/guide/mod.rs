@@ -21,6 +21,25 @@
 //! | [`beyond_http`] | gRPC, WebSockets, HTTP clients, code that is not HTTP |
 //! | [`production`] | serving: timeouts and connection caps |
 //! | [`example_server`] | the example server's routes, settings and sessions |
+//!
+//! ## What the common setups need
+//!
+//! Most apps meet five things: [`RateLimitLayer`](crate::RateLimitLayer), a
+//! quota (`"100/min"`), a key (`.key(…)`; the client's address by default),
+//! and, as they grow:
+//!
+//! * several servers on one Redis: `RedisBackend::builder(url)
+//!   .connect_with_fallback(n)` (feature `redis`) — one call for what the
+//!   [`failures`] chapter takes apart (lazy connection, breaker, fallback,
+//!   each server's part);
+//! * tiers: [`policy_fn`](crate::layer::policy_fn) reading what your
+//!   authentication established ([`policies`], "Tiers");
+//! * counting only failures (a login): `.count_if(|res| …)`;
+//! * limits outside the code: a limits file, `config::Limits` ([`live_changes`]);
+//! * metrics: the feature `metrics` and a Prometheus exporter ([`observability`]).
+//!
+//! The rest — resolvers of your own, `Live`, leases, fair shares, adaptive
+//! limits, shaping — is there when a need asks for it, not before.
 
 #[doc = include_str!("algorithms.md")]
 pub mod algorithms {}

@@ -387,3 +387,48 @@ async fn after_a_long_outage_redis_decides_again_within_a_second() {
     );
     redis.kill();
 }
+
+/// `connect_with_fallback(3)`: the usual backend in one call. With Redis
+/// down at start it serves at once from this server's memory, each limit
+/// its third (34 of 100); once Redis answers, Redis decides, the whole
+/// limit.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_usual_backend_in_one_call_serves_before_redis_and_shares_the_limit() {
+    use tower_ratelimit::backend::{Backend, RedisBackend};
+    use tower_ratelimit::decision::Origin;
+    use tower_ratelimit::key::Key;
+    use tower_ratelimit::Policy;
+
+    let port = crate::support::RedisServer::unused_port();
+    let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+        .connect_with_fallback(3)
+        .unwrap();
+    let policy: Policy = "100/h".parse().unwrap();
+    let key = Key::new("user", "ann");
+    let mut admitted = 0;
+    for _ in 0..40 {
+        let decision = backend.check(&key, &policy, 1).await.unwrap();
+        assert_ne!(decision.origin(), Origin::Primary);
+        admitted += u32::from(decision.is_allowed());
+    }
+    assert_eq!(admitted, 34, "a third of 100, rounded up");
+
+    let _redis = crate::support::RedisServer::start_on_port(port);
+    let started = std::time::Instant::now();
+    let other = Key::new("user", "bob");
+    while backend.check(&other, &policy, 1).await.unwrap().origin() != Origin::Primary {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "Redis never decided"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let decision = backend.check(&other, &policy, 1).await.unwrap();
+    assert_eq!(decision.origin(), Origin::Primary);
+    assert_eq!(
+        decision.deciding().remaining(),
+        98,
+        "Redis decides on the whole limit (bob's second request)"
+    );
+}

@@ -15,7 +15,7 @@ use super::script::{KeyFormat, KeyNames};
 use super::RedisBackend;
 use crate::backend::denials::Denials;
 use crate::backend::health::{HealthTracker, OnChange};
-use crate::backend::{BackendError, StoreHealth};
+use crate::backend::{Backend, BackendError, Breaker, Fallback, MemoryBackend, StoreHealth};
 
 /// Configures a [`RedisBackend`].
 #[derive(Debug, Clone)]
@@ -468,6 +468,37 @@ impl RedisBackendBuilder {
             }
         };
         Ok(self.finish(conn))
+    }
+
+    /// The usual production backend in one call, for one of `servers`
+    /// servers sharing this Redis: connected lazily (so a server starts and
+    /// serves while Redis is down), behind a [`Breaker`] with its defaults,
+    /// falling back to this server's memory while Redis fails — where each
+    /// server allows its part of every limit
+    /// ([`MemoryBackendBuilder::servers`](crate::backend::MemoryBackendBuilder::servers)), so the fleet together stays
+    /// within it. What it spells out:
+    ///
+    /// ```no_run
+    /// # fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_ratelimit::backend::{Backend, MemoryBackend, RedisBackend};
+    ///
+    /// let usual = RedisBackend::builder("redis://127.0.0.1:6379").connect_with_fallback(3)?;
+    /// let spelled_out = RedisBackend::builder("redis://127.0.0.1:6379")
+    ///     .connect_lazy()?
+    ///     .with_breaker()
+    ///     .or_fallback(MemoryBackend::builder().servers(3).build());
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A cluster must [`connect`](Self::connect) first (it learns the
+    /// cluster's slots): compose it as spelled out above.
+    pub fn connect_with_fallback(
+        self,
+        servers: u32,
+    ) -> Result<Fallback<Breaker<RedisBackend>, MemoryBackend>, BackendError> {
+        let local = MemoryBackend::builder().servers(servers).build();
+        Ok(self.connect_lazy()?.with_breaker().or_fallback(local))
     }
 
     fn check_settings(&self) -> Result<(), BackendError> {
