@@ -33,6 +33,12 @@ mod fair_model;
 mod fair_share;
 mod faults;
 mod fleet;
+#[cfg(all(feature = "redis", feature = "config"))]
+#[allow(dead_code)]
+#[path = "../../examples/fleet.rs"]
+mod fleet_example;
+#[cfg(all(feature = "redis", feature = "config"))]
+mod fleet_example_test;
 mod fleet_failover;
 mod hostile;
 mod house;
