@@ -22,7 +22,6 @@ use tower_ratelimit::key::{key_fn, Key, KeyError, KeyExtractor};
 use super::routes::client_ip;
 use super::{Common, Config};
 use tower_ratelimit::key::ClientIp;
-use tower_ratelimit::layer::HeaderStyle;
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// A login form, parsed once for the key and the handler alike.
@@ -86,15 +85,9 @@ pub(super) fn route<B: Backend, S: Clone + Send + Sync + 'static>(
 /// inventing users could otherwise make thousands and push out the lockout
 /// it wants lifted. With this, one address makes at most 10 lockouts per
 /// 15 minutes, and a flood must come from `MAX_KEYS` / 10 addresses at
-/// once. Counted in each server's memory; successes never count, and no
-/// quota headers are sent for it (a refusal still says `Retry-After`).
+/// once.
 fn failures_per_address(config: &Config) -> RateLimitLayer<ClientIp, Policy> {
-    let policy = Policy::parse_with("login-failures-per-ip = 50/15min", config.algorithm)
-        .expect("the demo's own policy is valid");
-    RateLimitLayer::new(policy)
-        .key(client_ip(config))
-        .headers(HeaderStyle::None)
-        .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
+    super::routes::failures_per_address(config, "login-failures-per-ip = 50/15min")
 }
 
 /// Read the form once (the key and the handler both need it) and keep it

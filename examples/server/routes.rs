@@ -150,8 +150,18 @@ pub(super) fn client_ip(config: &Config) -> ClientIp {
 /// minute, against hundreds of thousands a second unlimited. It guards the
 /// authentication, so it is code, not a route's limit in the file.
 pub(super) fn failed_key_checks(config: &Config) -> RateLimitLayer<ClientIp, Policy> {
-    let policy = Policy::parse_with("auth-failures = 10/min", config.algorithm)
-        .expect("the demo's own policy is valid");
+    failures_per_address(config, "auth-failures = 10/min")
+}
+
+/// `limit` (the demo's own) per client address, counting only 401s, in
+/// this server's memory, without quota headers: what stands in front of
+/// a check of credentials.
+pub(super) fn failures_per_address(
+    config: &Config,
+    limit: &str,
+) -> RateLimitLayer<ClientIp, Policy> {
+    let policy =
+        Policy::parse_with(limit, config.algorithm).expect("the demo's own policy is valid");
     RateLimitLayer::new(policy)
         .key(client_ip(config))
         .headers(HeaderStyle::None)

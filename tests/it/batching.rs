@@ -262,13 +262,7 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
 fn a_batch_of_new_clients_keys_outlive_their_states() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     let policy: Policy = "5/s".parse().unwrap();
     let warm = Key::new("user", "warm");
     rt.block_on(redis.check(&warm, &policy, 0)).unwrap();
@@ -316,13 +310,7 @@ fn a_batch_decides_on_valkey_too() {
         return;
     };
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     let memory = MemoryBackend::new();
     let policy = Policy::single(Algorithm::SlidingWindow, Quota::per_second(3).unwrap()).unwrap();
     let warm = Key::new("user", "warm");
@@ -363,13 +351,7 @@ fn a_batch_decides_on_valkey_too() {
 fn a_decision_whose_script_fails_fails_alone() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     let policy: Policy = "5/min".parse().unwrap();
     let spoiled = Key::new("user", "spoiled");
     let state = &redis.redis_keys(&spoiled, &policy.limits()[0])[0];

@@ -645,11 +645,7 @@ async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
     use tower_ratelimit::backend::Cause;
     use tower_ratelimit::Algorithm;
     let server = RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let algorithms = [
         Algorithm::SlidingWindow,
         Algorithm::Gcra,

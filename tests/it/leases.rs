@@ -137,11 +137,7 @@ async fn a_leased_bucket_admits_no_more_than_its_bound_across_ten_servers() {
 async fn a_lease_ends_and_gives_back_what_it_did_not_spend() {
     let server = RedisServer::start();
     let leased = leasing(&server, 1, GENEROUS).await;
-    let alone = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let alone = server.backend().await;
     // Shares of 60,000 / 30 = 2,000, lasting 600 ms (1% of the window).
     let policy =
         Policy::single(Algorithm::FixedWindow, Quota::per_minute(60_000).unwrap()).unwrap();
@@ -251,11 +247,7 @@ async fn the_example_server_leases_every_limit_with_leased_1() {
 async fn what_a_fixed_window_leased_lapses_with_its_window() {
     let server = RedisServer::start();
     let leased = leasing(&server, 1, GENEROUS).await;
-    let alone = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let alone = server.backend().await;
     // 3,000 a second: shares of 100, a window of one second.
     let policy = Policy::single(Algorithm::FixedWindow, Quota::per_second(3_000).unwrap()).unwrap();
     let key = Key::new("user", "erin");

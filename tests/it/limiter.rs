@@ -88,26 +88,17 @@ async fn a_failing_backend_is_answered_by_the_failure_policy() {
 #[tokio::test]
 async fn on_redis_a_limiter_and_a_layer_share_a_named_limit() {
     use tower::ServiceExt;
-    use tower_ratelimit::backend::RedisBackend;
     use tower_ratelimit::key::Header;
     use tower_ratelimit::RateLimitLayer;
 
     let server = crate::support::RedisServer::start();
     let policy: Policy = "chat = 4/min".parse().unwrap();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let limiter = Limiter::new(policy.clone()).backend(redis.clone());
     let user = Key::new("header:x-user-id", "alice");
     assert_eq!(admitted(&limiter, &user, 3).await, 3);
 
-    let other_process = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let other_process = server.backend().await;
     let http = axum::Router::new()
         .route("/", axum::routing::get(|| async { "ok" }))
         .layer(

@@ -81,13 +81,8 @@ async fn on_memory_a_quota_change_keeps_counts_and_bans() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn on_redis_a_quota_change_keeps_counts_and_bans() {
-    use tower_ratelimit::backend::RedisBackend;
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     a_tighter_quota_keeps_the_count(redis.clone()).await;
     a_ban_survives_a_quota_change(redis).await;
 }

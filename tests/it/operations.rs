@@ -295,19 +295,10 @@ async fn a_ban_answers_with_its_remaining_time_and_doubles_on_repeat() {
 #[tokio::test]
 async fn bans_hold_across_servers_on_redis_and_cost_no_round_trip() {
     use crate::support::RedisServer;
-    use tower_ratelimit::backend::RedisBackend;
 
     let server = RedisServer::start();
-    let a = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
-    let b = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let a = server.backend().await;
+    let b = server.backend().await;
     let (app_a, app_b) = (app!(banning(a)), app!(banning(b)));
     let seen = send_n(&app_a, 4, "eve", "192.0.2.1").await;
     assert_eq!(statuses(&seen), [200, 429, 429, 429]);

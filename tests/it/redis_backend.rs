@@ -433,13 +433,7 @@ fn where_doubles_would_be_wrong_the_script_is_exact() {
 fn one_server_many_keys_many_algorithms() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     for algorithm in Algorithm::ALL {
         let policy = Policy::single(algorithm, Quota::per_minute(5).unwrap()).unwrap();
         for user in ["a", "b"] {
@@ -666,13 +660,7 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
 fn server_time_decides_and_keys_expire_with_their_state() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     let key = Key::new("user", "ttl");
     for algorithm in Algorithm::ALL {
         // 2 per second: state matters for at most a second or two.
@@ -775,13 +763,7 @@ fn a_dead_server_fails_fast_instead_of_waiting() {
 fn hostile_identities_get_their_own_keys_in_one_slot() {
     let server = RedisServer::start();
     let rt = runtime();
-    let redis = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let redis = rt.block_on(server.backend());
     let policy = Policy::builder()
         .limit("a", Algorithm::Gcra, Quota::per_minute(1).unwrap())
         .limit("b", Algorithm::SlidingLog, Quota::per_minute(1).unwrap())
@@ -996,11 +978,7 @@ async fn a_denied_key_is_denied_locally_until_its_retry_after() {
     use tower_ratelimit::backend::Backend;
     use tower_ratelimit::decision::Origin;
     let server = RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     // 2 at once, then one every 500 ms.
     let policy = Policy::single(Algorithm::Gcra, Quota::per_second(2).unwrap()).unwrap();
     let (alice, bob) = (Key::new("user", "alice"), Key::new("user", "bob"));
@@ -1176,13 +1154,7 @@ fn a_rolling_deploy_of_the_key_format_keeps_two_budgets_for_a_window() {
     let server = RedisServer::start();
     let rt = runtime();
     let old = connect_in(&rt, &server.url(), KeyFormat::Readable);
-    let new = rt
-        .block_on(
-            RedisBackend::builder(&server.url())
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
-        .unwrap();
+    let new = rt.block_on(server.backend());
     let packed = connect_in(&rt, &server.url(), ONE_HASH);
     let policy: Policy = "limit = 10/min".parse().unwrap();
     let key = Key::new("user", "moving");

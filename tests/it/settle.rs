@@ -137,11 +137,7 @@ async fn on_memory_costs_are_settled_after_the_response() {
 #[tokio::test]
 async fn on_redis_failed_logins_alone_count_and_costs_are_settled() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     failed_logins_alone_count(redis.clone()).await;
     costs_are_settled_after_the_response(redis).await;
 }
@@ -264,16 +260,11 @@ async fn on_redis_concurrent_overruns_are_one() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn on_redis_permits_of_a_dead_holder_end_with_their_lease() {
-    use tower_ratelimit::backend::RedisBackend;
     use tower_ratelimit::key::Key;
     use tower_ratelimit::Limit;
 
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let policy = Policy::builder()
         .with(
             Limit::concurrent("flight", 1)
@@ -307,15 +298,10 @@ async fn on_redis_permits_of_a_dead_holder_end_with_their_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_a_streaming_response_holds_its_permit_until_its_body_ends() {
     use http_body_util::BodyExt;
-    use tower_ratelimit::backend::RedisBackend;
     use tower_ratelimit::Limit;
 
     let server = crate::support::RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let policy = Policy::builder()
         .with(
             Limit::concurrent("flight", 1)
