@@ -19,9 +19,11 @@ pub fn app() -> Result<Router, Box<dyn std::error::Error>> {
             Quota::per_minute(100)?,
         )
         .build()?;
-    Ok(Router::new()
-        .route("/", get(|| async { "hello" }))
-        .layer(RateLimitLayer::new(per_user).key(Header::new("x-user-id").or(ClientIp::new()))))
+    Ok(Router::new().route("/", get(|| async { "hello" })).layer(
+        RateLimitLayer::new(per_user)
+            .key(Header::new("x-user-id").or(ClientIp::new()))
+            .axum_body(), // axum's own body: nothing boxed again
+    ))
 }
 
 #[allow(dead_code)] // run by `cargo run`, not by the test that reads `app`
