@@ -128,10 +128,10 @@
 //! | `redis-sentinel` | no | the Redis backend on the master Redis Sentinel names, followed through failovers (implies `redis`) |
 //! | `redis-tls` | no | `rediss://` for the Redis backend, through rustls: the system's roots or a CA you name, client certificates (implies `redis`) |
 //! | `config` | no | `config`: limits from a TOML file, validated, reloaded when it changes, and with `redis` shared by a fleet (`config::Fleet`) |
-//! | `adaptive` | no | `layer::Adaptive`: limits that follow the guarded service's health |
+//! | `adaptive` | no | `layer::adaptive`: limits that follow the guarded service's health |
 //! | `adaptive-concurrency` | no | `layer::concurrency`: a limit of requests in flight found from latency |
 //! | `fair-share` | no | `layer::fair_share`: one capacity shared by tenants by weight, critical requests first (on Redis with `redis`) |
-//! | `content-bytes` | no | `layer::ContentBytesLayer`: limits on the bytes of request and response bodies |
+//! | `content-bytes` | no | `layer::content_bytes`: limits on the bytes of request and response bodies |
 //! | `test-hooks` | no | entry points for this crate's own tests, benchmarks and fuzzing (decisions at a given time, a script's text); not part of the API, hidden from these docs, no stability promised |
 //!
 //! The map of the source — which file holds what, the invariants, and where

@@ -19,7 +19,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use tower_ratelimit::backend::Backend;
 use tower_ratelimit::config::Limits;
-use tower_ratelimit::layer::{Adaptive, Class, Reserves, Steps};
+use tower_ratelimit::layer::{
+    adaptive::{Adaptive, Steps},
+    Class, Reserves,
+};
 
 use super::{Common, Config};
 

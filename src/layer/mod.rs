@@ -19,12 +19,13 @@
 //! * the service and its future: [`RateLimit`], [`ResponseFuture`],
 //!   [`ResponseBody`] (or axum's own body: [`BodyKind`]).
 //!
-//! Beside it, each behind a feature of its own: `Adaptive` (limits that
-//! follow the service's health, feature `adaptive`), `concurrency` (a
-//! limit of requests in flight found from latency, `adaptive-concurrency`),
+//! Beside it, a module per middleware, each but the first behind a feature
+//! of its own: `lookup` (a tenant's policy from your store), `adaptive`
+//! (limits that follow the service's health), `concurrency` (a limit of
+//! requests in flight found from latency, feature `adaptive-concurrency`),
 //! `fair_share` (one capacity divided among tenants by weight, critical
-//! requests first, `fair-share`) and `ContentBytesLayer` (the bytes of
-//! bodies, `content-bytes`).
+//! requests first, `fair-share`) and `content_bytes` (the bytes of
+//! bodies).
 //!
 //! Metrics (feature `metrics`), through the `metrics` facade:
 //! `ratelimit_requests_total{outcome, route, limit}`,
@@ -52,7 +53,8 @@
 //! ```
 
 #[cfg(feature = "adaptive")]
-mod adaptive;
+#[cfg_attr(docsrs, doc(cfg(feature = "adaptive")))]
+pub mod adaptive;
 mod answer;
 mod callee;
 #[cfg(any(
@@ -65,15 +67,16 @@ mod class;
 #[cfg_attr(docsrs, doc(cfg(feature = "adaptive-concurrency")))]
 pub mod concurrency;
 #[cfg(feature = "content-bytes")]
-mod content_bytes;
+#[cfg_attr(docsrs, doc(cfg(feature = "content-bytes")))]
+pub mod content_bytes;
 #[cfg(feature = "fair-share")]
 #[cfg_attr(docsrs, doc(cfg(feature = "fair-share")))]
 pub mod fair_share;
-mod lookup;
+pub mod lookup;
 pub(crate) mod rate_limit;
 
 // Who is refused first when a capacity shared by all is short
-// (`fair_share`, `concurrency`, `Adaptive`).
+// (`fair_share`, `concurrency`, `adaptive`).
 #[cfg(any(
     feature = "adaptive",
     feature = "adaptive-concurrency",
@@ -101,22 +104,3 @@ pub use rate_limit::{
     RateLimit, Refused, ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, Shadow, Shaping,
     SoftShed, TopOffenders,
 };
-
-// ContentBytesLayer: limits on the bytes of bodies.
-#[cfg(feature = "content-bytes")]
-#[cfg_attr(docsrs, doc(cfg(feature = "content-bytes")))]
-pub use content_bytes::{
-    ContentBytes, ContentBytesExceeded, ContentBytesFuture, ContentBytesLayer, RequestBytes,
-    ResponseBytes,
-};
-
-// Adaptive: limits that follow the service's health.
-#[cfg(feature = "adaptive")]
-#[cfg_attr(docsrs, doc(cfg(feature = "adaptive")))]
-pub use adaptive::{
-    Adaptive, AdaptivePolicies, AimdLimits, Classifier, Controller, FactorChange, Observed,
-    ObservedFuture, Observer, ServiceHealth, Steps,
-};
-
-// PolicyLookup: a key's policy looked up (cached) before the rate limit.
-pub use lookup::{LookedUp, LookupService, PolicyLookup};

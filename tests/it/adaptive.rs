@@ -11,7 +11,7 @@ use axum::Router;
 use http::{Request, StatusCode};
 use tower::ServiceExt;
 use tower_ratelimit::key::Header;
-use tower_ratelimit::layer::{Adaptive, FactorChange, Steps};
+use tower_ratelimit::layer::adaptive::{Adaptive, FactorChange, Steps};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// An app whose handler fails `fail_permille` of its requests (spread

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response, StatusCode};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_ratelimit::layer::concurrency::{
-    AdaptiveConcurrency, AimdConcurrency, ConcurrencyController, Gradient,
+    AdaptiveConcurrency, AimdConcurrency, Controller, Gradient,
 };
 
 /// The service's concurrency: past it, every request is slower in proportion.
@@ -80,7 +80,7 @@ async fn baseline() -> (Duration, f64) {
     (latencies[latencies.len() * 99 / 100], per_second)
 }
 
-async fn run(controller: impl ConcurrencyController) -> Run {
+async fn run(controller: impl Controller) -> Run {
     let limiter = AdaptiveConcurrency::new(controller).bounds(5, 1000);
     let svc = limiter.layer(service());
     let start = Instant::now();

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tower_ratelimit::backend::{Backend, MemoryBackend};
 use tower_ratelimit::clock::{ManualClock, Micros};
 use tower_ratelimit::key::Header;
-use tower_ratelimit::layer::{ContentBytesLayer, HeaderStyle};
+use tower_ratelimit::layer::{content_bytes::ContentBytesLayer, HeaderStyle};
 use tower_ratelimit::Policy;
 
 /// An app whose `/upload` counts the bytes it read, and whose `/download`

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tower::{Layer, Service, ServiceExt};
 use tower_ratelimit::key::{Header, Key};
-use tower_ratelimit::layer::PolicyLookup;
+use tower_ratelimit::layer::lookup::PolicyLookup;
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 use crate::support::request;

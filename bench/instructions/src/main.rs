@@ -22,7 +22,7 @@ use std::hint::black_box;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_ratelimit::key::Header;
 use tower_ratelimit::layer::fair_share::FairShare;
-use tower_ratelimit::layer::{Adaptive, HeaderStyle, Steps};
+use tower_ratelimit::layer::{HeaderStyle, adaptive::{Adaptive, Steps}};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 #[path = "../../benches/support/requests.rs"]

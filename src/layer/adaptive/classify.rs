@@ -12,7 +12,7 @@ use http::{HeaderMap, StatusCode};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::Classifier;
+/// use tower_ratelimit::layer::adaptive::Classifier;
 ///
 /// let classify = Classifier::default()
 ///     .grpc_codes([4, 8, 14]) // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE

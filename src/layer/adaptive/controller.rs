@@ -25,7 +25,7 @@ pub trait Controller: Send + Sync + 'static {
 /// quarters, otherwise the whole limit.
 ///
 /// ```
-/// use tower_ratelimit::layer::{Controller, ServiceHealth, Steps};
+/// use tower_ratelimit::layer::adaptive::{Controller, ServiceHealth, Steps};
 ///
 /// let steps = Steps::default();
 /// let sick = ServiceHealth { responses: 100.0, failures: 20.0, ..Default::default() };
@@ -95,7 +95,7 @@ impl Controller for Steps {
 /// `increase`.
 ///
 /// ```
-/// use tower_ratelimit::layer::{AimdLimits, Controller, ServiceHealth};
+/// use tower_ratelimit::layer::adaptive::{AimdLimits, Controller, ServiceHealth};
 ///
 /// let aimd = AimdLimits::default(); // over 5%: × 0.5; else + 0.1
 /// assert_eq!(aimd.next(1.0, &ServiceHealth { responses: 50.0, failures: 10.0, ..Default::default() }), 0.5);

@@ -47,7 +47,7 @@ use crate::{key::RequestHead, Live, Policy};
 /// ```
 /// use std::time::Duration;
 /// use axum::{routing::get, Router};
-/// use tower_ratelimit::layer::{Adaptive, Steps};
+/// use tower_ratelimit::layer::adaptive::{Adaptive, Steps};
 /// use tower_ratelimit::{Policy, RateLimitLayer};
 ///
 /// let adaptive = Adaptive::new(Steps::default())
@@ -590,7 +590,7 @@ impl<P: PolicyResolver> PolicyResolver for AdaptivePolicies<P> {
 mod tests {
     use super::*;
     use crate::key::PeerAddr;
-    use crate::layer::Steps;
+    use crate::layer::adaptive::Steps;
 
     fn adaptive(share: f64) -> Adaptive {
         Adaptive::new(Steps::default())

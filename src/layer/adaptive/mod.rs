@@ -1,15 +1,24 @@
-//! Adaptive limits: a policy enforced at `limit × factor`, the factor
-//! following the health of the service the layer guards.
+//! Adaptive limits (feature `adaptive`): a policy enforced at
+//! `limit × factor`, the factor following the health of the service the
+//! layer guards, weighed so that no one client chooses it.
 //!
-//! [`Adaptive`](crate::layer::Adaptive) (`limits.rs`) holds the factors and
-//! applies them ([`AdaptivePolicies`](crate::layer::AdaptivePolicies));
-//! its [`Observer`](crate::layer::Observer) layer (`layer.rs`, `service.rs`,
-//! `future.rs`) sees each response; `window.rs` keeps the recent ones,
-//! `classify.rs` says which failed, `controller.rs` moves the factor.
+//! [`Adaptive`] holds the factor and applies it to a resolver's policies
+//! ([`Adaptive::policies`], an [`AdaptivePolicies`]); its [`Observer`]
+//! layer, inside the rate limit, shows it each response; a [`Classifier`]
+//! says which failed, a [`Controller`] ([`Steps`] by default, or
+//! [`AimdLimits`]) moves the factor, and [`ServiceHealth`] is what a window
+//! saw. `Adaptive`'s page has the whole app and the rules.
 //!
-//! `window.rs` weighs the window by client, so that no client supplies
-//! more than its share of the evidence: the rule and its formula are in
-//! [`Adaptive`](crate::layer::Adaptive)'s docs ("Whose evidence").
+//! ```
+//! use tower_ratelimit::layer::adaptive::{Adaptive, Steps};
+//! use tower_ratelimit::{Policy, RateLimitLayer};
+//!
+//! let adaptive = Adaptive::new(Steps::default());
+//! let limiter = RateLimitLayer::new(adaptive.policies("60/min".parse::<Policy>()?));
+//! let observer = adaptive.observer(); // around the guarded service, inside `limiter`
+//! # drop((limiter, observer));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod classify;
 mod controller;

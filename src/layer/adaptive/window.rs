@@ -9,7 +9,7 @@ use std::time::Duration;
 /// What a window of responses saw, as the controller weighs it: each
 /// client's responses count at most `max_client_share` of the counted
 /// ones, its failures in proportion (see
-/// [`Adaptive`](crate::layer::Adaptive)'s docs, "Whose evidence").
+/// [`Adaptive`](crate::layer::adaptive::Adaptive)'s docs, "Whose evidence").
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ServiceHealth {
     /// Responses counted in the window (a client's beyond its share are

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Moves a limit of requests in flight after each response, from its
 /// latency and how many requests were in flight. Bounds are applied by
 /// [`AdaptiveConcurrency`](super::AdaptiveConcurrency).
-pub trait ConcurrencyController: Send + 'static {
+pub trait Controller: Send + 'static {
     /// The limit after a response that took `latency` (`failed`: an error,
     /// which counts as overload), with `in_flight` requests in flight
     /// (itself included) under `limit`.
@@ -45,7 +45,7 @@ impl Baseline {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::concurrency::{AimdConcurrency, ConcurrencyController};
+/// use tower_ratelimit::layer::concurrency::{AimdConcurrency, Controller};
 ///
 /// let mut aimd = AimdConcurrency::default();
 /// let ms = Duration::from_millis;
@@ -87,7 +87,7 @@ impl AimdConcurrency {
     }
 }
 
-impl ConcurrencyController for AimdConcurrency {
+impl Controller for AimdConcurrency {
     fn next(&mut self, limit: f64, latency: Duration, in_flight: usize, failed: bool) -> f64 {
         let sample = latency.as_secs_f64();
         let base = self.baseline.update(sample);
@@ -121,7 +121,7 @@ impl ConcurrencyController for AimdConcurrency {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::concurrency::{ConcurrencyController, Gradient};
+/// use tower_ratelimit::layer::concurrency::{Controller, Gradient};
 ///
 /// let mut gradient = Gradient::default();
 /// let ms = Duration::from_millis;
@@ -172,7 +172,7 @@ impl Gradient {
     }
 }
 
-impl ConcurrencyController for Gradient {
+impl Controller for Gradient {
     fn next(&mut self, limit: f64, latency: Duration, in_flight: usize, failed: bool) -> f64 {
         let sample = latency.as_secs_f64();
         let long = self.baseline.update(sample);

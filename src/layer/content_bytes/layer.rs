@@ -39,7 +39,7 @@ use crate::Policy;
 /// ```
 /// use axum::{routing::post, Router};
 /// use tower_ratelimit::key::Header;
-/// use tower_ratelimit::layer::ContentBytesLayer;
+/// use tower_ratelimit::layer::content_bytes::ContentBytesLayer;
 /// use tower_ratelimit::Policy;
 ///
 /// // 10 MB a minute per user, in and out.

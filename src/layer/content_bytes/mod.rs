@@ -1,9 +1,9 @@
-//! [`ContentBytesLayer`]: limits counted in bytes of content — request
+//! Limits counted in bytes of content (feature `content-bytes`): request
 //! bodies as they stream in, response bodies once they are sent.
-//!
-//! One file a part, as tower's middlewares: `layer.rs` (the builder and
-//! its settings), `service.rs` (the check before the handler), `future.rs`
-//! (acting on the decision and answering), `body.rs` (the counted bodies).
+//! [`ContentBytesLayer`] is the layer (its page has an example), and
+//! [`ContentBytes`], [`ContentBytesFuture`], [`RequestBytes`] and
+//! [`ResponseBytes`] its service, future and counted bodies;
+//! [`ContentBytesExceeded`] is why a body was cut off.
 
 mod body;
 mod future;

@@ -43,7 +43,7 @@ use super::service::LookupService;
 /// use std::time::Duration;
 /// use tower::ServiceBuilder;
 /// use tower_ratelimit::key::{Header, Key};
-/// use tower_ratelimit::layer::PolicyLookup;
+/// use tower_ratelimit::layer::lookup::PolicyLookup;
 /// use tower_ratelimit::{Policy, RateLimitLayer};
 ///
 /// // The contract of a tenant, as a database would give it.

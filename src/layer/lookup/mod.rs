@@ -2,8 +2,9 @@
 //! service): looked up asynchronously, kept in a bounded cache, and never
 //! allowed to hold a request longer than a bound you set.
 //!
-//! [`PolicyLookup`](crate::layer::PolicyLookup): the layer (`layer.rs`), its
-//! cache of tenants (`cache.rs`), and its service (`service.rs`).
+//! [`PolicyLookup`] is the layer (its page has an example); its service is
+//! [`LookupService`], which puts the policy it found in the request's
+//! extensions as [`LookedUp`] for the rate limit to read.
 
 mod cache;
 mod layer;
