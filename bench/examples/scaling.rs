@@ -11,8 +11,7 @@
 //! ```
 //!
 //! It starts its own `redis-server` on a free port (`REDIS_SERVER` names
-//! another binary), and stops it at the end. `KEY_FORMAT=readable` writes
-//! the readable keys instead of the compact ones.
+//! another binary), and stops it at the end.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,9 +116,6 @@ async fn replay(redis: &Redis, s: &Scenario) -> (f64, f64, u64, f64, u64) {
     let start = Instant::now();
     for server in 0..s.servers {
         let mut builder = RedisBackend::builder(&redis.url).timeout(Duration::from_secs(2));
-        if std::env::var("KEY_FORMAT").as_deref() == Ok("readable") {
-            builder = builder.key_format(tower_ratelimit::backend::KeyFormat::Readable);
-        }
         if s.leased {
             builder = builder.leased(s.servers as u32);
         }

@@ -108,11 +108,7 @@ fn rounds() -> impl Strategy<Value = Vec<(Round, u64)>> {
 }
 
 fn formats() -> impl Strategy<Value = KeyFormat> {
-    prop_oneof![
-        Just(KeyFormat::Compact),
-        Just(KeyFormat::Readable),
-        Just(KeyFormat::PACKED),
-    ]
+    prop_oneof![Just(KeyFormat::Compact), Just(KeyFormat::PACKED),]
 }
 
 proptest! {

@@ -240,8 +240,7 @@ impl RedisBackendBuilder {
     /// How keys are written (default [`KeyFormat::Compact`]). Servers of
     /// two formats keep two budgets for each client: a rolling deploy that
     /// changes it lets a client through up to twice a limit while both
-    /// serve ([`KeyFormat`]); `Readable` keeps what versions before the
-    /// compact format wrote.
+    /// serve ([`KeyFormat`]).
     pub fn key_format(mut self, format: KeyFormat) -> Self {
         self.key_format = format;
         self

@@ -57,9 +57,8 @@ pub use self::builder::RedisBackendBuilder;
 /// 90-bit hash of the [`Key`]'s bytes and a 54-bit hash of the limit's
 /// [identity](Limit::identity), so no byte a client sends can reach the
 /// key's structure, and the braces make it a hash tag: all of one client's
-/// limits live in one Redis Cluster slot. [`KeyFormat::Readable`] writes the
-/// client's key in hex and the limit's identity as it is;
-/// [`KeyFormat::Packed`] keeps many clients' states as fields of one hash.
+/// limits live in one Redis Cluster slot. [`KeyFormat::Packed`] keeps many
+/// clients' states as fields of one hash.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -93,7 +92,7 @@ pub struct RedisBackend {
     leases: Option<Arc<Leases>>,
     health: Arc<HealthTracker>,
     /// Whether the server is known to run every command the key format's
-    /// scripts make: always under the compact and readable formats; under
+    /// scripts make: always under the compact format; under
     /// the packed format once a probe was answered (by `connect`, or by the
     /// first call of a backend that connected lazily).
     runs_format: Arc<AtomicBool>,

@@ -24,7 +24,6 @@ local function ttl_ms(us)
 end
 
 -- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired;
--- under the compact key format (`compact_state`, set first in the script)
 -- a state whose one value is 0 is the bare number "expires_at", which
 -- Redis keeps as an integer (no string of its own: 32 bytes less a key).
 -- Under the packed format these GET, SET and DEL calls become the same on
@@ -64,7 +63,7 @@ local function write_state(key, now, e, a, b)
   -- (One format call for the whole text: a call costs Lua far more than
   -- the digits it writes.)
   local state
-  if compact_state and a == 0 and not b then
+  if a == 0 and not b then
     state = num(e)
   elseif b then
     state = string.format('%d %d %d', e, a, b)

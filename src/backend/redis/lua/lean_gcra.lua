@@ -37,7 +37,7 @@ if after > span then return { after - span, free, in_use } end
 if cost > 0 then
   local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
-  local state = string.format(compact_state and '%d' or '%d 0', now + after)
+  local state = string.format('%d', now + after)
   local was, ends = tat, now + after -- (for packed_write.lua)
   {{write_lean}}
 end

@@ -31,10 +31,6 @@ pub(super) use self::shape::Shape;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyFormat {
-    /// `{prefix}{<hex of the client's key>}:<limit identity>`, the client's
-    /// key past 64 bytes as a hash: readable, and what versions before the
-    /// compact format wrote.
-    Readable,
     /// `{prefix}3{<90-bit hash of the client's key>}<54-bit hash of the
     /// limit's identity>`, both SHA-256 in URL-safe base64 (the default): 30
     /// bytes under the default prefix, short enough for Redis's smallest
@@ -92,17 +88,6 @@ pub(super) struct KeyNames {
     pub(super) format: KeyFormat,
 }
 
-/// Identities up to this many bytes appear in readable keys as hex; longer
-/// ones as a hash, so keys stay short whatever a client sends.
-const MAX_HEX_IDENTITY: usize = 64;
-
-fn push_hex(bytes: &[u8], out: &mut Vec<u8>) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for &b in bytes {
-        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-    }
-}
-
 /// The first `6 * N` bits of `bytes` (zeros past their end) as `N`
 /// characters of URL-safe base64, unpadded: no byte of it is a brace or a
 /// colon.
@@ -126,19 +111,6 @@ fn base64<const N: usize>(bytes: &[u8]) -> [u8; N] {
 /// the limit's identity (54 bits).
 pub(super) const CLIENT_CHARS: usize = 15;
 const LIMIT_CHARS: usize = 9;
-
-/// Append the identity part of a readable Redis key: hex of the key's
-/// bytes, or a hash.
-fn push_identity(key: &Key, out: &mut Vec<u8>) {
-    let bytes = key.as_bytes();
-    if bytes.len() <= MAX_HEX_IDENTITY {
-        push_hex(bytes, out);
-    } else {
-        // "h" cannot begin a hex encoding, so the two forms never meet.
-        out.push(b'h');
-        push_hex(&Sha256::digest(bytes)[..16], out);
-    }
-}
 
 /// Where an invocation's words go: a command to send, or text (for
 /// `redis-benchmark`). Numbers go as numbers, so no `String` is made for
@@ -194,15 +166,10 @@ struct Client {
 
 impl Client {
     fn of(names: &KeyNames, key: &Key) -> Self {
-        let mut stem = Vec::with_capacity(names.prefix.len() + 2 * MAX_HEX_IDENTITY + 48);
+        let mut stem = Vec::with_capacity(names.prefix.len() + 48);
         stem.extend_from_slice(names.prefix.as_bytes());
         let mut field = None;
         match names.format {
-            KeyFormat::Readable => {
-                stem.push(b'{');
-                push_identity(key, &mut stem);
-                stem.extend_from_slice(b"}:");
-            }
             KeyFormat::Compact => {
                 stem.extend_from_slice(b"3{");
                 stem.extend_from_slice(&base64::<CLIENT_CHARS>(&Sha256::digest(key.as_bytes())));
@@ -229,7 +196,6 @@ impl Client {
             self.stem.extend_from_slice(field);
         }
         match names.format {
-            KeyFormat::Readable => self.stem.extend_from_slice(identity.as_bytes()),
             KeyFormat::Compact | KeyFormat::Packed { .. } => self
                 .stem
                 .extend_from_slice(&base64::<LIMIT_CHARS>(&Sha256::digest(identity.as_bytes()))),

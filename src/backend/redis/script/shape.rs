@@ -22,11 +22,7 @@ impl Shape {
     const LOG: u8 = 8;
     const PENALTY: u8 = 16;
     const LEAN: u8 = 32;
-    /// The compact key format: states of one zero value written as a bare
-    /// number.
-    const COMPACT: u8 = 64;
-    /// The packed key format: fixed-size states as fields of shared hashes
-    /// (always with compact values).
+    /// The packed key format: fixed-size states as fields of shared hashes.
     const PACKED: u8 = 128;
     /// How many shapes there are.
     pub(in crate::backend::redis) const COUNT: usize = 256;
@@ -53,10 +49,8 @@ impl Shape {
         if lean {
             bits |= Self::LEAN;
         }
-        match format {
-            KeyFormat::Readable => {}
-            KeyFormat::Compact => bits |= Self::COMPACT,
-            KeyFormat::Packed { .. } => bits |= Self::COMPACT | Self::PACKED,
+        if let KeyFormat::Packed { .. } = format {
+            bits |= Self::PACKED;
         }
         Self(bits)
     }
@@ -162,8 +156,7 @@ impl Shape {
             false => "local can_claim, claiming, claims\n",
         };
         let head = format!(
-            "local compact_state = {}\n{claims}local now, slack_ms, field{}\n",
-            has(Self::COMPACT),
+            "{claims}local now, slack_ms, field{}\n",
             if batch { ", batch_now" } else { "" }
         );
         // The client's field follows the fixed arguments, and the limits
@@ -201,7 +194,7 @@ impl Shape {
         let first_limit_arg = (fixed + 1 + usize::from(has(Self::PACKED))).to_string();
         let mut values = state_calls(has(Self::PACKED)).to_vec();
         values.push(("first_limit_arg", &first_limit_arg));
-        let shape = self.0 & !(Self::COMPACT | Self::PACKED);
+        let shape = self.0 & !Self::PACKED;
         let (helpers, driver): (String, &str) = if shape == Self::LEAN | Self::GCRA {
             (String::new(), include_str!("../lua/lean_gcra.lua"))
         } else if shape == Self::LEAN | Self::FIXED_WINDOW {
@@ -282,7 +275,7 @@ pub(in crate::backend::redis) const CHECK_ARGS: [&str; 7] =
 pub(in crate::backend::redis) const LEAN_ARGS: [&str; 4] = ["now", "cost", "limit", "span"];
 
 /// The state calls the scripts' placeholders stand for: a key of its own
-/// per state (the compact and readable formats), or the client's field of
+/// per state (the compact format), or the client's field of
 /// a hash many clients share (the packed format: the write,
 /// packed_write.lua, in place of each SET, not as a function: Lua makes a
 /// script's every function on every call). The scripts are otherwise the
@@ -364,7 +357,7 @@ mod tests {
     #[test]
     fn every_script_is_filled_in_and_calls_its_format_s_way() {
         for bits in SHAPES {
-            for format in [0, Shape::COMPACT, Shape::COMPACT | Shape::PACKED] {
+            for format in [0, Shape::PACKED] {
                 let shape = Shape(bits | format);
                 for source in [shape.source(), shape.batch_source()] {
                     assert!(!source.contains("{{"), "an unfilled placeholder in {bits}");
@@ -399,9 +392,9 @@ mod tests {
             (SHAPES[1], LEAN_ARGS.len()),
             (SHAPES[2], LEAN_ARGS.len()),
         ] {
-            let compact = read(&Shape(bits | Shape::COMPACT).source());
+            let compact = read(&Shape(bits).source());
             assert!(compact.iter().all(|&n| n <= table), "{bits}: {compact:?}");
-            let packed = read(&Shape(bits | Shape::COMPACT | Shape::PACKED).source());
+            let packed = read(&Shape(bits | Shape::PACKED).source());
             assert!(
                 packed.contains(&(table + 1)),
                 "the field follows the table: {packed:?}"
