@@ -133,7 +133,16 @@ pub async fn serve(listener: TcpListener, app: Router, serving: Serving) {
 /// The bytes of `req`'s header block as the client sent it: the request
 /// line, each header line and the blank line.
 fn header_bytes<B>(req: &Request<B>) -> usize {
-    let line = req.method().as_str().len() + req.uri().to_string().len() + " HTTP/1.1\r\n ".len();
+    // The request target's length without writing it out (no allocation
+    // on every request): `scheme://authority` in absolute form, then the
+    // path and query.
+    let uri = req.uri();
+    let origin = match (uri.scheme_str(), uri.authority()) {
+        (Some(scheme), Some(authority)) => scheme.len() + "://".len() + authority.as_str().len(),
+        _ => 0,
+    };
+    let target = origin + uri.path_and_query().map_or(1, |p| p.as_str().len());
+    let line = req.method().as_str().len() + target + " HTTP/1.1\r\n ".len();
     let headers: usize = req
         .headers()
         .iter()

@@ -698,11 +698,7 @@ async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
 async fn a_full_redis_is_told_apart_from_an_outage() {
     use tower_ratelimit::backend::{Cause, StoreHealth};
     let server = RedisServer::start();
-    let redis = RedisBackend::builder(&server.url())
-        .timeout(Duration::from_secs(5))
-        .connect()
-        .await
-        .unwrap();
+    let redis = server.backend().await;
     let backend = redis
         .clone()
         .with_breaker()
