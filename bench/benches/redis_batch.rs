@@ -15,6 +15,9 @@
 #[path = "../../tests/it/support/redis.rs"]
 mod support;
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::time::{Duration, Instant};
 
 use tower_ratelimit::backend::{Backend, RedisBackend};
@@ -22,28 +25,6 @@ use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
 const SECONDS: u64 = 4;
-
-/// Redis's CPU seconds so far (user + system).
-fn redis_cpu(server: &support::RedisServer) -> f64 {
-    let info = server.cli(&["INFO", "cpu"]);
-    ["used_cpu_sys:", "used_cpu_user:"]
-        .iter()
-        .filter_map(|field| info.lines().find_map(|l| l.strip_prefix(field)))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum()
-}
-
-/// This process's CPU time (user + system) in seconds.
-fn process_cpu() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after_name = stat.rsplit(')').next().unwrap_or("");
-    let fields: Vec<f64> = after_name
-        .split_whitespace()
-        .map(|f| f.parse().unwrap_or(0.0))
-        .collect();
-    // utime and stime: fields 14 and 15, the 12th and 13th after the name.
-    (fields.get(11).unwrap_or(&0.0) + fields.get(12).unwrap_or(&0.0)) / 100.0
-}
 
 /// Script calls answered so far (EVALSHA and EVAL), and the
 /// microseconds spent in them (`INFO commandstats`).
@@ -83,7 +64,11 @@ fn run(
     tasks: usize,
     tag: &str,
 ) -> Run {
-    let (cpu, calls, client) = (redis_cpu(server), script_calls(server), process_cpu());
+    let (cpu, calls, client) = (
+        cpu::redis_cpu(server),
+        script_calls(server),
+        cpu::process_cpu(),
+    );
     let started = Instant::now();
     let deadline = started + Duration::from_secs(SECONDS);
     let mut latencies: Vec<u32> = rt.block_on(async {
@@ -107,7 +92,7 @@ fn run(
         set.join_all().await.into_iter().flatten().collect()
     });
     let elapsed = started.elapsed().as_secs_f64();
-    let (cpu, client) = (redis_cpu(server) - cpu, process_cpu() - client);
+    let (cpu, client) = (cpu::redis_cpu(server) - cpu, cpu::process_cpu() - client);
     let (calls_after, usec_after) = script_calls(server);
     let (calls, script_us) = (calls_after - calls.0, usec_after - calls.1);
     latencies.sort_unstable();
@@ -129,20 +114,7 @@ fn main() {
         return; // `cargo bench -- <filter>` conventions: nothing to list
     }
     let server = support::RedisServer::start();
-    // Redis on one core, this client on the other: the client's threads
-    // would otherwise take Redis's core now and then, and Redis's time
-    // with it (both runs alike, but noisily).
-    let pinned = [
-        (server.pid().to_string(), "0"),
-        (std::process::id().to_string(), "1"),
-    ]
-    .iter()
-    .all(|(pid, cpu)| {
-        std::process::Command::new("taskset")
-            .args(["-a", "-p", "-c", cpu, pid])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
+    let pinned = cpu::pin(server.pid());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

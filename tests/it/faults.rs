@@ -12,6 +12,7 @@ use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::Key;
 use tower_ratelimit::Policy;
 
+use crate::support::proxy::Proxy;
 use crate::support::RedisServer;
 
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -442,45 +443,6 @@ async fn a_failed_over_primary_is_decided_by_its_replica_within_a_second() {
     drop(cluster);
 }
 
-/// A TCP proxy to `target` on a port of its own that hands on every byte
-/// the server sends `delay` after it came (a link's latency: answers are
-/// late, none waits behind another). Runs until the test's runtime ends.
-async fn latency_proxy(target: u16, delay: Duration) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
-                continue;
-            };
-            // As a real link: no Nagle delay on top of the latency.
-            let _ = (client.set_nodelay(true), server.set_nodelay(true));
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
-            });
-            let (late, mut due) = tokio::sync::mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                let mut buffer = vec![0; 64 * 1024];
-                while let Ok(n @ 1..) = server_read.read(&mut buffer).await {
-                    let _ = late.send((tokio::time::Instant::now() + delay, buffer[..n].to_vec()));
-                }
-            });
-            tokio::spawn(async move {
-                while let Some((at, bytes)) = due.recv().await {
-                    tokio::time::sleep_until(at).await;
-                    if client_write.write_all(&bytes).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 /// Redis answering 50 ms late under 16 clients at once: each call takes
 /// one round trip (every connection sets `TCP_NODELAY`; under Nagle's
 /// algorithm a request waited for the acknowledgement of the one before,
@@ -496,7 +458,7 @@ async fn a_redis_answering_within_the_timeout_keeps_deciding() {
     let server = RedisServer::start();
     let late: u64 = std::env::var("REDIS_LATE_MS").map_or(50, |ms| ms.parse().unwrap());
     let late = Duration::from_millis(late);
-    let port = latency_proxy(server.port, late).await;
+    let port = Proxy::with_latency(server.port, late).await.port;
     for batch in [1, 64] {
         let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
             .timeout(crate::support::AGREE)

@@ -1,7 +1,8 @@
 //! What several test files share: real Redis servers (`redis.rs`), requests
 //! in process and over HTTP (`http.rs`), a backend that answers on a later
-//! poll (`later.rs`), an inner service that checks readiness (`strict.rs`),
-//! and a backend that always fails.
+//! poll (`later.rs`), a link to slow down or cut (`proxy.rs`), an inner
+//! service that checks readiness (`strict.rs`), and a backend that always
+//! fails.
 
 #![allow(dead_code, unused_imports)]
 
@@ -9,6 +10,7 @@ pub mod conformance;
 pub mod example;
 pub mod http;
 pub mod later;
+pub mod proxy;
 pub mod redis;
 pub mod reference;
 pub mod sentinel;

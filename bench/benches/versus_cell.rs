@@ -1,0 +1,299 @@
+//! This crate's Redis decisions against redis-cell's `CL.THROTTLE` (the
+//! native Redis module many pick for GCRA in Redis) and the minimal
+//! token-bucket script, in one run on one `redis-server` with the module
+//! loaded: Redis's CPU per decision (`INFO cpu`: reading, parsing, the
+//! work, writing), decisions per second of Redis CPU, how busy Redis was,
+//! and latency (p50, p99) — at 32 and 256 concurrent callers, on new keys
+//! (one never seen, every decision) and hot keys (16, every decision
+//! admitted), GCRA and sliding window for ours; then callers from 1 to 32,
+//! to find where batching starts to win.
+//!
+//! The callers are tokio tasks on one worker thread, the library called
+//! directly (no HTTP). Ours: `RedisBackend` as built by default (batching
+//! on). `CL.THROTTLE` two ways, as users call it: a connection per caller
+//! (a pool; redis-benchmark's way) and every caller on one multiplexed
+//! connection (redis-rs pipelines them). The minimal script on one
+//! multiplexed connection.
+//!
+//! redis-cell is found at `$REDIS_CELL` or `target/redis-cell/libredis_cell.so`
+//! (`scripts/redis-cell` builds it); without it the bench says so and
+//! measures the rest.
+//!
+//! Run: `cargo bench -p tower-ratelimit-bench --features redis --bench versus_cell`
+
+#[allow(dead_code)] // the tests' Redis processes; this bench needs one server
+#[path = "../../tests/it/support/redis.rs"]
+mod support;
+
+#[allow(dead_code)] // process_cpu: the batch bench's
+#[path = "support/cpu.rs"]
+mod cpu;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use tower_ratelimit::backend::{Backend, RedisBackend};
+use tower_ratelimit::key::Key;
+use tower_ratelimit::{Algorithm, Policy, Quota};
+
+const SECONDS: f64 = 3.0;
+const HOT_KEYS: usize = 16;
+/// The minimal token-bucket script (the anchor of `benches/redis.rs`).
+const MINIMAL: &str = include_str!("support/minimal.lua");
+
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    New,
+    Hot,
+}
+
+/// Who decides, and how it is asked.
+#[derive(Clone)]
+enum Contender {
+    Ours(RedisBackend, Policy),
+    /// `CL.THROTTLE`, a connection per caller (`true`) or one for all.
+    Cell(bool),
+    Minimal,
+}
+
+struct Run {
+    decisions: f64,
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    cpu_us: f64,
+    busy: f64,
+}
+
+/// The key of decision `n` of caller `t`.
+fn key_name(keys: Keys, tag: &str, t: usize, n: u64) -> String {
+    match keys {
+        Keys::New => format!("{tag}-{t}-{n}"),
+        Keys::Hot => format!("hot-{}", (t + n as usize) % HOT_KEYS),
+    }
+}
+
+/// One decision of `contender` on `key`: whether it was admitted.
+async fn decide(contender: &Contender, conn: &mut MultiplexedConnection, key: &str) -> bool {
+    match contender {
+        Contender::Ours(backend, policy) => backend
+            .check(&Key::new("user", key), policy, 1)
+            .await
+            .expect("decision")
+            .is_allowed(),
+        // The same bucket as ours: 1,000,000 a second, every decision admitted.
+        Contender::Cell(_) => {
+            let answer: Vec<i64> = redis::cmd("CL.THROTTLE")
+                .arg(key)
+                .arg(1_000_000)
+                .arg(1_000_000)
+                .arg(1)
+                .arg(1)
+                .query_async(conn)
+                .await
+                .expect("CL.THROTTLE");
+            answer[0] == 0
+        }
+        Contender::Minimal => {
+            let answer: Vec<i64> = redis::Script::new(MINIMAL)
+                .key(key)
+                .arg(1_000_000)
+                .arg(1)
+                .invoke_async(conn)
+                .await
+                .expect("the minimal script");
+            answer[0] == 0
+        }
+    }
+}
+
+/// `callers` tasks deciding until the time is up.
+async fn run(
+    server: &support::RedisServer,
+    contender: &Contender,
+    callers: usize,
+    keys: Keys,
+    tag: &str,
+) -> Run {
+    let client = redis::Client::open(server.url()).unwrap();
+    let shared = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conns = Vec::new();
+    for _ in 0..callers {
+        conns.push(match contender {
+            Contender::Cell(true) => client.get_multiplexed_async_connection().await.unwrap(),
+            _ => shared.clone(),
+        });
+    }
+    server.cli(&["FLUSHALL"]);
+    let (cpu, started) = (cpu::redis_cpu(server), Instant::now());
+    let deadline = started + Duration::from_secs_f64(SECONDS);
+    let mut set = tokio::task::JoinSet::new();
+    for (t, mut conn) in conns.into_iter().enumerate() {
+        let (contender, tag) = (contender.clone(), tag.to_owned());
+        set.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                n += 1;
+                let key = key_name(keys, &tag, t, n);
+                let start = Instant::now();
+                assert!(decide(&contender, &mut conn, &key).await, "admitted");
+                latencies.push(start.elapsed().as_micros() as u32);
+            }
+            latencies
+        });
+    }
+    let mut latencies: Vec<u32> = set.join_all().await.into_iter().flatten().collect();
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu::redis_cpu(server) - cpu;
+    latencies.sort_unstable();
+    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
+    let decisions = latencies.len() as f64;
+    Run {
+        decisions,
+        rate: decisions / elapsed,
+        p50: at(0.5),
+        p99: at(0.99),
+        cpu_us: cpu * 1e6 / decisions,
+        busy: cpu / elapsed,
+    }
+}
+
+/// Where the redis-cell module is, if it is there.
+fn redis_cell() -> Option<PathBuf> {
+    let path = std::env::var_os("REDIS_CELL").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/redis-cell/libredis_cell.so"),
+        PathBuf::from,
+    );
+    path.exists().then_some(path)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list" || a == "--exact") {
+        return; // `cargo bench -- <filter>` conventions: nothing to list
+    }
+    let cell = redis_cell();
+    let server = match &cell {
+        Some(path) => support::RedisServer::start_with(
+            "redis-server",
+            &["--loadmodule", path.to_str().expect("a UTF-8 path")],
+        ),
+        None => support::RedisServer::start(),
+    };
+    let pinned = cpu::pin(server.pid());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    let backend = rt
+        .block_on(
+            RedisBackend::builder(&url)
+                .timeout(Duration::from_secs(5))
+                .connect(),
+        )
+        .expect("connect");
+    let policy =
+        |algorithm| Policy::single(algorithm, Quota::per_second(1_000_000).unwrap()).unwrap();
+    let gcra = Contender::Ours(backend.clone(), policy(Algorithm::Gcra));
+    let sliding = Contender::Ours(backend, policy(Algorithm::SlidingWindow));
+    let mut contenders = vec![
+        ("ours, GCRA", gcra.clone()),
+        ("ours, sliding window", sliding),
+    ];
+    match &cell {
+        Some(path) => {
+            println!("redis-cell: {}", path.display());
+            contenders.push(("CL.THROTTLE, a connection each", Contender::Cell(true)));
+            contenders.push(("CL.THROTTLE, one connection", Contender::Cell(false)));
+        }
+        None => println!(
+            "redis-cell is not there: no CL.THROTTLE rows (scripts/redis-cell builds it; \
+             REDIS_CELL=/path/to/libredis_cell.so names one)"
+        ),
+    }
+    contenders.push(("the minimal script", Contender::Minimal));
+    println!(
+        "Redis {}; {}; every decision admitted (1,000,000/s); {SECONDS} s a row",
+        server
+            .cli(&["INFO", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .map_or("?", str::trim),
+        match pinned {
+            true => "Redis on core 0, the callers on core 1 (one worker thread)",
+            false => "not pinned (no taskset)",
+        },
+    );
+    println!(
+        "{:<32} {:>5} {:>7} {:>12} {:>8} {:>8} {:>13} {:>16} {:>6}",
+        "",
+        "keys",
+        "callers",
+        "decisions/s",
+        "p50 ms",
+        "p99 ms",
+        "Redis CPU µs",
+        "per Redis CPU s",
+        "busy"
+    );
+    let mut seen = Vec::new();
+    let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender| {
+        let tag = format!("{}-{callers}-{}", seen.len(), name.len());
+        let r = rt.block_on(run(&server, contender, callers, keys, &tag));
+        let keys_name = match keys {
+            Keys::New => "new",
+            Keys::Hot => "hot",
+        };
+        println!(
+            "{name:<32} {keys_name:>5} {callers:>7} {:>12.0} {:>8.3} {:>8.3} {:>13.2} {:>16.0} {:>6.2}",
+            r.rate,
+            r.p50,
+            r.p99,
+            r.cpu_us,
+            1e6 / r.cpu_us,
+            r.busy
+        );
+        assert!(r.decisions > 0.0);
+        seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
+    };
+    for callers in [32, 256] {
+        for keys in [Keys::New, Keys::Hot] {
+            for (name, contender) in &contenders {
+                row(name, keys, callers, contender);
+            }
+        }
+    }
+    // Where batching starts to win: ours against a call a decision.
+    let anchor = match &cell {
+        Some(_) => ("CL.THROTTLE, a connection each", Contender::Cell(true)),
+        None => ("the minimal script", Contender::Minimal),
+    };
+    println!("\nfewer callers, new keys:");
+    for callers in [1, 2, 4, 8, 16] {
+        row("ours, GCRA", Keys::New, callers, &gcra);
+        row(anchor.0, Keys::New, callers, &anchor.1);
+    }
+    let cpu_of = |name: &str, keys: &str, callers: usize| {
+        seen.iter()
+            .find(|(n, k, c, _, _)| n == name && *k == keys && *c == callers)
+            .map(|s| (s.3, s.4))
+    };
+    println!("\nours (GCRA) against {}:", anchor.0);
+    for callers in [1, 2, 4, 8, 16, 32, 256] {
+        for keys in ["new", "hot"] {
+            if let (Some(ours), Some(theirs)) = (
+                cpu_of("ours, GCRA", keys, callers),
+                cpu_of(anchor.0, keys, callers),
+            ) {
+                println!(
+                    "  {callers:>3} callers, {keys} keys: Redis CPU per decision {:.2}×, p99 latency {:.2}×",
+                    ours.0 / theirs.0,
+                    ours.1 / theirs.1
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Accuracy under faults, measured end to end.
+//!
+//! k servers (the library as a service holds it: its own Redis
+//! connections, a breaker, a local fallback of its share, its own copy of
+//! the fleet's limits file) decide for many clients on many keys — one
+//! route per algorithm — while Redis is killed and restarted empty,
+//! frozen, failed over, slowed or cut off from one server, a limit changes
+//! and a server restarts. Every decision (when it was asked and answered,
+//! by which server, on which key, under which limit, admitted or not, by
+//! Redis or the fallback) and every fault is written to `decisions.csv`
+//! and `events.csv` in a folder per run; `scripts/accuracy-check`, which
+//! shares no code with `src/`, checks them against the documented bounds.
+//!
+//! Run by `scripts/accuracy` (`ACCURACY_SHORT=1`: standalone, 3 servers,
+//! one fault of each kind; `ACCURACY_RUNS=cluster-3,sentinel-10`: those
+//! runs of the full schedule):
+//! `cargo test --all-features --test accuracy -- OUT_DIR`.
+
+// The tests' Redis processes and proxy (their module allows what this
+// binary leaves unused).
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod record;
+mod servers;
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use record::{Decided, Recorder};
+use servers::{Server, Servers, CHANGED, ROUTES, TIMEOUT};
+use store::{Fault, Store, Topology};
+
+/// Clients at once, and the pause each makes between its requests: about
+/// 600 decisions a second in all, 25 a second on each of 24 keys.
+const CLIENTS: usize = 24;
+const PACE: Duration = Duration::from_millis(40);
+const KEYS_PER_ROUTE: usize = 6;
+/// How long a fault lasts, and the quiet between two.
+const FAULT: Duration = Duration::from_secs(3);
+const QUIET: Duration = Duration::from_secs(4);
+
+fn main() {
+    let out = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map_or_else(|| PathBuf::from("target/accuracy"), PathBuf::from);
+    let short = std::env::var("ACCURACY_SHORT").is_ok_and(|v| v == "1");
+    let runs: &[(Topology, usize, usize)] = if short {
+        &[(Topology::Standalone, 3, 1)]
+    } else {
+        &[
+            (Topology::Standalone, 3, 2),
+            (Topology::Standalone, 10, 2),
+            (Topology::Sentinel, 3, 1),
+            (Topology::Sentinel, 10, 1),
+            (Topology::Cluster, 3, 1),
+            (Topology::Cluster, 10, 1),
+        ]
+    };
+    // ACCURACY_RUNS=cluster-3,sentinel-10 picks runs by their folders' names.
+    let picked = std::env::var("ACCURACY_RUNS").ok();
+    let picked = |topology: Topology, servers: usize| {
+        picked.as_deref().is_none_or(|names| {
+            names
+                .split(',')
+                .any(|name| name.trim() == format!("{topology}-{servers}"))
+        })
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for &(topology, servers, rounds) in runs.iter().filter(|r| picked(r.0, r.1)) {
+        let dir = out.join(format!("{topology}-{servers}"));
+        let decisions = runtime.block_on(run(topology, servers, rounds, &dir));
+        println!(
+            "accuracy: {topology}, {servers} servers: {decisions} decisions in {}",
+            dir.display()
+        );
+    }
+}
+
+/// One run: the topology started, `servers` servers on it, the schedule
+/// of its faults `rounds` times under load; the history written to `dir`.
+async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> usize {
+    let mut store = Store::start(topology, servers).await;
+    let tolerance = TIMEOUT.as_micros() as u64 / 50;
+    let recorder = Arc::new(Recorder::new(&topology.to_string(), servers, tolerance));
+    let mut started = Vec::new();
+    for i in 0..servers {
+        started.push(start(&store, i, servers).await);
+    }
+    let fleet = Arc::new(Servers::new(started));
+    let policies = fleet.get(0).unwrap().limits.current();
+    for route in &ROUTES {
+        let text = route_limits(&policies, route.path);
+        recorder.event_at(0, "policy", None, &policy_detail(route.prefix, &text));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| tokio::spawn(client(c, fleet.clone(), recorder.clone(), stop.clone())))
+        .collect();
+
+    let clocks = tokio::spawn(clocks(fleet.clone(), recorder.clone(), stop.clone()));
+    tokio::time::sleep(QUIET).await;
+    for round in 0..rounds {
+        for fault in store.faults() {
+            if fault == Fault::Failover && round > 0 {
+                continue; // the old primary is gone: one failover a run
+            }
+            inject(fault, round, &mut store, &fleet, &recorder).await;
+            tokio::time::sleep(QUIET).await;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    clocks.await.unwrap();
+    recorder.write(dir).expect("the history is written");
+    recorder.decisions()
+}
+
+/// Server `i` of `servers`, started on `store` (retried for a few
+/// seconds: a server may start while Redis recovers).
+async fn start(store: &Store, i: usize, servers: usize) -> Server {
+    let url = store.url_for(i);
+    let mut tries = 0;
+    loop {
+        match Server::start(&url, &url, servers as u32).await {
+            Ok(server) => return server,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("accuracy: server {i}: {e}; again");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("server {i} did not start: {e}"),
+        }
+    }
+}
+
+/// One client: a request every `PACE` on a key of a route, each to the
+/// next running server, until told to stop.
+async fn client(c: usize, servers: Arc<Servers>, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
+    let mut rng =
+        XorShift(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    let mut next = tokio::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let route = &ROUTES[rng.below(ROUTES.len())];
+        let key = format!("{}:{}", route.prefix, rng.below(KEYS_PER_ROUTE));
+        if let Some((server, s)) = servers.pick(rng.below(servers.len())) {
+            let sent = recorder.now();
+            let answer = s.decide(route, &key).await;
+            let received = recorder.now();
+            recorder.decision(&Decided {
+                sent,
+                received,
+                server,
+                key: &key,
+                algorithm: &answer.algorithm,
+                limit: answer.limit,
+                window_us: answer.window_us,
+                burst: answer.burst,
+                admitted: answer.admitted,
+                origin: answer.origin,
+            });
+        }
+        next += PACE;
+        let now = tokio::time::Instant::now();
+        if next < now {
+            next = now; // behind: no catching up in a burst
+        }
+        tokio::time::sleep_until(next).await;
+    }
+}
+
+/// Each server's fallback clock against the wall clock, every second:
+/// the fallback's windows are aligned to its own clock.
+async fn clocks(servers: Arc<Servers>, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..servers.len() {
+            if let Some(server) = servers.get(i) {
+                let detail = format!("offset_us={}", server.clock_offset());
+                recorder.event("clock", Some(i), &detail);
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Injects `fault`, records when it began and ended, and what it lost.
+async fn inject(
+    fault: Fault,
+    round: usize,
+    store: &mut Store,
+    servers: &Servers,
+    recorder: &Recorder,
+) {
+    let kind = format!("kind={}", fault.name());
+    // One server is hit by faults of one server, in turn.
+    let one = (round + fault as usize) % servers.len();
+    let on = match fault {
+        Fault::Latency | Fault::Partition | Fault::ServerRestart => Some(one),
+        _ => None,
+    };
+    recorder.event("fault_start", on, &kind);
+    match fault {
+        Fault::Kill => {
+            tokio::task::block_in_place(|| store.kill());
+            recorder.event("state_lost", None, "");
+            tokio::time::sleep(FAULT).await;
+            tokio::task::block_in_place(|| store.restart());
+        }
+        Fault::Freeze => {
+            store.freeze();
+            tokio::time::sleep(store.freeze_for()).await;
+            store.thaw();
+        }
+        Fault::Failover => {
+            recorder.event("state_lost", None, "");
+            tokio::task::block_in_place(|| store.fail_over());
+        }
+        Fault::Latency => {
+            let proxy = store.proxy(one).expect("standalone");
+            proxy.set_latency(TIMEOUT * 2);
+            tokio::time::sleep(FAULT).await;
+            proxy.set_latency(Duration::ZERO);
+        }
+        Fault::Partition => {
+            let proxy = store.proxy(one).expect("standalone");
+            proxy.cut(true);
+            tokio::time::sleep(FAULT).await;
+            proxy.cut(false);
+        }
+        Fault::LimitChange => {
+            let (path, limits) = CHANGED;
+            let limits = limits[round % 2];
+            let server = servers.pick(0).expect("a server runs").1;
+            let mut tries = 0;
+            let changed = loop {
+                let changed = server
+                    .fleet
+                    .change(|f| f.with_route_limits(None, path, limits))
+                    .await;
+                match changed {
+                    Ok(file) => break file,
+                    Err(e) if tries < 50 => {
+                        tries += 1;
+                        eprintln!("accuracy: the change was refused: {e}; again");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(e) => panic!("the limit change was never taken: {e}"),
+                }
+            };
+            let route = ROUTES.iter().find(|r| r.path == path).unwrap();
+            let text = route_limits(&changed, path);
+            recorder.event("policy", None, &policy_detail(route.prefix, &text));
+        }
+        Fault::ServerRestart => {
+            drop(servers.stop(one));
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            recorder.event("state_lost", Some(one), "");
+            let server = start(store, one, servers.len()).await;
+            servers.put(one, server);
+        }
+    }
+    recorder.event("fault_end", on, &kind);
+}
+
+/// The limits `file` gives `path`, in the history's terms.
+fn route_limits(file: &tower_ratelimit::config::LimitsFile, path: &str) -> PolicyText {
+    let req = http::Request::get(path).body(()).unwrap();
+    let head = tower_ratelimit::key::RequestHead::from(&req);
+    let policy = file
+        .policy(&http::Method::GET, path, &head)
+        .expect("a route");
+    let limit = &policy.limits()[0];
+    let quota = limit.quota();
+    PolicyText {
+        algorithm: limit.algorithm().to_string().replace('-', "_"),
+        limit: quota.limit(),
+        window_us: quota.window().as_micros(),
+        burst: quota.burst().unwrap_or(quota.limit()),
+    }
+}
+
+struct PolicyText {
+    algorithm: String,
+    limit: u32,
+    window_us: u128,
+    burst: u32,
+}
+
+fn policy_detail(prefix: &str, p: &PolicyText) -> String {
+    format!(
+        "prefix={prefix} algorithm={} limit={} window_us={} burst={}",
+        p.algorithm, p.limit, p.window_us, p.burst
+    )
+}
+
+/// A small seeded generator: runs differ only by what the machine does.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
