@@ -1,10 +1,21 @@
 # What the measuring scripts share; each sources it:
 #   . "$(dirname "$0")/lib.sh"
 
-# A port free now on loopback (python3's own choice; else a guess).
+# A port free now on loopback, below the range the kernel gives clients'
+# ports from: a client reconnecting to a Redis that is down could otherwise
+# be given that port, connect to itself and keep Redis from restarting on it.
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null ||
-        shuf -i 20000-40000 -n 1
+    python3 -c '
+import random, socket
+while True:
+    p = random.randrange(20000, 32768)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); print(p); break
+    except OSError:
+        pass
+    finally:
+        s.close()' 2>/dev/null || shuf -i 20000-32767 -n 1
 }
 
 # A command as root (directly when already root).

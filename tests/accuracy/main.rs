@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use record::{Decided, Recorder};
-use servers::{Server, Servers, CHANGED, ROUTES, TIMEOUT};
+use servers::{Applied, Server, Servers, CHANGED, ROUTES, TIMEOUT};
 use store::{Fault, Store, Topology};
 
 /// Clients at once, and the pause each makes between its requests: about
@@ -99,7 +99,7 @@ async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> u
     let policies = fleet.get(0).unwrap().limits.current();
     for route in &ROUTES {
         let text = route_limits(&policies, route.path);
-        recorder.event_at(0, "policy", None, &policy_detail(route.prefix, &text));
+        recorder.event_at(0, "policy", None, &text.event(route.prefix));
     }
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -163,10 +163,7 @@ async fn client(c: usize, servers: Arc<Servers>, recorder: Arc<Recorder>, stop: 
                 received,
                 server,
                 key: &key,
-                algorithm: &answer.algorithm,
-                limit: answer.limit,
-                window_us: answer.window_us,
-                burst: answer.burst,
+                applied: &answer.applied,
                 admitted: answer.admitted,
                 origin: answer.origin,
             });
@@ -260,7 +257,7 @@ async fn inject(
             };
             let route = ROUTES.iter().find(|r| r.path == path).unwrap();
             let text = route_limits(&changed, path);
-            recorder.event("policy", None, &policy_detail(route.prefix, &text));
+            recorder.event("policy", None, &text.event(route.prefix));
         }
         Fault::ServerRestart => {
             drop(servers.stop(one));
@@ -274,34 +271,13 @@ async fn inject(
 }
 
 /// The limits `file` gives `path`, in the history's terms.
-fn route_limits(file: &tower_ratelimit::config::LimitsFile, path: &str) -> PolicyText {
+fn route_limits(file: &tower_ratelimit::config::LimitsFile, path: &str) -> Applied {
     let req = http::Request::get(path).body(()).unwrap();
     let head = tower_ratelimit::key::RequestHead::from(&req);
     let policy = file
         .policy(&http::Method::GET, path, &head)
         .expect("a route");
-    let limit = &policy.limits()[0];
-    let quota = limit.quota();
-    PolicyText {
-        algorithm: limit.algorithm().to_string().replace('-', "_"),
-        limit: quota.limit(),
-        window_us: quota.window().as_micros(),
-        burst: quota.burst().unwrap_or(quota.limit()),
-    }
-}
-
-struct PolicyText {
-    algorithm: String,
-    limit: u32,
-    window_us: u128,
-    burst: u32,
-}
-
-fn policy_detail(prefix: &str, p: &PolicyText) -> String {
-    format!(
-        "prefix={prefix} algorithm={} limit={} window_us={} burst={}",
-        p.algorithm, p.limit, p.window_us, p.burst
-    )
+    Applied::of(&policy)
 }
 
 /// A small seeded generator: runs differ only by what the machine does.

@@ -7,6 +7,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use crate::servers::Applied;
+
 pub struct Recorder {
     zero: Instant,
     unix_us: u128,
@@ -20,10 +22,7 @@ pub struct Decided<'a> {
     pub received: u64,
     pub server: usize,
     pub key: &'a str,
-    pub algorithm: &'a str,
-    pub limit: u32,
-    pub window_us: u128,
-    pub burst: u32,
+    pub applied: &'a Applied,
     pub admitted: bool,
     pub origin: &'static str,
 }
@@ -62,10 +61,10 @@ impl Recorder {
             d.received,
             d.server,
             d.key,
-            d.algorithm,
-            d.limit,
-            d.window_us,
-            d.burst,
+            d.applied.algorithm,
+            d.applied.limit,
+            d.applied.window_us,
+            d.applied.burst,
             u8::from(d.admitted),
             d.origin
         );

@@ -12,6 +12,7 @@ use tower_ratelimit::config::{Fleet, Limits, LimitsFile};
 use tower_ratelimit::decision::Origin;
 use tower_ratelimit::key::{Key, RequestHead};
 use tower_ratelimit::layer::PolicyResolver;
+use tower_ratelimit::Policy;
 
 /// A route of the limits file: its path, the prefix of its keys in the
 /// history, and the limits it starts with.
@@ -91,10 +92,36 @@ pub struct Server {
 pub struct Answer {
     pub admitted: bool,
     pub origin: &'static str,
+    pub applied: Applied,
+}
+
+/// A policy's first limit, as the history names it.
+pub struct Applied {
     pub algorithm: String,
     pub limit: u32,
     pub window_us: u128,
     pub burst: u32,
+}
+
+impl Applied {
+    pub fn of(policy: &Policy) -> Self {
+        let limit = &policy.limits()[0];
+        let quota = limit.quota();
+        Self {
+            algorithm: limit.algorithm().to_string().replace('-', "_"),
+            limit: quota.limit(),
+            window_us: quota.window().as_micros(),
+            burst: quota.burst().unwrap_or(quota.limit()),
+        }
+    }
+
+    /// The `policy` event of keys starting with `prefix`.
+    pub fn event(&self, prefix: &str) -> String {
+        format!(
+            "prefix={prefix} algorithm={} limit={} window_us={} burst={}",
+            self.algorithm, self.limit, self.window_us, self.burst
+        )
+    }
 }
 
 impl Server {
@@ -140,8 +167,6 @@ impl Server {
             .policies()
             .resolve(&RequestHead::from(&req))
             .expect("every route has a policy");
-        let limit = &policy.limits()[0];
-        let quota = limit.quota();
         let key = Key::new("user", id);
         // Bounded: the backend's own timeout answers long before this.
         let decided = tokio::time::timeout(
@@ -156,10 +181,7 @@ impl Server {
         Answer {
             admitted,
             origin,
-            algorithm: limit.algorithm().to_string().replace('-', "_"),
-            limit: quota.limit(),
-            window_us: quota.window().as_micros(),
-            burst: quota.burst().unwrap_or(quota.limit()),
+            applied: Applied::of(&policy),
         }
     }
 }

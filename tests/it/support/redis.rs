@@ -6,6 +6,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -16,32 +17,47 @@ pub struct RedisServer {
     dir: PathBuf,
 }
 
+/// A port free now, below the range the kernel gives clients' ports from
+/// (32768–60999 on Linux, 49152 and up elsewhere): a client that keeps
+/// reconnecting to a server that is down can otherwise be given that very
+/// port and connect to itself, and the server cannot bind it again when
+/// it restarts.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    port_in(20_000, 32_768)
 }
 
-/// A free port for a cluster node: below 55536, with port + 10000 free.
+/// A free port in `from..to`, tried in an order of this process's own so
+/// that test processes running at once seldom try the same ones.
+fn port_in(from: u16, to: u16) -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let seed = std::process::id().wrapping_mul(7_919) ^ nanos;
+    let _ = NEXT.compare_exchange(0, seed | 1, Ordering::Relaxed, Ordering::Relaxed);
+    let span = u32::from(to - from);
+    loop {
+        // A stride prime to the span visits every port before repeating.
+        let n = NEXT.fetch_add(7_919, Ordering::Relaxed);
+        let port = from + (n % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// The store timeout of a test of agreement (a decision compared with
 /// another, a count of calls): seconds, so that a busy machine delays such
 /// a test and never fails it. Tests of timing set their own.
 pub const AGREE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A free port for a cluster node, with port + 10000 (its bus) free too:
+/// both below the clients' range.
 pub fn cluster_port() -> u16 {
     loop {
-        let port = free_port();
-        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+        let port = port_in(10_000, 22_768);
+        if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
-        }
-        // The kernel hands out ports at random; ask again for a lower one.
-        if let Ok(listener) = TcpListener::bind(("127.0.0.1", 20_000 + port % 30_000)) {
-            let port = listener.local_addr().unwrap().port();
-            if TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-                return port;
-            }
         }
     }
 }
@@ -137,8 +153,12 @@ impl RedisServer {
     }
 
     fn spawn(program: &str, port: u16, dir: PathBuf, extra: &[&str]) -> Self {
-        Self::try_spawn(program, port, dir, extra)
-            .unwrap_or_else(|| panic!("{program} on port {port} did not start"))
+        let log = dir.join(format!("{port}.log"));
+        Self::try_spawn(program, port, dir, extra).unwrap_or_else(|| {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = said.lines().rev().take(5).collect();
+            panic!("{program} on port {port} did not start: {tail:?}")
+        })
     }
 
     /// The server, once it answers; `None` if it exited (its port taken).
@@ -161,6 +181,9 @@ impl RedisServer {
             ])
             .arg("--dir")
             .arg(&dir)
+            // What it says, where a test that finds it not started reads it.
+            .arg("--logfile")
+            .arg(dir.join(format!("{port}.log")))
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -281,7 +304,8 @@ impl RedisServer {
     /// Start again on the same port, empty (as after a failover that lost scripts and data).
     pub fn restart(&mut self) {
         self.kill();
-        let fresh = Self::spawn("redis-server", self.port, self.dir.clone(), &[]);
+        // A folder of its own: the old one goes with the old server, here.
+        let fresh = Self::spawn("redis-server", self.port, temp_dir("redis"), &[]);
         *self = fresh;
     }
 }
@@ -344,8 +368,7 @@ impl RedisCluster {
                     "--cluster-require-full-coverage",
                     "no",
                 ];
-                // The cluster bus listens on port + 10000: below 55536,
-                // and that one free too.
+                // The cluster bus listens on port + 10000, free too.
                 loop {
                     let port = cluster_port();
                     if let Some(node) =
