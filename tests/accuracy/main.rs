@@ -131,18 +131,26 @@ async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> u
 /// seconds: a server may start while Redis recovers).
 async fn start(store: &Store, i: usize, servers: usize) -> Server {
     let url = store.url_for(i);
-    let mut tries = 0;
-    loop {
-        match Server::start(&url, &url, servers as u32).await {
-            Ok(server) => return server,
-            Err(e) if tries < 50 => {
-                tries += 1;
-                eprintln!("accuracy: server {i}: {e}; again");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("server {i} did not start: {e}"),
+    let what = format!("starting server {i}");
+    retried(&what, || Server::start(&url, &url, servers as u32)).await
+}
+
+/// What `attempt` gives once it succeeds, tried 50 times at most, 100 ms
+/// apart: Redis may be recovering from the fault before.
+async fn retried<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+) -> T {
+    for _ in 0..50 {
+        match attempt().await {
+            Ok(done) => return done,
+            Err(e) => eprintln!("accuracy: {what}: {e}; again"),
         }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    attempt()
+        .await
+        .unwrap_or_else(|e| panic!("accuracy: {what}: {e}"))
 }
 
 /// One client: a request every `PACE` on a key of a route, each to the
@@ -239,22 +247,12 @@ async fn inject(
             let (path, limits) = CHANGED;
             let limits = limits[round % 2];
             let server = servers.pick(0).expect("a server runs").1;
-            let mut tries = 0;
-            let changed = loop {
-                let changed = server
+            let changed = retried("changing a limit", || {
+                server
                     .fleet
                     .change(|f| f.with_route_limits(None, path, limits))
-                    .await;
-                match changed {
-                    Ok(file) => break file,
-                    Err(e) if tries < 50 => {
-                        tries += 1;
-                        eprintln!("accuracy: the change was refused: {e}; again");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(e) => panic!("the limit change was never taken: {e}"),
-                }
-            };
+            })
+            .await;
             let route = ROUTES.iter().find(|r| r.path == path).unwrap();
             let text = route_limits(&changed, path);
             recorder.event("policy", None, &text.event(route.prefix));
