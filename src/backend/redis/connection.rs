@@ -126,7 +126,7 @@ impl Connection {
 /// that acknowledgement, which comes back with the earlier answer: under
 /// concurrent decisions each took two round trips, so a Redis 25 ms away
 /// timed out half the decisions of a 50 ms timeout
-/// (`tests/it/faults.rs`).
+/// (`tests/it/store/faults.rs`).
 pub(super) fn tcp_settings() -> ::redis::io::tcp::TcpSettings {
     ::redis::io::tcp::TcpSettings::default().set_nodelay(true)
 }

@@ -2,7 +2,7 @@
 //! slow on purpose: a list of the admitted requests per key, and for each
 //! new request the rule read off that list. It shares nothing with `src/`
 //! (not `Quota`'s arithmetic, not a state), so what is compared with it is
-//! compared with something it did not write. Used by `tests/it/reference.rs`
+//! compared with something it did not write. Used by `tests/it/decisions/reference.rs`
 //! and by the fuzz target `differential`.
 //!
 //! The definitions, for a limit `L` per window `W` (µs) and a request of

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tower_ratelimit::config::{Fleet, Limits, LimitsFile, List, ListEntry};
 
-use crate::fleet::{changes_run_everywhere, until, FILE};
+use crate::limits::fleet::{changes_run_everywhere, until, FILE};
 use crate::support::example::ExampleServer;
 use crate::support::sentinel::Sentinels;
 use crate::support::{RedisCluster, RedisServer};
@@ -234,7 +234,7 @@ fn the_example_servers_share_changes_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_the_replica_did_not_confirm_is_reported_and_a_lost_one_put_back() {
     let sentinels = Sentinels::start();
-    let servers = crate::fleet::fleet_of(2, &sentinels.url()).await;
+    let servers = crate::limits::fleet::fleet_of(2, &sentinels.url()).await;
     let change = |quota: &'static str| {
         servers[0]
             .1

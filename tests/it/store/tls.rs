@@ -310,7 +310,7 @@ async fn a_fleet_over_tls_with_a_private_ca() {
             .tls_root_certificates(certs.read("ca.crt"))
             .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
     };
-    let file = || LimitsFile::parse(crate::fleet::FILE).unwrap();
+    let file = || LimitsFile::parse(crate::limits::fleet::FILE).unwrap();
     let refused = Fleet::join(
         RedisBackend::builder(&url),
         Fleet::DEFAULT_NAME,
@@ -333,9 +333,10 @@ async fn a_fleet_over_tls_with_a_private_ca() {
         .change(|f| f.with_route_limits(None, "/api/search", "search = 23/min"))
         .await
         .unwrap();
-    let took = crate::fleet::until(|| servers[1].0.current().text().contains("23/min")).await;
+    let took =
+        crate::limits::fleet::until(|| servers[1].0.current().text().contains("23/min")).await;
     assert!(took < Duration::from_secs(1), "{took:?}");
     servers[1].1.forget(&Key::new("user", "ann")).await.unwrap();
-    let took = crate::fleet::until(|| *told.lock().unwrap() == 2).await;
+    let took = crate::limits::fleet::until(|| *told.lock().unwrap() == 2).await;
     assert!(took < Duration::from_secs(1), "{took:?}");
 }

@@ -68,7 +68,7 @@ async fn a_change_on_one_server_runs_on_every_server_within_a_second() {
 /// The same as the least-privileged user the guide shows for a fleet.
 #[tokio::test]
 async fn a_fleet_runs_as_the_least_privileged_user_the_guide_shows() {
-    let guide = include_str!("../../src/guide/live_changes.md");
+    let guide = include_str!("../../../src/guide/live_changes.md");
     let rules = guide
         .lines()
         .find_map(|l| l.strip_prefix("ACL SETUSER fleet "))
