@@ -15,14 +15,12 @@ use crate::Decision;
 /// (moved, not copied: a decision of several limits holds an allocation).
 #[derive(Debug)]
 pub(super) enum Action<W> {
-    /// Call the inner service. `counted`: the decision admitted it (a permit
-    /// is held, the request is settled by its response); otherwise shadow
-    /// mode let it through. `headers`: quota headers are sent.
+    /// Call the inner service.
     Admit {
         decision: Decision,
         origin: Origin,
-        counted: bool,
-        headers: bool,
+        spent: Spent,
+        headers: QuotaHeaders,
     },
     /// Wait, then ask again (shaping): what the waiting takes.
     Wait(W),
@@ -31,6 +29,33 @@ pub(super) enum Action<W> {
     /// No decision could be had: call the inner service, unlimited and
     /// without quota headers.
     FailOpen(BackendError),
+}
+
+/// Whether an admitted request spent its key's budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Spent {
+    /// The decision admitted it: a permit is held, and its response
+    /// settles it.
+    Counted,
+    /// Shadow mode or the failure rule let it through: nothing to hold or
+    /// settle.
+    Uncounted,
+}
+
+/// Whether a response shows its decision in quota headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum QuotaHeaders {
+    Shown,
+    Withheld,
+}
+
+impl QuotaHeaders {
+    fn shown_if(shown: bool) -> Self {
+        match shown {
+            true => Self::Shown,
+            false => Self::Withheld,
+        }
+    }
 }
 
 /// Why the limiter answers a request itself; the response is built from
@@ -56,13 +81,12 @@ impl<W> Action<W> {
     pub(super) fn reported(&self) -> Option<(&Decision, Fate)> {
         match self {
             Action::Admit {
-                decision, counted, ..
+                decision, spent, ..
             } => Some((
                 decision,
-                if *counted {
-                    Fate::Allowed
-                } else {
-                    Fate::Shadowed
+                match spent {
+                    Spent::Counted => Fate::Allowed,
+                    Spent::Uncounted => Fate::Shadowed,
                 },
             )),
             Action::Refuse(Refusal::Limited(decision)) => Some((decision, Fate::Limited)),
@@ -104,8 +128,8 @@ pub(super) fn decide<W>(
         return Action::Admit {
             origin: decision.origin(),
             decision,
-            counted: true,
-            headers: true,
+            spent: Spent::Counted,
+            headers: QuotaHeaders::Shown,
         };
     }
     if rules.shadow || policy_in_shadow {
@@ -113,8 +137,8 @@ pub(super) fn decide<W>(
         return Action::Admit {
             decision,
             origin: Origin::Shadow,
-            counted: false,
-            headers: rules.shadow_headers,
+            spent: Spent::Uncounted,
+            headers: QuotaHeaders::shown_if(rules.shadow_headers),
         };
     }
     match wait(&decision) {
@@ -153,8 +177,8 @@ mod tests {
             action,
             Action::Admit {
                 origin: Origin::Primary,
-                counted: true,
-                headers: true,
+                spent: Spent::Counted,
+                headers: QuotaHeaders::Shown,
                 ..
             }
         ));
@@ -181,8 +205,8 @@ mod tests {
             by_policy,
             Action::Admit {
                 origin: Origin::Shadow,
-                counted: false,
-                headers: false,
+                spent: Spent::Uncounted,
+                headers: QuotaHeaders::Withheld,
                 ..
             }
         ));
@@ -195,8 +219,8 @@ mod tests {
         assert!(matches!(
             by_layer,
             Action::Admit {
-                headers: true,
-                counted: false,
+                headers: QuotaHeaders::Shown,
+                spent: Spent::Uncounted,
                 ..
             }
         ));

@@ -12,7 +12,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::decide::Refusal;
+use super::decide::{Refusal, Spent};
 use super::layer::Config;
 use super::observe;
 use super::pending::{mark, Admitted, Ask, Parked, Pending, Retry, Settling};
@@ -245,7 +245,7 @@ where
                         this.config,
                         Some(a.decision),
                         a.origin,
-                        true,
+                        Spent::Counted,
                         a.headers,
                     );
                     this.state.set(state);

@@ -9,7 +9,7 @@ use http::{Request, Response};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::decide::{decide, Action, Refusal};
+use super::decide::{decide, Action, QuotaHeaders, Refusal, Spent};
 use super::future::State;
 use super::layer::Config;
 use super::observe::{self, Fate, Report};
@@ -117,10 +117,9 @@ where
     }
 
     /// Call the inner service with the request, told its `origin`. A
-    /// `counted` admission holds its permit (from before the call, so that a
+    /// counted admission holds its permit (from before the call, so that a
     /// call that fails or is dropped gives it back too) and is settled by
-    /// its response; `headers` says whether the decision is shown in quota
-    /// headers.
+    /// its response.
     #[inline(always)]
     pub(super) fn call<ReqB>(
         mut self,
@@ -128,8 +127,8 @@ where
         config: &Config,
         decision: Option<Decision>,
         origin: Origin,
-        counted: bool,
-        headers: bool,
+        spent: Spent,
+        headers: QuotaHeaders,
     ) -> State<I::Service, ReqB, B>
     where
         I::Service: Service<Request<ReqB>>,
@@ -138,7 +137,7 @@ where
         let Ask {
             key, policy, cost, ..
         } = self.ask;
-        let backend = self.backend.filter(|_| counted);
+        let backend = self.backend.filter(|_| spent == Spent::Counted);
         let permit = match (decision.as_ref().and_then(Decision::permit), &backend) {
             (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
             _ => None,
@@ -155,7 +154,9 @@ where
         };
         State::Call {
             call,
-            quota: decision.filter(|_| headers).map(|d| (d, policy)),
+            quota: decision
+                .filter(|_| headers == QuotaHeaders::Shown)
+                .map(|d| (d, policy)),
             settling,
             permit,
         }
@@ -205,7 +206,7 @@ where
         let delay = match &action {
             Action::Admit {
                 decision,
-                counted: true,
+                spent: Spent::Counted,
                 ..
             } => config
                 .soft_shed
@@ -237,7 +238,7 @@ where
             Action::Admit {
                 decision,
                 origin,
-                counted,
+                spent,
                 headers,
             } => match delay {
                 Some(delay) => {
@@ -252,14 +253,21 @@ where
                         })),
                     }
                 }
-                None => self.call(req, config, Some(decision), origin, counted, headers),
+                None => self.call(req, config, Some(decision), origin, spent, headers),
             },
             Action::FailOpen(error) => {
                 observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
                 let origin = Origin::FailedOpen {
                     breaker_open: error.is_breaker_open(),
                 };
-                self.call(req, config, None, origin, false, false)
+                self.call(
+                    req,
+                    config,
+                    None,
+                    origin,
+                    Spent::Uncounted,
+                    QuotaHeaders::Withheld,
+                )
             }
             Action::Refuse(refusal) => {
                 if let Refusal::Unavailable(error) = &refusal {
@@ -325,7 +333,7 @@ pub(super) struct Admitted<S, ReqB, B> {
     pub(super) pending: Parked<S, ReqB, B>,
     pub(super) decision: Decision,
     pub(super) origin: Origin,
-    pub(super) headers: bool,
+    pub(super) headers: QuotaHeaders,
 }
 
 /// Mark a request or response with how it was decided, unless the store
