@@ -89,6 +89,8 @@ fn main() {
 /// of its faults `rounds` times under load; the history written to `dir`.
 async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> usize {
     let mut store = Store::start(topology, servers).await;
+    // Redis's clock and this process's are one machine's, read apart by
+    // the time a thread may be preempted between the two: 5 ms.
     let tolerance = TIMEOUT.as_micros() as u64 / 50;
     let recorder = Arc::new(Recorder::new(&topology.to_string(), servers, tolerance));
     let mut started = Vec::new();

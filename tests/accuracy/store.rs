@@ -68,12 +68,11 @@ pub enum Store {
 }
 
 impl Store {
-    /// Starts `topology` for `servers` servers (blocking: run it off the
-    /// runtime's workers).
+    /// Starts `topology` for `servers` servers.
     pub async fn start(topology: Topology, servers: usize) -> Self {
         match topology {
             Topology::Standalone => {
-                let redis = RedisServer::start();
+                let redis = blocking(RedisServer::start).await;
                 let mut proxies = Vec::new();
                 for _ in 0..servers {
                     proxies.push(Proxy::start(redis.port).await);
