@@ -241,7 +241,7 @@ fn main() {
     );
     let mut seen = Vec::new();
     let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender| {
-        let tag = format!("{}-{callers}-{}", seen.len(), name.len());
+        let tag = format!("row{}", seen.len());
         let r = rt.block_on(run(&server, contender, callers, keys, &tag));
         let keys_name = match keys {
             Keys::New => "new",
