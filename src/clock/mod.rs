@@ -120,11 +120,7 @@ impl Course {
     fn read(&self) -> Line {
         loop {
             let seq = self.seq.load(Ordering::Acquire);
-            let line = Line {
-                from: self.from.load(Ordering::Relaxed),
-                at: self.at.load(Ordering::Relaxed),
-                slew: self.slew.load(Ordering::Relaxed),
-            };
+            let line = self.fields();
             fence(Ordering::Acquire);
             if seq & 1 == 0 && self.seq.load(Ordering::Relaxed) == seq {
                 return line;
@@ -133,25 +129,36 @@ impl Course {
         }
     }
 
-    /// Writes `correct(line)` unless another caller is writing.
-    fn correct(&self, correct: impl FnOnce(Line) -> Line) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        let claimed = self
-            .seq
-            .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed);
-        if seq & 1 == 1 || claimed.is_err() {
-            return;
-        }
-        fence(Ordering::Release);
-        let line = Line {
+    #[inline]
+    fn fields(&self) -> Line {
+        Line {
             from: self.from.load(Ordering::Relaxed),
             at: self.at.load(Ordering::Relaxed),
             slew: self.slew.load(Ordering::Relaxed),
-        };
-        let line = correct(line);
-        self.from.store(line.from, Ordering::Relaxed);
-        self.at.store(line.at, Ordering::Relaxed);
-        self.slew.store(line.slew, Ordering::Relaxed);
+        }
+    }
+
+    /// Heads the line for `truth` from the counter's reading `counted`,
+    /// unless another caller is correcting it, or has since `counted`.
+    fn correct(&self, counted: u64, truth: u64) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        // Claimed only from an even number: an odd one is a write under way.
+        if seq & 1 == 1
+            || self
+                .seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        fence(Ordering::Release);
+        let line = self.fields();
+        if counted >= line.from + CORRECT_EVERY {
+            let line = line.corrected(counted, truth);
+            self.from.store(line.from, Ordering::Relaxed);
+            self.at.store(line.at, Ordering::Relaxed);
+            self.slew.store(line.slew, Ordering::Relaxed);
+        }
         self.seq.store(seq + 2, Ordering::Release);
     }
 }
@@ -193,7 +200,7 @@ impl Clock for MonotonicClock {
         let mut line = self.course.read();
         if counted >= line.from + CORRECT_EVERY {
             let truth = micros_in(self.reference.elapsed());
-            self.course.correct(|line| line.corrected(counted, truth));
+            self.course.correct(counted, truth);
             line = self.course.read();
         }
         Micros::new(self.start.as_u64().saturating_add(line.at(counted)))
@@ -267,6 +274,39 @@ mod tests {
                 "{ppm} ppm, rare: {worst} µs"
             );
             assert_eq!(back, 0, "{ppm} ppm, rare: stepped back");
+        }
+    }
+
+    /// Threads correcting and reading one course at once: every reading
+    /// is a line a correction wrote, never a mix of two (each line written
+    /// here has `at` twice its `from`), and none reads a later correction
+    /// before an earlier one.
+    #[test]
+    fn a_course_read_while_corrected_is_never_torn() {
+        let course = Arc::new(Course::default());
+        let writers: Vec<_> = (0..2u64)
+            .map(|w| {
+                let course = course.clone();
+                std::thread::spawn(move || {
+                    for n in 1..200_000u64 {
+                        let from = (n * 2 + w) * CORRECT_EVERY;
+                        // Truth at twice the counter: `at` is twice `from`.
+                        course.correct(from, 2 * from);
+                    }
+                })
+            })
+            .collect();
+        let mut last = 0;
+        while writers.iter().any(|w| !w.is_finished()) {
+            let line = course.read();
+            if line.from > 0 {
+                assert_eq!(line.at, 2 * line.from, "a torn line: {line:?}");
+            }
+            assert!(line.from >= last, "read {} after {last}", line.from);
+            last = line.from;
+        }
+        for w in writers {
+            w.join().unwrap();
         }
     }
 

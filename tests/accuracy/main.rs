@@ -39,6 +39,10 @@ use store::{Fault, Store, Topology};
 const CLIENTS: usize = 24;
 const PACE: Duration = Duration::from_millis(40);
 const KEYS_PER_ROUTE: usize = 6;
+/// How far a decision's instant may be from its [asked, answered] span in
+/// the history: Redis's clock and this process's are one machine's, read
+/// apart by the time a thread may be preempted between the two.
+const TOLERANCE_US: u64 = 5_000;
 /// How long a fault lasts, and the quiet between two.
 const FAULT: Duration = Duration::from_secs(3);
 const QUIET: Duration = Duration::from_secs(4);
@@ -89,10 +93,7 @@ fn main() {
 /// of its faults `rounds` times under load; the history written to `dir`.
 async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> usize {
     let mut store = Store::start(topology, servers).await;
-    // Redis's clock and this process's are one machine's, read apart by
-    // the time a thread may be preempted between the two: 5 ms.
-    let tolerance = TIMEOUT.as_micros() as u64 / 50;
-    let recorder = Arc::new(Recorder::new(&topology.to_string(), servers, tolerance));
+    let recorder = Arc::new(Recorder::new(&topology.to_string(), servers, TOLERANCE_US));
     let mut started = Vec::new();
     for i in 0..servers {
         started.push(start(&store, i, servers).await);
