@@ -180,6 +180,16 @@ impl MonotonicClock {
             course: Arc::default(),
         }
     }
+
+    /// The course corrected at the counter's reading `counted` (by this
+    /// caller or another).
+    #[cold]
+    #[inline(never)]
+    fn corrected(&self, counted: u64) -> Line {
+        let truth = micros_in(self.reference.elapsed());
+        self.course.correct(counted, truth);
+        self.course.read()
+    }
 }
 
 #[inline]
@@ -199,9 +209,7 @@ impl Clock for MonotonicClock {
         let counted = micros_in(self.clock.now().saturating_duration_since(self.started));
         let mut line = self.course.read();
         if counted >= line.from + CORRECT_EVERY {
-            let truth = micros_in(self.reference.elapsed());
-            self.course.correct(counted, truth);
-            line = self.course.read();
+            line = self.corrected(counted);
         }
         Micros::new(self.start.as_u64().saturating_add(line.at(counted)))
     }
