@@ -1,7 +1,8 @@
 -- A shared capacity's decision: the same steps as
 -- src/algorithm/fair_share.rs, on a hash (KEYS[1]) and a sorted set of the
 -- active tenants by when they last asked (KEYS[2]). The hash holds `tat`
--- (the capacity's), `rtat` (the critical reserve's), `gtat` (the
+-- (the capacity's), `rtat` (the critical reserve's), `rk` `rc` `rp` (the
+-- critical requests admitted past their shares, by window), `gtat` (the
 -- graduations'), `w` (the active weights), the newcomers' place (`pm`
 -- members, `pw` weights, `ps` since, `pk` `pc` `pp` its requests by
 -- window) and `t<tenant>` = "tat:weight:seen:refused_at:standing:since:
@@ -49,6 +50,7 @@ end
 local weights = field('w')
 local pm, pw, ps = field('pm'), field('pw'), field('ps')
 local pool = { k = field('pk'), current = field('pc'), previous = field('pp') }
+local reserved = { k = field('rk'), current = field('rc'), previous = field('rp') }
 -- Tenants idle for longer than active_for leave, oldest first, 64 at most.
 local idle = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. num(now - active_for), 'LIMIT', 0, 64)
 for _, gone in ipairs(idle) do
@@ -158,13 +160,21 @@ if pm > 0 then
   place = math.min(1 + idiv(math.max(now - ps, 0), POOL_GROWTH_WINDOWS * window), pw, MAX_POOL_WEIGHT)
 end
 local top = weights - pw + place
+-- What the shares divide: the capacity less the critical requests admitted
+-- past their shares over the last window (at most half of it).
+local shared = interval
+local r = math.min(last_window(reserved), idiv(limit * 1024, 2))
+if r > 0 then
+  shared = math.max(ceil_div(window * 1024, limit * 1024 - r), interval)
+  limit = idiv(limit * 1024 - r, 1024)
+end
 local pooled = own.standing == 1
 local t_interval, share
 if pooled then
-  t_interval = tenant_interval(interval, top * pw, place * weight)
+  t_interval = tenant_interval(shared, top * pw, place * weight)
   share = idiv(idiv(limit * place, top) * weight, pw)
 else
-  t_interval = tenant_interval(interval, top, weight)
+  t_interval = tenant_interval(shared, top, weight)
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
@@ -194,8 +204,14 @@ end
 if admitted == 1 then
   own.refused_at = 0
   redis.call('HSET', H, 'tat', num(capacity_tat))
-  own.tat = math.min(p.tat, now + p.depth)
-  if in_reserve then redis.call('HSET', H, 'rtat', num(reserve.tat)) end
+  if in_reserve then
+    -- Paid by the reserve, not by the tenant's share.
+    count_one(reserved)
+    redis.call('HSET', H, 'rtat', num(reserve.tat), 'rk', num(reserved.k), 'rc', num(reserved.current),
+      'rp', num(reserved.previous))
+  else
+    own.tat = math.min(p.tat, now + p.depth)
+  end
 else
   own.refused_at = now
 end
