@@ -64,7 +64,6 @@ mod memory;
 mod redis;
 mod store;
 
-use std::any::Any;
 use std::future::{Future, Ready};
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -96,7 +95,7 @@ pub type Peeks = Pin<Box<dyn Future<Output = Result<Vec<Decision>, BackendError>
 pub trait Backend: Clone + Send + Sync + 'static {
     /// The decision, when it is known. A backend that decides within
     /// [`check`](Self::check) should answer with [`std::future::Ready`]
-    /// (see [`answer_now`](Self::answer_now)).
+    /// and say so in [`answer_now`](Self::answer_now).
     type Future: Future<Output = Result<Decision, BackendError>> + Send + 'static;
 
     /// Count a request of `cost` for `key` under every limit of `policy`.
@@ -110,10 +109,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// (and the inner service's clone). A future answered here is dropped
     /// without the layer polling it.
     ///
-    /// The default takes the answer of a [`std::future::Ready`]; a backend
-    /// that wraps others ([`Either`]) asks the one it holds.
+    /// The default answers `None`: the layer polls the future. A backend
+    /// whose future is a [`std::future::Ready`] answers with
+    /// [`ready_answer`]; one that wraps others ([`Either`]) asks the one it
+    /// holds.
     fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
-        ready_answer(future)
+        let _ = future;
+        None
     }
 
     /// Correct a request [`check`](Self::check)ed and admitted at
@@ -240,16 +242,30 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 }
 
-/// The answer of `future` if it is a [`Ready`] (the memory backend's,
-/// or any backend's that decides in `check`). Whether it is one is known
-/// when the caller is compiled.
-fn ready_answer<F>(future: &mut F) -> Option<F::Output>
-where
-    F: Future + 'static,
-    F::Output: 'static,
-{
-    let ready = (future as &mut dyn Any).downcast_mut::<Ready<F::Output>>()?;
-    match Pin::new(ready).poll(&mut Context::from_waker(Waker::noop())) {
+/// The answer a [`Ready`] holds, for [`Backend::answer_now`] of a backend
+/// that decides within [`check`](Backend::check):
+///
+/// ```
+/// # use std::future::{ready, Ready};
+/// # use tower_ratelimit::backend::{ready_answer, Backend, BackendError};
+/// # use tower_ratelimit::{key::Key, Decision, Policy};
+/// #[derive(Clone)]
+/// struct AlwaysRefuses;
+///
+/// impl Backend for AlwaysRefuses {
+///     type Future = Ready<Result<Decision, BackendError>>;
+///
+///     fn check(&self, _: &Key, _: &Policy, _: u32) -> Self::Future {
+///         ready(Err(BackendError::new(std::io::Error::other("closed"))))
+///     }
+///
+///     fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+///         ready_answer(future)
+///     }
+/// }
+/// ```
+pub fn ready_answer<T>(future: &mut Ready<T>) -> Option<T> {
+    match Pin::new(future).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(answer) => Some(answer),
         Poll::Pending => None,
     }
@@ -260,16 +276,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_ready_answer_is_taken_and_any_other_future_is_left_to_poll() {
+    fn a_ready_answer_is_taken() {
         let mut ready = std::future::ready(7);
         assert_eq!(ready_answer(&mut ready), Some(7));
-
-        // Ready on its first poll, but not a `Ready`: left untouched, so
-        // that the response future polls it in its own time.
-        let mut other = Box::pin(async { 7 });
-        assert_eq!(ready_answer(&mut other), None);
-        let polled = other.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        assert_eq!(polled, Poll::Ready(7));
     }
 
     #[test]

@@ -292,6 +292,10 @@ impl<S, C> fmt::Debug for StoreBackend<S, C> {
 impl<S: StateStore, C: Clock> Backend for StoreBackend<S, C> {
     type Future = Ready<Result<Decision, BackendError>>;
 
+    fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+        super::ready_answer(future)
+    }
+
     fn name(&self) -> &'static str {
         "store"
     }

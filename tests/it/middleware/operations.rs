@@ -40,6 +40,11 @@ impl Backend for Counted {
         self.calls.fetch_add(1, Ordering::Relaxed);
         self.inner.check(key, policy, cost)
     }
+    fn answer_now(
+        future: &mut Self::Future,
+    ) -> Option<Result<tower_ratelimit::Decision, tower_ratelimit::backend::BackendError>> {
+        <MemoryBackend as Backend>::answer_now(future)
+    }
 }
 
 /// The handler says what the limiter told it.

@@ -37,6 +37,10 @@ struct HashMapGcra {
 impl Backend for HashMapGcra {
     type Future = Ready<Result<Decision, BackendError>>;
 
+    fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+        tower_ratelimit::backend::ready_answer(future)
+    }
+
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         let now = Micros::new(self.now.load(Ordering::SeqCst));
         let mut states = self.states.lock().unwrap();
