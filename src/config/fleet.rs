@@ -38,8 +38,10 @@ const MAX_TRIES: usize = 20;
 /// with its own file.
 const LOST_COPY_WAIT: Duration = Duration::from_millis(1_000);
 
-/// How long one of the fleet's commands may take.
-const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// How long one of the fleet's commands may take: a second beyond the
+/// longest a `WAIT` is asked to wait ([`CONFIRM_WITHIN`]), so that a busy
+/// Redis answering a replica's silence is not taken for a dead one.
+const ANSWER_WITHIN: Duration = Duration::from_millis(1_500);
 
 /// How long a change waits for the primary's replicas to confirm it.
 const CONFIRM_WITHIN: Duration = Duration::from_millis(500);

@@ -12,7 +12,7 @@ use tower_ratelimit::config::{Fleet, Limits, LimitsFile, List, ListEntry};
 
 use crate::limits::fleet::{changes_run_everywhere, until, FILE};
 use crate::support::example::ExampleServer;
-use crate::support::sentinel::Sentinels;
+use crate::support::sentinel::{Sentinels, SETTLE_WITHIN};
 use crate::support::{RedisCluster, RedisServer};
 
 /// The deny entry of the `i`th change.
@@ -177,7 +177,7 @@ async fn behind_sentinel_the_fleet_holds_across_a_failover() {
     let mut sentinels = sentinels;
     let _sentinels = changes_across_a_failover(&url, &servers, move || {
         sentinels.primary.kill();
-        sentinels.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
+        sentinels.wait_until(SETTLE_WITHIN, Sentinels::replica_is_master);
         sentinels
     })
     .await;
@@ -336,7 +336,7 @@ fn the_example_servers_share_changes_behind_sentinel_across_a_failover() {
 
     let mut sentinels = sentinels;
     sentinels.primary.kill();
-    sentinels.wait_until(Duration::from_secs(20), Sentinels::replica_is_master);
+    sentinels.wait_until(SETTLE_WITHIN, Sentinels::replica_is_master);
     let promoted = Instant::now();
     while !put(&servers[1], "9/min").starts_with("HTTP/1.1 200") {
         assert!(

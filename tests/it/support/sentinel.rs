@@ -12,6 +12,11 @@ use super::tls::Certificates;
 
 pub const MASTER: &str = "mymaster";
 
+/// How long the sentinels may take to agree (on their set-up, or on a
+/// failover): an election can split and be held again after the failover
+/// timeout, twice on a busy machine. An event waited for, not a speed.
+pub const SETTLE_WITHIN: Duration = Duration::from_secs(60);
+
 pub struct Sentinels {
     pub primary: RedisServer,
     pub replica: RedisServer,
@@ -110,7 +115,7 @@ impl Sentinels {
             sentinels,
             dir,
         };
-        setup.wait_until(Duration::from_secs(20), |s| {
+        setup.wait_until(SETTLE_WITHIN, |s| {
             s.replica
                 .cli(&["INFO", "replication"])
                 .contains("master_link_status:up")
@@ -155,7 +160,7 @@ impl Sentinels {
     /// Wait, on a blocking thread, until the replica has been promoted.
     pub async fn promotion(self) -> Self {
         tokio::task::spawn_blocking(move || {
-            self.wait_until(Duration::from_secs(20), Self::replica_is_master);
+            self.wait_until(SETTLE_WITHIN, Self::replica_is_master);
             self
         })
         .await
