@@ -164,13 +164,13 @@ pub mod layer;
 mod limiter;
 
 pub use algorithm::kind::Algorithm;
-pub use decision::answer::Decision;
+pub use decision::decision::Decision;
 pub use layer::rate_limit::RateLimitLayer;
 pub use limiter::{Admission, Limiter};
 pub use policy::limit::Limit;
 pub use policy::live::Live;
-pub use policy::set::Policy;
-pub use quota::rate::Quota;
+pub use policy::policy::Policy;
+pub use quota::quota::Quota;
 
 /// README.md's code blocks, compiled as doctests: a snippet that stops
 /// compiling fails the tests.

@@ -16,8 +16,9 @@
 //! assert_eq!(denied.verdict(), Verdict::RetryAfter(Micros::from_secs(6)));
 //! ```
 
-pub(crate) mod answer;
+#[allow(clippy::module_inception)] // named after the type it holds
+pub(crate) mod decision;
 mod origin;
 
-pub use answer::OutcomeCountMismatch;
+pub use decision::OutcomeCountMismatch;
 pub use origin::Origin;

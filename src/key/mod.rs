@@ -32,7 +32,8 @@ mod endpoint;
 mod extractor;
 mod head;
 mod header;
-mod namespaced;
+#[allow(clippy::module_inception)] // named after the type it holds
+mod key;
 
 pub use api_key::ApiKey;
 pub use client_ip::{ClientIp, ForwardedHeader, PeerAddr};
@@ -42,4 +43,4 @@ pub use endpoint::Endpoint;
 pub use extractor::{key_fn, Global, KeyError, KeyExtractor, KeyFn, Or};
 pub use head::RequestHead;
 pub use header::Header;
-pub use namespaced::{Key, MAX_KEY_VALUE};
+pub use key::{Key, MAX_KEY_VALUE};

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use super::error::PolicyError;
 use super::limit::Limit;
-use super::set::{Policy, Settings};
+use super::policy::{Policy, Settings};
 use crate::algorithm::Algorithm;
 use crate::policy::penalty::PenaltyBox;
-use crate::quota::rate::Quota;
+use crate::quota::quota::Quota;
 
 /// Builds a [`Policy`]; every problem is reported by [`PolicyBuilder::build`].
 #[derive(Clone, Debug, Default)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::error::PolicyError;
 use crate::algorithm::{Algorithm, Rule};
-use crate::quota::rate::Quota;
+use crate::quota::quota::Quota;
 
 /// One named limit: an algorithm enforcing a quota.
 #[derive(Clone, PartialEq, Eq)]

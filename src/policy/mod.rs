@@ -26,7 +26,8 @@ mod error;
 pub(crate) mod limit;
 pub(crate) mod live;
 pub(crate) mod penalty;
-pub(crate) mod set;
+#[allow(clippy::module_inception)] // named after the type it holds
+pub(crate) mod policy;
 
 pub use builder::PolicyBuilder;
 pub use error::PolicyError;

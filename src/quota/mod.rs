@@ -1,4 +1,4 @@
-//! Quotas: how much, per how long. `rate.rs` holds [`Quota`](crate::Quota),
+//! Quotas: how much, per how long. `quota.rs` holds [`Quota`](crate::Quota),
 //! a validated rate and its text syntax (`10/s burst 20`); `calendar.rs`
 //! the weeks, months and years a calendar quota's windows are.
 //!
@@ -7,7 +7,8 @@
 //! periods are here.
 
 pub(crate) mod calendar;
-pub(crate) mod rate;
+#[allow(clippy::module_inception)] // named after the type it holds
+pub(crate) mod quota;
 
 pub use calendar::{Calendar, Period};
-pub use rate::{QuotaError, MAX_WINDOW, MIN_WINDOW};
+pub use quota::{QuotaError, MAX_WINDOW, MIN_WINDOW};

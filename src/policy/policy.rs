@@ -11,7 +11,7 @@ use super::limit::{hash, Limit};
 use super::{MAX_LIMITS, MAX_LOG_ENTRIES};
 use crate::algorithm::Algorithm;
 use crate::policy::penalty::PenaltyBox;
-use crate::quota::rate::Quota;
+use crate::quota::quota::Quota;
 
 /// Limits a request must all pass. Cheap to clone: one reference count
 /// (policies are cloned for every request).
