@@ -1,15 +1,23 @@
 //! What to do with a request: [`Action`], the one thing the response future
 //! carries out, whether the service knew it at once (a listed client, no
 //! policy, no key) or the backend answered ([`decide`], a plain function of
-//! the answer and the layer's settings).
+//! the answer and the layer's settings); why the limiter answers a request
+//! itself ([`Refusal`]) and the one place that response is built
+//! ([`Refusal::response`]).
 
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
 
 use super::observe::Fate;
 use crate::backend::{BackendError, OnBackendError};
+use crate::clock::Micros;
 use crate::decision::Origin;
-use crate::key::KeyError;
-use crate::Decision;
+use crate::key::{Key, KeyError, RequestHead};
+use crate::layer::answer::grpc;
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::answer::response::{self, LimitedResponse, Refused};
+use crate::layer::answer::RefusedByLimit;
+use crate::{Decision, Policy};
 
 /// What becomes of a request, with the part of the answer each case needs
 /// (moved, not copied: a decision of several limits holds an allocation).
@@ -72,6 +80,63 @@ pub(super) enum Refusal {
     NoPolicy,
     /// No key, and the layer refuses such requests with this status.
     NoKey(StatusCode, KeyError),
+}
+
+impl Refusal {
+    /// The limiter's own answer, built here for every refusal of the layer
+    /// (a gRPC status for a gRPC request: looked at only when refusing).
+    /// `asked`: the key and policy the backend was asked about, for a
+    /// request it answered.
+    pub(super) fn response<ReqB>(
+        self,
+        (limited, headers, jitter): (&LimitedResponse, HeaderStyle, Micros),
+        req: &Request<ReqB>,
+        asked: Option<(&Key, &Policy)>,
+    ) -> Response<Bytes> {
+        let (mut response, origin) = match (self, asked) {
+            (Refusal::Limited(decision), Some((key, policy))) => {
+                let policy = decision.decided_on(policy);
+                let refused = Refused {
+                    decision: &decision,
+                    policy: &policy,
+                    key,
+                    request: &RequestHead::from(req),
+                };
+                let mut response = limited.respond(&refused, headers, jitter);
+                response.extensions_mut().insert(RefusedByLimit);
+                (response, decision.origin())
+            }
+            // Only a request the backend was asked about is limited; were
+            // one not, it would be refused as if no decision could be had.
+            (Refusal::Limited(_), None) => (response::unavailable(), Origin::Primary),
+            (Refusal::Unavailable(error), _) => (
+                response::unavailable(),
+                Origin::FailedClosed {
+                    breaker_open: error.is_breaker_open(),
+                },
+            ),
+            (Refusal::DenyListed, _) => (response::forbidden(), Origin::DenyListed),
+            (Refusal::NoPolicy, _) => (response::no_policy(), Origin::Primary),
+            (Refusal::NoKey(status, error), _) => {
+                (response::key_error(status, &error), Origin::Primary)
+            }
+        };
+        mark(response.extensions_mut(), origin);
+        match grpc::is_grpc(req.headers()) {
+            true => grpc::refusal(response),
+            false => response,
+        }
+    }
+}
+
+/// Mark a request or response with how it was decided, unless the store
+/// did: no mark means [`Origin::Primary`] (see [`Origin::of`]), which
+/// spares the commonest request the extension map's allocations.
+#[inline]
+pub(super) fn mark(extensions: &mut http::Extensions, origin: Origin) {
+    if origin != Origin::Primary {
+        extensions.insert(origin);
+    }
 }
 
 impl<W> Action<W> {

@@ -12,10 +12,11 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use super::decide::mark;
 use super::decide::{Refusal, Spent};
 use super::layer::Config;
 use super::observe;
-use super::pending::{mark, Admitted, Ask, Parked, Pending, Retry, Settling};
+use super::pending::{Admitted, Ask, Parked, Pending, Retry, Settling};
 use super::settle::{Hold, Place, ResponseHead};
 use crate::backend::Backend;
 use crate::decision::Origin;
@@ -149,7 +150,7 @@ where
                 return Self::at(state, config);
             }
             Start::Refuse(refusal) => {
-                let state = State::respond(refusal.response(&config, &req, None));
+                let state = State::respond(refusal.response(config.refusals(), &req, None));
                 return Self::at(state, config);
             }
         };

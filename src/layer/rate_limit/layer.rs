@@ -396,6 +396,14 @@ pub(super) struct Config {
 }
 
 impl Config {
+    /// What a refusal's response is built from: the answer to limited
+    /// requests, the quota headers' style and `Retry-After`'s jitter.
+    pub(super) fn refusals(&self) -> (&LimitedResponse, HeaderStyle, Micros) {
+        (&self.limited, self.headers, self.retry_jitter)
+    }
+}
+
+impl Config {
     /// The settings that decide what to do with an answered request.
     pub(super) fn rules(&self) -> Rules {
         Rules {

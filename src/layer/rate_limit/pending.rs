@@ -1,15 +1,13 @@
 //! A request between the service's `call` and the inner service: what the
 //! backend is asked ([`Ask`]), what the request holds while it waits
 //! ([`Pending`]), and what becomes of it once the answer is known
-//! ([`Pending::answered`], carrying out an [`Action`]); every refusal's
-//! response is built here ([`Refusal::response`]).
+//! ([`Pending::answered`], carrying out an [`Action`]).
 
-use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::decide::{decide, Action, QuotaHeaders, Refusal, Spent};
+use super::decide::{decide, mark, Action, QuotaHeaders, Refusal, Spent};
 use super::future::State;
 use super::layer::Config;
 use super::observe::{self, Fate, Report};
@@ -18,11 +16,8 @@ use super::shaping::Waiting;
 use super::soft_shed::Delayed;
 use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
-use crate::key::{Key, RequestHead};
-use crate::layer::answer::grpc;
+use crate::key::Key;
 use crate::layer::answer::permit::{self};
-use crate::layer::answer::response::{self, Refused};
-use crate::layer::answer::RefusedByLimit;
 use crate::layer::callee::{Callee, Taken};
 use crate::{Decision, Policy};
 
@@ -273,57 +268,12 @@ where
                 if let Refusal::Unavailable(error) = &refusal {
                     observe::backend_failed(&config.observer, &self.ask.report, "deny", error);
                 }
-                State::respond(refusal.response(config, &req, Some(&self.ask)))
+                State::respond(refusal.response(
+                    config.refusals(),
+                    &req,
+                    Some((&self.ask.key, &self.ask.policy)),
+                ))
             }
-        }
-    }
-}
-
-impl Refusal {
-    /// The limiter's own answer, built here for every refusal of the layer
-    /// (a gRPC status for a gRPC request: looked at only when refusing).
-    /// `asked`: what the backend was asked, for a request it answered.
-    pub(super) fn response<ReqB>(
-        self,
-        config: &Config,
-        req: &Request<ReqB>,
-        asked: Option<&Ask>,
-    ) -> Response<Bytes> {
-        let (mut response, origin) = match (self, asked) {
-            (Refusal::Limited(decision), Some(ask)) => {
-                let policy = decision.decided_on(&ask.policy);
-                let refused = Refused {
-                    decision: &decision,
-                    policy: &policy,
-                    key: &ask.key,
-                    request: &RequestHead::from(req),
-                };
-                let mut response =
-                    config
-                        .limited
-                        .respond(&refused, config.headers, config.retry_jitter);
-                response.extensions_mut().insert(RefusedByLimit);
-                (response, decision.origin())
-            }
-            // Only a request the backend was asked about is limited; were
-            // one not, it would be refused as if no decision could be had.
-            (Refusal::Limited(_), None) => (response::unavailable(), Origin::Primary),
-            (Refusal::Unavailable(error), _) => (
-                response::unavailable(),
-                Origin::FailedClosed {
-                    breaker_open: error.is_breaker_open(),
-                },
-            ),
-            (Refusal::DenyListed, _) => (response::forbidden(), Origin::DenyListed),
-            (Refusal::NoPolicy, _) => (response::no_policy(), Origin::Primary),
-            (Refusal::NoKey(status, error), _) => {
-                (response::key_error(status, &error), Origin::Primary)
-            }
-        };
-        mark(response.extensions_mut(), origin);
-        match grpc::is_grpc(req.headers()) {
-            true => grpc::refusal(response),
-            false => response,
         }
     }
 }
@@ -334,16 +284,6 @@ pub(super) struct Admitted<S, ReqB, B> {
     pub(super) decision: Decision,
     pub(super) origin: Origin,
     pub(super) headers: QuotaHeaders,
-}
-
-/// Mark a request or response with how it was decided, unless the store
-/// did: no mark means [`Origin::Primary`] (see [`Origin::of`]), which
-/// spares the commonest request the extension map's allocations.
-#[inline]
-pub(super) fn mark(extensions: &mut http::Extensions, origin: Origin) {
-    if origin != Origin::Primary {
-        extensions.insert(origin);
-    }
 }
 
 /// What settling an admitted request by its response takes.
