@@ -12,8 +12,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::decide::mark;
-use super::decide::{Refusal, Spent};
+use super::decide::{mark, Refusal, Spent};
 use super::layer::Config;
 use super::observe;
 use super::pending::{Admitted, Ask, Parked, Pending, Retry, Settling};

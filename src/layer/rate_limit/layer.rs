@@ -401,9 +401,7 @@ impl Config {
     pub(super) fn refusals(&self) -> (&LimitedResponse, HeaderStyle, Micros) {
         (&self.limited, self.headers, self.retry_jitter)
     }
-}
 
-impl Config {
     /// The settings that decide what to do with an answered request.
     pub(super) fn rules(&self) -> Rules {
         Rules {
