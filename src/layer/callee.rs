@@ -5,8 +5,12 @@
 //! one that must wait first (a decision still to come, shaping, soft
 //! shedding) takes the ready service with it and leaves a clone, not yet
 //! ready, in its place ([`Taken`]), as tower's services expect.
+//! [`answer`] is that choice, made once for every layer that decides.
 
 use std::mem;
+
+use crate::backend::{Backend, BackendError};
+use crate::Decision;
 
 /// The service a request is to be called with.
 pub(crate) trait Callee {
@@ -37,5 +41,28 @@ impl<S: Clone> Callee for &mut S {
     fn take(self) -> Taken<S> {
         let clone = self.clone();
         Taken(mem::replace(self, clone))
+    }
+}
+
+/// A check's answer, with the service its request is to be called with.
+pub(crate) enum Answer<'a, S, F> {
+    /// Known within `call` (the memory backend): the layer's own ready
+    /// service.
+    Now(Result<Decision, BackendError>, &'a mut S),
+    /// Still to come (`F`, the backend's future): the request waits with
+    /// the ready service, taken.
+    Later(F, Taken<S>),
+}
+
+/// The backend's answer to `check` if it is known already, else the check
+/// to await; either with the service to call.
+#[inline(always)]
+pub(crate) fn answer<B: Backend, S: Clone>(
+    mut check: B::Future,
+    inner: &mut S,
+) -> Answer<'_, S, B::Future> {
+    match B::answer_now(&mut check) {
+        Some(answer) => Answer::Now(answer, inner),
+        None => Answer::Later(check, inner.take()),
     }
 }

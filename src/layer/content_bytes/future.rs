@@ -38,17 +38,6 @@ where
     I::Service: Service<Request<RequestBytes<ReqB, B>>>,
     B: Backend,
 {
-    /// The request, to wait with a service of its own.
-    pub(super) fn parked(self) -> Pending<Taken<I::Service>, ReqB, B> {
-        Pending {
-            inner: self.inner.take(),
-            req: self.req,
-            key: self.key,
-            reserved: self.reserved,
-            settings: self.settings,
-        }
-    }
-
     /// The call, or the limiter's answer, once the backend has answered.
     pub(super) fn answered(
         self,

@@ -13,6 +13,7 @@ use crate::backend::Backend;
 use crate::key::KeyExtractor;
 use crate::key::RequestHead;
 use crate::layer::answer::response::{self};
+use crate::layer::callee::{self, Answer};
 
 /// The service a [`ContentBytesLayer`] makes.
 #[derive(Clone, Debug)]
@@ -60,21 +61,25 @@ where
         }
         // At most the capacity, so within u32.
         let reserved = declared as u32;
-        let mut check = settings.backend.check(&key, &settings.policy, reserved);
-        let pending = Pending {
-            inner: &mut self.inner,
-            req,
-            key,
-            reserved,
-            settings: settings.clone(),
-        };
-        // Decided at once (the memory backend): called at once, with the
-        // layer's own ready service.
-        let state = match B::answer_now(&mut check) {
-            Some(answer) => pending.answered(answer),
-            None => State::Check {
+        let check = settings.backend.check(&key, &settings.policy, reserved);
+        let state = match callee::answer::<B, S>(check, &mut self.inner) {
+            Answer::Now(answer, inner) => Pending {
+                inner,
+                req,
+                key,
+                reserved,
+                settings: settings.clone(),
+            }
+            .answered(answer),
+            Answer::Later(check, inner) => State::Check {
                 check,
-                pending: Some(pending.parked()),
+                pending: Some(Pending {
+                    inner,
+                    req,
+                    key,
+                    reserved,
+                    settings: settings.clone(),
+                }),
             },
         };
         ContentBytesFuture { state }

@@ -1,4 +1,5 @@
-//! [`ResponseFuture`]: first the backend's decision, then the inner call.
+//! [`ResponseFuture`]: first the backend's decision, then the inner call;
+//! it polls what each [`State`] awaits and takes the step `state.rs` says.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -6,24 +7,23 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 use tower_service::Service;
 
-use super::decide::{mark, Refusal, Spent};
+use super::decide::{mark, Refusal};
 use super::layer::Config;
 use super::observe;
-use super::pending::{Admitted, Ask, Parked, Pending, Retry, Settling};
-use super::settle::{Hold, Place, ResponseHead};
+use super::settle::Place;
+use super::state::{Ask, Pending, Retry, State, StateProj};
 use crate::backend::Backend;
 use crate::decision::Origin;
 use crate::layer::answer::body::ResponseBody;
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::layer::answer::headers::{self, HeaderStyle};
 use crate::layer::answer::permit::Held;
-use crate::layer::callee::Callee;
+use crate::layer::callee::{self, Answer};
 use crate::{Decision, Policy};
 
 pin_project! {
@@ -40,74 +40,6 @@ pin_project! {
         config: Arc<Config>,
         // The kind of body it answers with.
         body: PhantomData<fn() -> O>,
-    }
-}
-
-pin_project! {
-    #[project = StateProj]
-    pub(super) enum State<S, ReqB, B>
-    where
-        S: Service<Request<ReqB>>,
-        B: Backend,
-    {
-        // Boxed: only a decision that is not known at once (Redis) waits
-        // here, and the request it holds would otherwise widen every state.
-        Check {
-            #[pin]
-            check: B::Future,
-            pending: Option<Box<Parked<S, ReqB, B>>>,
-        },
-        Wait {
-            sleep: Pin<Box<Sleep>>,
-            pending: Option<Box<Parked<S, ReqB, B>>>,
-        },
-        // Admitted, and soft shed: the call waits first.
-        Delay {
-            sleep: Pin<Box<Sleep>>,
-            admitted: Option<Box<Admitted<S, ReqB, B>>>,
-        },
-        Call {
-            #[pin]
-            call: S::Future,
-            // The decision and policy to write quota headers from; none
-            // when the request is unlimited or its headers are withheld.
-            quota: Option<(Decision, Policy)>,
-            // What settling the request by its response takes, when the
-            // layer settles and the request was counted.
-            settling: Option<Box<Settling<B>>>,
-            // A permit of a limit of requests in flight, for the body.
-            permit: Option<Held>,
-        },
-        Settle {
-            #[pin]
-            settle: B::Future,
-            response: Option<S::Response>,
-            quota: Option<(Decision, Policy)>,
-            permit: Option<Held>,
-            // The key's place as the one request of unknown cost in
-            // flight, given up once settled.
-            hold: Option<Box<Hold>>,
-        },
-        Respond {
-            response: Option<Response<Bytes>>,
-        },
-    }
-}
-
-impl<S, ReqB, B> State<S, ReqB, B>
-where
-    S: Service<Request<ReqB>>,
-    B: Backend,
-{
-    /// Call the inner service without a decision: no quota headers, no
-    /// permit, nothing to settle.
-    pub(super) fn unlimited(call: S::Future) -> Self {
-        State::Call {
-            call,
-            quota: None,
-            settling: None,
-            permit: None,
-        }
     }
 }
 
@@ -155,7 +87,7 @@ where
         };
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
         let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
-        let mut check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
+        let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
         let retry = config.shaping.as_ref().map(|shaping| {
             Box::new(Retry {
                 deadline: Instant::now() + shaping.max_wait,
@@ -168,16 +100,13 @@ where
             || in_flight;
         // A `Pending` is built on each path, not once before the branch:
         // moved into the branch taken, it would be copied again.
-        let state = match B::answer_now(&mut check) {
-            Some(answer) => Pending::new(inner, ask, backend, asks_again, (retry, place))
-                .answered(req, &config, answer),
-            None => {
-                let inner = Callee::take(inner);
-                let pending = Pending::new(inner, ask, backend, asks_again, (retry, place));
-                State::Check {
-                    check,
-                    pending: Some(Box::new(Parked { pending, req })),
-                }
+        let state = match callee::answer::<B, S>(check, inner) {
+            Answer::Now(answer, inner) => {
+                Pending::new(inner, ask, backend, asks_again, (retry, place))
+                    .answered(req, &config, answer)
+            }
+            Answer::Later(check, inner) => {
+                Pending::new(inner, ask, backend, asks_again, (retry, place)).wait_for(check, req)
             }
         };
         Self::at(state, config)
@@ -215,40 +144,17 @@ where
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));
-                    let mut p = pending
+                    let parked = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let waiting = &mut p.pending;
-                    let backend = waiting.backend.as_ref().expect("only shaped requests wait");
-                    let Ask {
-                        key, policy, cost, ..
-                    } = &waiting.ask;
-                    // A request held back behind another of its key's asks
-                    // for the key's place again.
-                    if waiting.place.is_behind() {
-                        waiting.place = Place::of(this.config.settlement.as_ref(), key, policy);
-                    }
-                    let check = backend.check(key, policy, waiting.place.cost(*cost));
-                    this.state.set(State::Check {
-                        check,
-                        pending: Some(p),
-                    });
+                    this.state.set(parked.ask_again(this.config));
                 }
                 StateProj::Delay { sleep, admitted } => {
                     ready!(sleep.as_mut().poll(cx));
-                    let a = admitted
+                    let admitted = admitted
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let Parked { pending, req } = a.pending;
-                    let state = pending.call(
-                        req,
-                        this.config,
-                        Some(a.decision),
-                        a.origin,
-                        Spent::Counted,
-                        a.headers,
-                    );
-                    this.state.set(state);
+                    this.state.set((*admitted).call(this.config));
                 }
                 StateProj::Call {
                     call,
@@ -257,27 +163,18 @@ where
                     permit,
                 } => {
                     let response = ready!(call.poll(cx))?;
-                    // A request settled at what it reserved gives up its
-                    // key's place now; one with a difference, once settled.
-                    let settle = settling.take().and_then(|s| {
-                        let settlement = this.config.settlement.as_ref()?;
-                        let actual =
-                            settlement.actual(&ResponseHead::from(&response), s.reserved)?;
-                        let (_, policy) = quota.as_ref()?;
-                        let settle = s.backend.settle(&s.key, policy, s.reserved, actual);
-                        Some((settle, s.hold))
-                    });
-                    if let Some((settle, hold)) = settle {
-                        let (quota, permit) = (quota.take(), permit.take());
-                        this.state.set(State::Settle {
-                            settle,
-                            response: Some(response),
-                            quota,
-                            permit,
-                            hold,
-                        });
-                        continue;
-                    }
+                    let response = match settling.take() {
+                        Some(settling) => {
+                            match (*settling).by(this.config, response, quota, permit) {
+                                Ok(settle) => {
+                                    this.state.set(settle);
+                                    continue;
+                                }
+                                Err(response) => response,
+                            }
+                        }
+                        None => response,
+                    };
                     let quota = quota.as_ref().map(|(d, p)| (d, p));
                     return Poll::Ready(Ok(finish::<_, O>(
                         this.config,
@@ -370,18 +267,4 @@ fn finish<B, O: BodyKind<B>>(
         headers::write(response.headers_mut(), config.headers, &policy, decision);
     }
     response.map(|b| O::body(ResponseBody::holding(b, permit)))
-}
-
-impl<S, ReqB, B> State<S, ReqB, B>
-where
-    S: Service<Request<ReqB>>,
-    B: Backend,
-{
-    /// Answer with the limiter's own `response`.
-    #[inline(always)]
-    pub(super) fn respond(response: Response<Bytes>) -> Self {
-        State::Respond {
-            response: Some(response),
-        }
-    }
 }

@@ -4,8 +4,8 @@
 //! `layer.rs` is the builder and the settings it shares with every request;
 //! `service.rs` picks the policy, key and cost, or knows at once what to do
 //! (a listed client, no policy, no key); `future.rs` runs one request from
-//! there; `pending.rs` holds it until it is called and acts on the backend's
-//! answer, which `decide.rs` turns into an `Action`.
+//! there through the states `state.rs` defines, with every step between
+//! them (the backend's answer is turned into an `Action` by `decide.rs`).
 //! The rest are the settings a request meets on the way: who is listed
 //! (`lists.rs`), which policy (`select.rs`), what it costs (`cost.rs`),
 //! waiting (`shaping.rs`), soft shedding (`soft_shed.rs`), settling by the
@@ -17,12 +17,12 @@ mod future;
 mod layer;
 mod lists;
 mod observe;
-mod pending;
 pub(crate) mod select;
 mod service;
 mod settle;
 mod shaping;
 mod soft_shed;
+mod state;
 
 #[cfg(feature = "axum")]
 pub use super::answer::AxumBody;

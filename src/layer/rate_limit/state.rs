@@ -1,25 +1,107 @@
-//! A request between the service's `call` and the inner service: what the
-//! backend is asked ([`Ask`]), what the request holds while it waits
-//! ([`Pending`]), and what becomes of it once the answer is known
-//! ([`Pending::answered`], carrying out an [`Action`]).
+//! One request's way from the service's `call` to its response: the states
+//! of its [`ResponseFuture`](super::ResponseFuture) ([`State`]) and every
+//! step between them. What the backend is asked ([`Ask`]), what the request
+//! holds while it waits ([`Pending`]), what becomes of it once the answer is
+//! known ([`Pending::answered`], carrying out an [`Action`]), and what its
+//! response settles ([`Settling`]). `future.rs` polls what each state
+//! awaits and takes the step this file says.
 
-use http::Request;
-use tokio::time::Instant;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::decide::{decide, mark, Action, QuotaHeaders, Refusal, Spent};
-use super::future::State;
 use super::layer::Config;
 use super::observe::{self, Fate, Report};
-use super::settle::{Hold, Place};
+use super::settle::{Hold, Place, ResponseHead};
 use super::shaping::Waiting;
 use super::soft_shed::Delayed;
 use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::Key;
-use crate::layer::answer::permit::{self};
+use crate::layer::answer::permit::{self, Held};
 use crate::layer::callee::{Callee, Taken};
 use crate::{Decision, Policy};
+
+pin_project! {
+    #[project = StateProj]
+    pub(super) enum State<S, ReqB, B>
+    where
+        S: Service<Request<ReqB>>,
+        B: Backend,
+    {
+        // Boxed: only a decision that is not known at once (Redis) waits
+        // here, and the request it holds would otherwise widen every state.
+        Check {
+            #[pin]
+            check: B::Future,
+            pending: Option<Box<Parked<S, ReqB, B>>>,
+        },
+        Wait {
+            sleep: Pin<Box<Sleep>>,
+            pending: Option<Box<Parked<S, ReqB, B>>>,
+        },
+        // Admitted, and soft shed: the call waits first.
+        Delay {
+            sleep: Pin<Box<Sleep>>,
+            admitted: Option<Box<Admitted<S, ReqB, B>>>,
+        },
+        Call {
+            #[pin]
+            call: S::Future,
+            // The decision and policy to write quota headers from; none
+            // when the request is unlimited or its headers are withheld.
+            quota: Option<(Decision, Policy)>,
+            // What settling the request by its response takes, when the
+            // layer settles and the request was counted.
+            settling: Option<Box<Settling<B>>>,
+            // A permit of a limit of requests in flight, for the body.
+            permit: Option<Held>,
+        },
+        Settle {
+            #[pin]
+            settle: B::Future,
+            response: Option<S::Response>,
+            quota: Option<(Decision, Policy)>,
+            permit: Option<Held>,
+            // The key's place as the one request of unknown cost in
+            // flight, given up once settled.
+            hold: Option<Box<Hold>>,
+        },
+        Respond {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S, ReqB, B> State<S, ReqB, B>
+where
+    S: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// Call the inner service without a decision: no quota headers, no
+    /// permit, nothing to settle.
+    pub(super) fn unlimited(call: S::Future) -> Self {
+        State::Call {
+            call,
+            quota: None,
+            settling: None,
+            permit: None,
+        }
+    }
+
+    /// Answer with the limiter's own `response`.
+    #[inline(always)]
+    pub(super) fn respond(response: Response<Bytes>) -> Self {
+        State::Respond {
+            response: Some(response),
+        }
+    }
+}
 
 /// What the backend is asked about a request.
 pub(super) struct Ask {
@@ -70,6 +152,24 @@ where
     ) -> State<S, ReqB, B> {
         self.pending.answered(self.req, config, answer)
     }
+
+    /// A shaped request whose wait is over asks again; one held back behind
+    /// another of its key's asks for the key's place again.
+    pub(super) fn ask_again(mut self: Box<Self>, config: &Config) -> State<S, ReqB, B> {
+        let waiting = &mut self.pending;
+        let backend = waiting.backend.as_ref().expect("only shaped requests wait");
+        let Ask {
+            key, policy, cost, ..
+        } = &waiting.ask;
+        if waiting.place.is_behind() {
+            waiting.place = Place::of(config.settlement.as_ref(), key, policy);
+        }
+        let check = backend.check(key, policy, waiting.place.cost(*cost));
+        State::Check {
+            check,
+            pending: Some(self),
+        }
+    }
 }
 
 impl<I, B> Pending<I, B>
@@ -109,6 +209,22 @@ where
             place: self.place,
         };
         Parked { pending, req }
+    }
+
+    /// The request `req`, waiting for the backend's answer to `check`.
+    #[inline(always)]
+    pub(super) fn wait_for<ReqB>(
+        self,
+        check: B::Future,
+        req: Request<ReqB>,
+    ) -> State<I::Service, ReqB, B>
+    where
+        I::Service: Service<Request<ReqB>>,
+    {
+        State::Check {
+            check,
+            pending: Some(Box::new(self.parked(req))),
+        }
     }
 
     /// Call the inner service with the request, told its `origin`. A
@@ -179,10 +295,7 @@ where
                 self.ask.policy = demoted.clone();
                 let cost = self.place.cost(self.ask.cost);
                 let check = backend.check(&self.ask.key, &self.ask.policy, cost);
-                return State::Check {
-                    check,
-                    pending: Some(Box::new(self.parked(req))),
-                };
+                return self.wait_for(check, req);
             }
         }
         // Held back behind another request of unknown cost of its key:
@@ -286,12 +399,68 @@ pub(super) struct Admitted<S, ReqB, B> {
     pub(super) headers: QuotaHeaders,
 }
 
+impl<S, ReqB, B> Admitted<S, ReqB, B>
+where
+    S: Service<Request<ReqB>>,
+    B: Backend,
+{
+    /// Its delay over: called.
+    pub(super) fn call(self, config: &Config) -> State<S, ReqB, B> {
+        let Parked { pending, req } = self.pending;
+        pending.call(
+            req,
+            config,
+            Some(self.decision),
+            self.origin,
+            Spent::Counted,
+            self.headers,
+        )
+    }
+}
+
 /// What settling an admitted request by its response takes.
 pub(super) struct Settling<B> {
     pub(super) backend: B,
     pub(super) key: Key,
     pub(super) reserved: u32,
     pub(super) hold: Option<Box<Hold>>,
+}
+
+impl<B: Backend> Settling<B> {
+    /// The request's `response` settles it: the state that awaits the
+    /// settlement when it cost other than it reserved, else the response
+    /// (the key's place given up now).
+    #[inline(always)]
+    pub(super) fn by<S, ReqB, ResB>(
+        self,
+        config: &Config,
+        response: Response<ResB>,
+        quota: &mut Option<(Decision, Policy)>,
+        permit: &mut Option<Held>,
+    ) -> Result<State<S, ReqB, B>, Response<ResB>>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>>,
+    {
+        let settle = (|| {
+            let settlement = config.settlement.as_ref()?;
+            let actual = settlement.actual(&ResponseHead::from(&response), self.reserved)?;
+            let (_, policy) = quota.as_ref()?;
+            Some(
+                self.backend
+                    .settle(&self.key, policy, self.reserved, actual),
+            )
+        })();
+        match settle {
+            Some(settle) => Ok(State::Settle {
+                settle,
+                response: Some(response),
+                quota: quota.take(),
+                permit: permit.take(),
+                hold: self.hold,
+            }),
+            None => Err(response),
+        }
+    }
 }
 
 pub(super) struct Retry {
