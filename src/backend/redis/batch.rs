@@ -383,6 +383,27 @@ fn own_answer(reply: Value) -> Answer {
     }
 }
 
+/// The replies of a batch of lean decisions, laid out flat (batch.lua):
+/// each decision's three numbers as the reply of its own call, or the
+/// text of its error in their place.
+fn lean_replies(flat: Vec<Value>) -> Result<Vec<Value>, BackendError> {
+    if !flat.len().is_multiple_of(3) {
+        return Err(BackendError::new(format!(
+            "a batch of lean decisions answered with {} numbers, not three a decision",
+            flat.len()
+        )));
+    }
+    let mut replies = Vec::with_capacity(flat.len() / 3);
+    let mut flat = flat.into_iter();
+    while let (Some(first), Some(free), Some(reset)) = (flat.next(), flat.next(), flat.next()) {
+        replies.push(match first {
+            text @ Value::BulkString(_) => text,
+            first => Value::Array(vec![first, free, reset]),
+        });
+    }
+    Ok(replies)
+}
+
 /// Each decision of a failed batch fails with its error.
 fn fail(batch: impl Iterator<Item = Waiting>, error: &BackendError) {
     for waiting in batch {
@@ -444,6 +465,7 @@ impl RedisBackend {
             self.conn.run(script, &cmd).await
         };
         match self.answered(call).await? {
+            Value::Array(replies) if shape.is_lean() => lean_replies(replies),
             Value::Array(replies) => Ok(replies),
             other => Err(BackendError::new(format!(
                 "unexpected reply to a batch: {other:?}"

@@ -209,10 +209,15 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
         .limit("hour", Algorithm::SlidingLog, Quota::per_hour(7).unwrap())
         .build()
         .unwrap();
+    // One GCRA limit: the lean script, which claims new clients' states.
+    let bucket = Policy::builder()
+        .limit("bucket", Algorithm::Gcra, Quota::per_second(4).unwrap())
+        .build()
+        .unwrap();
     let asks: Vec<(Key, &Policy, u32)> = (0..200)
         .map(|i| {
             let key = Key::new("user", format!("client-{}", i % 20));
-            let policy = if i % 3 == 0 { &two } else { &sliding };
+            let policy = [&two, &sliding, &bucket][i % 3];
             (key, policy, (i % 4) as u32)
         })
         .collect();
@@ -220,7 +225,7 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
     // The scripts loaded: a first call is refused, then sent again after
     // what came behind it.
     for backend in [&batched, &alone] {
-        for policy in [&sliding, &two] {
+        for policy in [&sliding, &two, &bucket] {
             rt.block_on(backend.check(&Key::new("user", "warm"), policy, 0))
                 .unwrap();
         }
@@ -236,8 +241,8 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
         let one = rt.block_on(alone.check_at(key, policy, *cost, at)).unwrap();
         assert_eq!(observed(&together.unwrap()), observed(&one), "decision {i}");
     }
-    // 200 decisions of two shapes: a lone call each, then batches of 64.
-    assert!(calls <= 10, "{calls} script calls for 200 decisions");
+    // 200 decisions of three shapes: a lone call each, then batches of 64.
+    assert!(calls <= 12, "{calls} script calls for 200 decisions");
     for (key, policy, _) in &asks[..20] {
         for limit in policy.limits() {
             let (a, b) = (batched.redis_keys(key, limit), alone.redis_keys(key, limit));
@@ -252,49 +257,75 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
 }
 
 /// New clients decided together on the server's clock (a batch claims
-/// their states, sharing one text and TTL per window): each key outlives
-/// its state, never by more than a window, and each client was counted.
+/// their states, sharing for a sliding window one text and TTL per
+/// window), under a sliding window and under GCRA: each key outlives its
+/// state, never by more than a window (GCRA: never but for rounding), and
+/// each client was counted.
 #[test]
 fn a_batch_of_new_clients_keys_outlive_their_states() {
     let server = RedisServer::start();
     let rt = runtime();
     let redis = rt.block_on(server.backend());
-    let policy: Policy = "5/s".parse().unwrap();
-    let warm = Key::new("user", "warm");
-    rt.block_on(redis.check(&warm, &policy, 0)).unwrap();
-    let clients: Vec<Key> = (0..48)
-        .map(|i| Key::new("user", format!("new-{i}")))
-        .collect();
-    let decisions = rt.block_on(at_once(
-        clients
-            .iter()
-            .map(|k| Box::pin(redis.check(k, &policy, 1)) as Pending<'_, Answer>)
-            .collect(),
-    ));
-    let window = 1_000_000u64;
-    for (client, decision) in clients.iter().zip(decisions) {
-        assert_eq!(decision.unwrap().deciding().remaining(), 4, "{client:?}");
-        let key = &redis.redis_keys(client, &policy.limits()[0])[0];
-        // The server's time, the key's time to live and its state, at once.
-        let read = "local t = redis.call('TIME') \
-            return { t[1] * 1000000 + t[2], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) }";
-        let answer = server.cli(&["EVAL", read, "1", key]);
-        let words: Vec<&str> = answer.split_whitespace().collect();
-        let [now, pttl, ends, previous, current] = words[..] else {
-            panic!("{key}: {answer}");
-        };
-        let (now, ends): (u64, u64) = (now.parse().unwrap(), ends.parse().unwrap());
-        let lives_until = now + pttl.parse::<u64>().unwrap() * 1000;
-        // (PTTL is whole milliseconds, rounded: a millisecond's leeway.)
-        assert!(
-            lives_until + 1000 >= ends,
-            "{key} dies at {lives_until}, its state at {ends}"
-        );
-        assert!(
-            lives_until <= ends + window,
-            "{key} lives on to {lives_until}, its state ends at {ends}"
-        );
-        assert_eq!((previous, current), ("0", "1"), "{key}: {answer}");
+    let sliding: Policy = "5/s".parse().unwrap();
+    // A state that lasts the decisions and the reads of 48 clients.
+    let bucket = Policy::builder()
+        .limit("bucket", Algorithm::Gcra, Quota::per_minute(5).unwrap())
+        .build()
+        .unwrap();
+    // How much longer than its state a key may live: a sliding window's
+    // key by up to a window; a bucket's not at all, but for whole
+    // milliseconds (its TTL's and PTTL's).
+    let shapes = [
+        (&sliding, 1_000_000u64, 1_000_000u64),
+        (&bucket, 60_000_000, 2_000),
+    ];
+    for (policy, window, outlives_by) in shapes {
+        let warm = Key::new("user", "warm");
+        rt.block_on(redis.check(&warm, policy, 0)).unwrap();
+        let limit = &policy.limits()[0];
+        let clients: Vec<Key> = (0..48)
+            .map(|i| Key::new("user", format!("new-{}-{i}", limit.name())))
+            .collect();
+        let decisions = rt.block_on(at_once(
+            clients
+                .iter()
+                .map(|k| Box::pin(redis.check(k, policy, 1)) as Pending<'_, Answer>)
+                .collect(),
+        ));
+        for (client, decision) in clients.iter().zip(decisions) {
+            assert_eq!(decision.unwrap().deciding().remaining(), 4, "{client:?}");
+            let key = &redis.redis_keys(client, limit)[0];
+            // The server's time, the key's time to live and its state, at once.
+            let read = "local t = redis.call('TIME') \
+                return { t[1] * 1000000 + t[2], redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[1]) }";
+            let answer = server.cli(&["EVAL", read, "1", key]);
+            let words: Vec<&str> = answer.split_whitespace().collect();
+            let (now, pttl, ends) = match words[..] {
+                // A sliding window: its end, the previous and current counts.
+                [now, pttl, ends, previous, current] => {
+                    assert_eq!((previous, current), ("0", "1"), "{key}: {answer}");
+                    (now, pttl, ends)
+                }
+                // GCRA: when the client's bucket is full again, a fifth
+                // of a window after its request.
+                [now, pttl, ends] => (now, pttl, ends),
+                _ => panic!("{key}: {answer}"),
+            };
+            let (now, ends): (u64, u64) = (now.parse().unwrap(), ends.parse().unwrap());
+            if words.len() == 3 {
+                assert!(ends <= now + window / 5, "{key}: {answer}");
+            }
+            let lives_until = now + pttl.parse::<u64>().unwrap() * 1000;
+            // (PTTL is whole milliseconds, rounded: a millisecond's leeway.)
+            assert!(
+                lives_until + 1000 >= ends,
+                "{key} dies at {lives_until}, its state at {ends}"
+            );
+            assert!(
+                lives_until <= ends + outlives_by,
+                "{key} lives on to {lives_until}, its state ends at {ends}"
+            );
+        }
     }
 }
 

@@ -2,7 +2,8 @@
 -- denials not counted, written out with no function of its own (see
 -- lean_gcra.lua for why): fixed_window.lua's check and commit, inline, held
 -- to algorithm/fixed_window.rs by the conformance proptest. KEYS, ARGV (see
--- lean_gcra.lua) and reply (without the trailing zeros) as check.lua's.
+-- lean_gcra.lua) and reply (without the trailing zeros; in a batch, flat)
+-- as check.lua's.
 
 local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
 local key = KEYS[{{ko}}1]
@@ -28,14 +29,15 @@ end
 local reset = 0
 if used > 0 then reset = e - now end
 local free = math.min(math.max(limit - used, 0), limit)
-if cost > limit then return { -1, free, reset } end
-if used + cost > limit then return { math.max(e - now, 1), free, reset } end
+if cost > limit then return {{reply}}-1, free, reset{{reply_end}} end
+if used + cost > limit then return {{reply}}math.max(e - now, 1), free, reset{{reply_end}} end
 if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
   local state = string.format('%d %d', e, math.min(used + cost, limit))
   local ends = e -- (for packed_write.lua)
+  local px = {{px_text}}(ms + slack_ms) -- (for the compact format's SET)
   {{write_lean}}
 end
 if used + cost > 0 then reset = e - now end
-return { 0, math.min(math.max(limit - used - cost, 0), limit), reset }
+return {{reply}}0, math.min(math.max(limit - used - cost, 0), limit), reset{{reply_end}}

@@ -9,14 +9,34 @@
 -- box, no algorithm code, and of the window and the interval only the one
 -- the script uses; then, under the packed format, the client's field).
 -- Reply as check.lua's for one limit,
--- without its two trailing zeros (no ban, no permit); every C function it
--- would call (math.floor, math.max) is arithmetic here instead.
+-- without its two trailing zeros (no ban, no permit), or in a batch its
+-- three numbers themselves (`{{reply}}`: batch.lua lays them out flat);
+-- every C function it would call (math.floor, math.max) is arithmetic
+-- here instead.
 
 local cost, capacity, t = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
 local key = KEYS[{{ko}}1]
 
 local tat = 0
-local s = {{read}}
+local s
+-- In a batch, a new client's state is claimed (SET ... NX GET) where it
+-- would be read, as lean_sliding_window.lua's: its TAT after this request
+-- is `now + cost * t`, written only if the key has none, in the call that
+-- reads it (one call where a GET and a SET were two). `claiming` predicts
+-- from the last client whether this one is new.
+if claiming and cost > 0 and cost <= capacity then
+  local after = cost * t
+  local ms = (after - after % 1000) / 1000
+  if ms * 1000 < after then ms = ms + 1 end
+  local state = string.format('%d', now + after)
+  local px = {{px_text}}(ms + slack_ms)
+  s = {{claim}}
+  if not s then return {{reply}}0, capacity - cost, after{{reply_end}} end
+  claiming = false
+else
+  s = {{read}}
+  if can_claim then claiming = not s end
+end
 -- A bare number (the compact format) needs no pattern.
 if s then tat = tonumber(s) or tonumber(string.match(s, '^(%d+) %d+ ?%d*$')) or 0 end
 -- A time that is none (`nan`, `inf`, negative: a key someone wrote) is no state.
@@ -30,19 +50,20 @@ local q = (in_use - in_use % t) / t
 if q * t < in_use then q = q + 1 end
 local free = capacity - q
 if free < 0 then free = 0 end
-if cost > capacity then return { -1, free, in_use } end
+if cost > capacity then return {{reply}}-1, free, in_use{{reply_end}} end
 local after = in_use + cost * t
 local span = capacity * t
-if after > span then return { after - span, free, in_use } end
+if after > span then return {{reply}}after - span, free, in_use{{reply_end}} end
 if cost > 0 then
   local ms = (after - after % 1000) / 1000
   if ms * 1000 < after then ms = ms + 1 end
   local state = string.format('%d', now + after)
   local was, ends = tat, now + after -- (for packed_write.lua)
+  local px = {{px_text}}(ms + slack_ms) -- (for the compact format's SET)
   {{write_lean}}
 end
 q = (after - after % t) / t
 if q * t < after then q = q + 1 end
 free = capacity - q
 if free < 0 then free = 0 end
-return { 0, free, after }
+return {{reply}}0, free, after{{reply_end}}

@@ -4,7 +4,7 @@
 -- KEYS: the state. ARGV: now (or ""), cost, limit, window (the lean
 -- scripts' arguments, then under the packed format the client's
 -- field). Reply as check.lua's for one limit, without its two trailing
--- zeros (no ban, no permit).
+-- zeros (no ban, no permit); in a batch, flat (see lean_gcra.lua).
 
 local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
 local key = KEYS[{{ko}}1]
@@ -34,7 +34,7 @@ if claiming and cost > 0 and cost <= limit then
   end
   local state, px = made[1], made[2]
   local s = {{claim}}
-  if not s then return { 0, limit - cost, e - now } end
+  if not s then return {{reply}}0, limit - cost, e - now{{reply_end}} end
   claiming = false
   read_state(key, s)
 elseif can_claim then
@@ -42,4 +42,4 @@ elseif can_claim then
 end
 local o = sw_check(key, now, cost, limit, w)
 if o[1] == 0 and cost > 0 then sw_consume(key, now, cost, limit, w) end
-return o
+return {{unpack}}(o)
