@@ -13,10 +13,19 @@
 //!   reserves); a request over its tenant's share only up to `θ − H`, the
 //!   headroom `H = max(3 D / 10, 6 T)` kept for requests within their shares, so
 //!   that tenants asking more than their shares never take the room of
-//!   one asking less;
+//!   one asking less; and only up to `θ − 4 H / 3` (at least `T`) while a
+//!   request within its share was refused less than half its tenant's
+//!   interval ago, so that the room the capacity frees stays for that
+//!   tenant's next request;
+//! - within its share, a tenant refused within half its interval (asking
+//!   again at once) fills only the headroom's first third if it asks
+//!   again within half the depth or is a newcomer, else its first two; a
+//!   newcomer fills its first two;
 //! - the critical reserve is also a rate: critical requests up to the
 //!   reserve's part of `C` (20% by default) count as within a share
 //!   whatever their tenant's share, so they pass any number of tenants;
+//!   those past their shares, counted over the depth's whole windows (at
+//!   least one), are taken out of what the shares divide;
 //! - tenants new to the capacity share one place (inside it, by weight):
 //!   made-up tenant ids dilute only that place. The place weighs 1, and
 //!   one more every [`POOL_GROWTH_WINDOWS`] windows it stays occupied, up
@@ -147,6 +156,13 @@ impl Settings {
         }
     }
 
+    /// Over how many windows the critical requests past their shares are
+    /// counted: the depth's, at least one (below 20 requests a window, one
+    /// window holds too few of them to tell their rate).
+    pub(crate) fn reserved_windows(&self) -> u64 {
+        self.depth.div_ceil(self.window).max(1)
+    }
+
     /// The headroom kept for requests within their shares.
     pub(crate) fn headroom(&self) -> u64 {
         self.thresholds[0] - self.borrow[0]
@@ -264,13 +280,15 @@ impl Pool {
 
 /// A capacity's state: its own time of arrival, the critical reserve's,
 /// the critical requests it admitted past their shares, the
-/// graduations', the newcomers' place, and each active tenant's.
+/// graduations', until when it lends less, the newcomers' place, and
+/// each active tenant's.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
     tat: u64,
     reserve_tat: u64,
     reserved: Counted,
     graduated_tat: u64,
+    pressed_until: u64,
     pool: Pool,
     tenants: Tenants<Own>,
 }
@@ -333,20 +351,36 @@ impl Shares {
         let filled = capacity_tat - now;
         // Within its share, a tenant refused within the last half of its
         // interval (one asking again at once: more than it gets) fills
-        // only the headroom's first third, and a newcomer its first two:
-        // the last third stays for established tenants asking no more
-        // than their shares, whom neither hogs nor a crowd of new ids
-        // (arriving at once, or coming back with their shares saved up)
-        // can crowd out.
-        let insistent = own.refused_at > 0 && now.saturating_sub(own.refused_at) < interval / 2;
-        let threshold = settings.thresholds[class].saturating_sub(if insistent {
-            settings.headroom() * 2 / 3
-        } else if pooled {
-            settings.headroom() / 3
+        // only the headroom's first third if it asks again before the
+        // capacity could drain half its depth or is a newcomer, else its
+        // first two, as a newcomer does: the last third stays for
+        // established tenants asking no more than their shares, whom
+        // neither hogs nor a crowd of new ids (arriving at once, or coming
+        // back with their shares saved up) can crowd out, and the middle
+        // one for tenants asking a little over their shares now and then,
+        // whom hogs asking again within milliseconds cannot.
+        let gap = now.saturating_sub(own.refused_at);
+        let insistent = own.refused_at > 0 && gap < interval / 2;
+        let threshold = settings.thresholds[class].saturating_sub(
+            if insistent && (pooled || gap < settings.depth / 2) {
+                settings.headroom() * 2 / 3
+            } else if insistent || pooled {
+                settings.headroom() / 3
+            } else {
+                0
+            },
+        );
+        // While a request within its share was lately refused, requests
+        // over their shares fill a third of the headroom less: the room
+        // the capacity frees as it drains stays for that tenant's next
+        // request, not for whichever tenant asks again first.
+        let borrow = if now < self.pressed_until {
+            settings.borrow[class]
+                .saturating_sub(settings.headroom() / 3)
+                .max(settings.interval)
         } else {
-            0
-        });
-        let borrow = settings.borrow[class];
+            settings.borrow[class]
+        };
         let (admitted, retry_after) = if within_share || in_reserve {
             (filled <= threshold, filled.saturating_sub(threshold))
         } else if filled <= borrow {
@@ -356,6 +390,11 @@ impl Shares {
             let within_room = over_share.max(filled.saturating_sub(threshold));
             (false, within_room.min(filled - borrow))
         };
+        if !admitted && (within_share || in_reserve) {
+            // Until that tenant, asking again within half its interval,
+            // is back.
+            self.pressed_until = self.pressed_until.max(now + interval / 2);
+        }
         own.refused_at = if admitted { 0 } else { now };
         if admitted {
             self.tat = capacity_tat;
@@ -365,7 +404,8 @@ impl Shares {
                 // the share spent, and all of them would count out of the
                 // others' shares.
                 self.reserve_tat = reserve.tat;
-                self.reserved.count(now, settings.window);
+                self.reserved
+                    .count(now, settings.window * settings.reserved_windows());
             } else {
                 // Borrowing leaves a tenant at most a full share behind.
                 own.tat = pace.kept();
@@ -381,18 +421,18 @@ impl Shares {
     }
 
     /// What the shares divide: the capacity less the critical requests it
-    /// admitted past their shares over the last window (`r`, at most half
-    /// the capacity), as an interval (`⌈W / (C − r)⌉`, `T` while `r` is
-    /// 0) and whole requests per window. Those requests take capacity
+    /// admitted past their shares, per window over the last
+    /// [`Settings::reserved_windows`] (`r`, at most half the capacity), as
+    /// an interval (`⌈W / (C − r)⌉`, `T` while `r` is 0) and whole
+    /// requests per window. Those requests take capacity
     /// from the others; counted out of every share, they are lost by each
     /// tenant in proportion to its weight, not by whichever meets a full
     /// capacity.
     fn shared(&self, settings: &Settings, now: u64) -> (u64, u64) {
         let limit = u64::from(settings.limit) * 1024;
-        let reserved = self
-            .reserved
-            .last_window(now, settings.window)
-            .min(limit / 2);
+        let windows = settings.reserved_windows();
+        let reserved =
+            (self.reserved.last_window(now, settings.window * windows) / windows).min(limit / 2);
         if reserved == 0 {
             return (settings.interval, limit / 1024);
         }

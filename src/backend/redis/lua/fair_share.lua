@@ -1,11 +1,12 @@
 -- A shared capacity's decision: the same steps as
 -- src/algorithm/fair_share.rs, on a hash (KEYS[1]) and a sorted set of the
 -- active tenants by when they last asked (KEYS[2]). The hash holds `tat`
--- (the capacity's), `rtat` (the critical reserve's), `rk` `rc` `rp` (the
--- critical requests admitted past their shares, by window), `gtat` (the
--- graduations'), `w` (the active weights), the newcomers' place (`pm`
--- members, `pw` weights, `ps` since, `pk` `pc` `pp` its requests by
--- window) and `t<tenant>` = "tat:weight:seen:refused_at:standing:since:
+-- (the capacity's), `rtat` (the critical reserve's), `ck` `cc` `cp` (the
+-- critical requests admitted past their shares, by span of the depth's
+-- windows), `pu` (until when it lends less), `gtat` (the graduations'),
+-- `w` (the active weights), the newcomers' place (`pm` members, `pw`
+-- weights, `ps` since, `pk` `pc` `pp` its requests by window) and
+-- `t<tenant>` = "tat:weight:seen:refused_at:standing:since:
 -- pooled_weight:k:current:previous" each (standing 1: a newcomer, 2: a
 -- tenant of its own). Every number is an integer in microseconds
 -- (integers.lua comes first); a field that does not parse counts as
@@ -24,6 +25,7 @@ local weight = math.min(math.max(tonumber(ARGV[10]), 1), 1000)
 local critical = ARGV[11] == '1'
 local reserve_interval = tonumber(ARGV[12])
 local reserve_depth = tonumber(ARGV[13])
+local depth = tonumber(ARGV[15])
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
 local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 4, 8, 10000
 local now
@@ -50,7 +52,10 @@ end
 local weights = field('w')
 local pm, pw, ps = field('pm'), field('pw'), field('ps')
 local pool = { k = field('pk'), current = field('pc'), previous = field('pp') }
-local reserved = { k = field('rk'), current = field('rc'), previous = field('rp') }
+local reserved = { k = field('ck'), current = field('cc'), previous = field('cp') }
+-- Counted over the depth's whole windows, at least one.
+local reserved_windows = math.max(ceil_div(depth, window), 1)
+local reserved_span = window * reserved_windows
 -- Tenants idle for longer than active_for leave, oldest first, 64 at most.
 local idle = redis.call('ZRANGEBYSCORE', Z, '-inf', '(' .. num(now - active_for), 'LIMIT', 0, 64)
 for _, gone in ipairs(idle) do
@@ -83,8 +88,8 @@ own.weight = weight
 redis.call('ZADD', Z, num(now), id)
 
 -- Requests by whole windows: one more at now; the last window's, times 1024.
-local function count_one(c)
-  local k = idiv(now, window)
+local function count_one(c, span)
+  local k = idiv(now, span)
   -- A caller whose clock was read before another's counts in the window
   -- it finds.
   if k > c.k then
@@ -94,15 +99,15 @@ local function count_one(c)
   end
   c.current = c.current + 1
 end
-local function last_window(c)
-  local k = idiv(now, window)
+local function last_window(c, span)
+  local k = idiv(now, span)
   local current, previous = 0, 0
   if k <= c.k then
     current, previous = c.current, c.previous
   elseif k == c.k + 1 then
     previous = c.current
   end
-  local left = idiv((window - (now - k * window)) * 1024, window)
+  local left = idiv((span - (now - k * span)) * 1024, span)
   return current * 1024 + previous * left
 end
 
@@ -117,15 +122,15 @@ end
 if own.standing == 1 then
   own.pooled_weight = weight
   pw = pw + weight
-  count_one(own)
-  count_one(pool)
+  count_one(own, window)
+  count_one(pool, window)
   if now - own.since >= idiv(window, 4) then
     -- Its rate against the newcomers' mean, in doubles as the memory
     -- backend computes it.
     local function here(since) return idiv(math.min(math.max(now - since, 0), window) * 64, window) end
-    local asked = last_window(own)
+    local asked = last_window(own, window)
     local busy = asked >= BUSY_SAMPLE * 1024
-      and asked * pm * here(ps) >= BUSY_TIMES * last_window(pool) * here(own.since)
+      and asked * pm * here(ps) >= BUSY_TIMES * last_window(pool, window) * here(own.since)
     local graduated_tat = math.max(field('gtat'), now) + window
     if (pm <= SMALL_POOL or busy) and graduated_tat - now <= SMALL_POOL * window then
       redis.call('HSET', H, 'gtat', num(graduated_tat))
@@ -161,9 +166,10 @@ if pm > 0 then
 end
 local top = weights - pw + place
 -- What the shares divide: the capacity less the critical requests admitted
--- past their shares over the last window (at most half of it).
+-- past their shares, per window over the depth's whole windows (at most
+-- half of it).
 local shared = interval
-local r = math.min(last_window(reserved), idiv(limit * 1024, 2))
+local r = math.min(idiv(last_window(reserved, reserved_span), reserved_windows), idiv(limit * 1024, 2))
 if r > 0 then
   shared = math.max(ceil_div(window * 1024, limit * 1024 - r), interval)
   limit = idiv(limit * 1024 - r, 1024)
@@ -185,11 +191,16 @@ local in_reserve = critical and not within_share and reserve_interval > 0 and re
 
 local capacity_tat = math.max(field('tat'), now) + interval
 local filled = capacity_tat - now
-local insistent = own.refused_at > 0 and now - own.refused_at < idiv(t_interval, 2)
-if insistent then
+local gap = now - own.refused_at
+local insistent = own.refused_at > 0 and gap < idiv(t_interval, 2)
+if insistent and (pooled or gap < idiv(depth, 2)) then
   threshold = math.max(threshold - idiv(headroom * 2, 3), 0)
-elseif pooled then
+elseif insistent or pooled then
   threshold = math.max(threshold - idiv(headroom, 3), 0)
+end
+local pressed_until = field('pu')
+if now < pressed_until then
+  borrow = math.max(borrow - idiv(headroom, 3), interval)
 end
 local admitted, retry_after = 0, 0
 if within_share or in_reserve then
@@ -201,14 +212,17 @@ else
   local over = math.max(p.tat - now - p.depth, 0)
   retry_after = math.min(math.max(over, filled - threshold, 0), filled - borrow)
 end
+if admitted == 0 and (within_share or in_reserve) then
+  redis.call('HSET', H, 'pu', num(math.max(pressed_until, now + idiv(t_interval, 2))))
+end
 if admitted == 1 then
   own.refused_at = 0
   redis.call('HSET', H, 'tat', num(capacity_tat))
   if in_reserve then
     -- Paid by the reserve, not by the tenant's share.
-    count_one(reserved)
-    redis.call('HSET', H, 'rtat', num(reserve.tat), 'rk', num(reserved.k), 'rc', num(reserved.current),
-      'rp', num(reserved.previous))
+    count_one(reserved, reserved_span)
+    redis.call('HSET', H, 'rtat', num(reserve.tat), 'ck', num(reserved.k), 'cc', num(reserved.current),
+      'cp', num(reserved.previous))
   else
     own.tat = math.min(p.tat, now + p.depth)
   end

@@ -96,7 +96,8 @@ impl RedisBackend {
             .arg(u8::from(class == 0))
             .arg(settings.reserve_interval)
             .arg(settings.reserve_depth)
-            .arg(at(now));
+            .arg(at(now))
+            .arg(settings.depth);
         let reply = self.scripted(fair_share_script(), &cmd).await?;
         let [admitted, share, retry_after, active] = reply[..] else {
             return Err(BackendError::new(format!(
