@@ -126,6 +126,28 @@ async fn run(controller: impl Controller, run_for: Duration) -> Run {
     Run { limits, admitted }
 }
 
+/// A run of `controller` checked against the service alone, measured
+/// before it. A run during which the machine slowed (the service alone
+/// over a quarter slower after it than before) measured the machine, not
+/// the controller, which rightly backs off as the service slows: it is
+/// void, and measured again (three times at most; the last is checked
+/// whatever the machine did).
+async fn converges<K: Controller>(name: &str, controller: impl Fn() -> K) {
+    for attempt in 1..=3 {
+        let before = baseline().await;
+        let run = run(controller(), run_for(before.0)).await;
+        let after = baseline().await;
+        if attempt < 3 && after.0 > before.0.mul_f64(1.25) {
+            println!(
+                "{name}: the service alone slowed from {:?} to {:?} during the run: measured again",
+                before.0, after.0
+            );
+            continue;
+        }
+        return assert_converges(name, &run, before);
+    }
+}
+
 fn assert_converges(name: &str, run: &Run, (unloaded, capacity): (Duration, f64)) {
     let run_for = run_for(unloaded);
     let within = |limit: usize| (C * 8 / 10..=C * 12 / 10).contains(&limit);
@@ -173,16 +195,12 @@ fn assert_converges(name: &str, run: &Run, (unloaded, capacity): (Duration, f64)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gradient_finds_the_services_concurrency() {
-    let baseline = baseline().await;
-    let run = run(Gradient::default(), run_for(baseline.0)).await;
-    assert_converges("gradient", &run, baseline);
+    converges("gradient", Gradient::default).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aimd_finds_the_services_concurrency() {
-    let baseline = baseline().await;
-    let run = run(AimdConcurrency::default(), run_for(baseline.0)).await;
-    assert_converges("aimd", &run, baseline);
+    converges("aimd", AimdConcurrency::default).await;
 }
 
 /// Over the limit with a queue: a request waits for a place (up to the
