@@ -274,15 +274,28 @@ fn build(capacity: usize, raw: &[Raw], classy: bool, budget: f64) -> Case {
     for t in tenants.iter_mut().filter(|t| is_hog(t, cf)) {
         t.demand *= target / hogs;
     }
-    let total: f64 = tenants.iter().map(|t| t.demand).sum();
-    let windows = ((budget / total) as u64)
-        .saturating_sub(WARM_UP)
-        .clamp(20, 200);
-    Case {
-        quota,
-        cap,
-        tenants,
-        windows,
+    Case::within(quota, cap, tenants, budget)
+}
+
+impl Case {
+    /// `tenants` on `cap` for as many windows as `budget` calls allow
+    /// after the warm-up: 20 to 200.
+    fn within(
+        quota: &'static str,
+        cap: model::Capacity,
+        tenants: Vec<Tenant>,
+        budget: f64,
+    ) -> Self {
+        let total: f64 = tenants.iter().map(|t| t.demand).sum();
+        let windows = ((budget / total) as u64)
+            .saturating_sub(WARM_UP)
+            .clamp(20, 200);
+        Case {
+            quota,
+            cap,
+            tenants,
+            windows,
+        }
     }
 }
 
@@ -330,16 +343,7 @@ fn beside_hogs(budget: f64) -> impl Strategy<Value = Case> {
                 phase,
             });
             tenants.splice(0..0, hogs);
-            let total: f64 = tenants.iter().map(|t| t.demand).sum();
-            let windows = ((budget / total) as u64)
-                .saturating_sub(WARM_UP)
-                .clamp(20, 200);
-            Case {
-                quota,
-                cap,
-                tenants,
-                windows,
-            }
+            Case::within(quota, cap, tenants, budget)
         })
 }
 
