@@ -58,7 +58,7 @@ pub struct AimdConcurrency {
     backoff: f64,
     baseline: Baseline,
     /// When it last backed off.
-    backed_off: Option<std::time::Instant>,
+    backed_off: Option<tokio::time::Instant>,
 }
 
 impl Default for AimdConcurrency {
@@ -74,7 +74,10 @@ impl Default for AimdConcurrency {
 
 impl AimdConcurrency {
     /// A response this many times slower than the unloaded latency means
-    /// overload (default 1.1).
+    /// overload (default 1.1). Set it above the service's own spread
+    /// (its slowest unloaded responses over its fastest, the host's
+    /// scheduling jitter included): a spread past it reads as overload
+    /// and holds the limit below what the service takes.
     pub fn tolerance(mut self, tolerance: f64) -> Self {
         self.tolerance = tolerance.max(1.0);
         self
@@ -93,7 +96,7 @@ impl Controller for AimdConcurrency {
         let base = self.baseline.update(sample);
         if failed || sample > base * self.tolerance {
             // A response sent before the last back-off says nothing new.
-            let now = std::time::Instant::now();
+            let now = tokio::time::Instant::now();
             let fresh = self
                 .backed_off
                 .is_none_or(|at| now.duration_since(at) >= latency);

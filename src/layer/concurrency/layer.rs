@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tower_layer::Layer;
@@ -165,7 +165,10 @@ impl AdaptiveConcurrency {
             .is_ok();
         entered.then(|| Place {
             limiter: self.clone(),
-            start: Instant::now(),
+            // tokio's clock: the same as the system's, but paused with a
+            // test's runtime, so that a controller can be tested on exact
+            // latencies.
+            start: tokio::time::Instant::now(),
             done: None,
         })
     }
@@ -214,7 +217,7 @@ impl fmt::Debug for AdaptiveConcurrency {
 /// told to the controller when the response came.
 pub(super) struct Place {
     limiter: AdaptiveConcurrency,
-    start: Instant,
+    start: tokio::time::Instant,
     /// Set when the response came: whether it failed.
     pub(super) done: Option<bool>,
 }
