@@ -18,7 +18,7 @@ use tower_ratelimit::layer::Class;
 use tower_ratelimit::Quota;
 
 use crate::support::example::{ExampleServer, KeptAlive};
-use crate::support::{epoch_micros, unique_name, RedisServer};
+use crate::support::{epoch_micros, unique_name, RedisServer, AGREE};
 
 const CLASSES: [Class; 3] = [Class::Critical, Class::Default, Class::Sheddable];
 
@@ -123,7 +123,7 @@ proptest! {
             .build()
             .unwrap();
         rt.block_on(async {
-            let backend = RedisBackend::builder(&RedisServer::per_thread_url()).connect().await.unwrap();
+            let backend = RedisBackend::builder(&RedisServer::per_thread_url()).timeout(AGREE).connect().await.unwrap();
             let name = unique_name("concurrent");
             let capacity = FairShare::new(Quota::per_second(100).unwrap())
                 .unwrap()
@@ -498,6 +498,7 @@ async fn a_capacity_s_bounds_are_checked_and_kept_on_both_backends() {
     let err = FairShare::new("100/week".parse::<Quota>().unwrap()).unwrap_err();
     assert!(err.to_string().contains("at most a day"), "{err}");
     let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+        .timeout(AGREE)
         .connect()
         .await
         .unwrap();

@@ -249,6 +249,7 @@ async fn on_memory_concurrent_overruns_are_one() {
 async fn on_redis_concurrent_overruns_are_one() {
     let server = crate::support::RedisServer::start();
     let redis = tower_ratelimit::backend::RedisBackend::builder(&server.url())
+        .timeout(crate::support::AGREE)
         .connect()
         .await
         .unwrap();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::support::conformance::{
     limit_strategy, observed, penalty, penalty_strategy, policy_builder,
 };
-use crate::support::RedisServer;
+use crate::support::{RedisServer, AGREE};
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::backend::{Backend, BackendError, Cause, KeyFormat, MemoryBackend};
@@ -198,6 +198,7 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
             RedisBackend::builder(&server.url())
                 .prefix(prefix)
                 .max_batch(max)
+                .timeout(AGREE)
                 .connect(),
         )
         .unwrap()

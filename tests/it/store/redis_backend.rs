@@ -5,7 +5,7 @@ use std::num::NonZeroU16;
 use std::time::{Duration, Instant};
 
 use crate::support::conformance::{limit_strategy, observed, penalty, penalty_strategy, policy};
-use crate::support::RedisServer;
+use crate::support::{RedisServer, AGREE};
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::backend::{KeyFormat, MemoryBackend};
@@ -47,7 +47,7 @@ fn connect_in(rt: &tokio::runtime::Runtime, url: &str, format: KeyFormat) -> Red
     rt.block_on(
         RedisBackend::builder(url)
             .key_format(format)
-            .timeout(crate::support::AGREE)
+            .timeout(AGREE)
             .connect(),
     )
     .unwrap()
@@ -509,14 +509,22 @@ fn a_client_of_your_own_and_the_url_forms() {
     };
     let client = redis::Client::open(server.url()).unwrap();
     let from_client = rt
-        .block_on(RedisBackend::builder_from_client(client.clone()).connect())
+        .block_on(
+            RedisBackend::builder_from_client(client.clone())
+                .timeout(AGREE)
+                .connect(),
+        )
         .unwrap();
     assert_eq!(admitted(&from_client, "client"), 3);
     let manager = rt
         .block_on(redis::aio::ConnectionManager::new(client))
         .unwrap();
     let from_manager = rt
-        .block_on(RedisBackend::builder_from_connection(manager).connect())
+        .block_on(
+            RedisBackend::builder_from_connection(manager)
+                .timeout(AGREE)
+                .connect(),
+        )
         .unwrap();
     assert_eq!(admitted(&from_manager, "manager"), 3);
     // The same limits, whichever way they were reached.
@@ -527,7 +535,7 @@ fn a_client_of_your_own_and_the_url_forms() {
         ("127.0.0.1:6379", "not a Redis URL"),
     ] {
         let err = rt
-            .block_on(RedisBackend::builder(url).connect())
+            .block_on(RedisBackend::builder(url).timeout(AGREE).connect())
             .unwrap_err();
         assert!(err.to_string().contains(says), "{url}: {err}");
     }
@@ -616,11 +624,7 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
 
     let started = Instant::now();
     let err = rt
-        .block_on(
-            RedisBackend::builder(&wrong)
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
+        .block_on(RedisBackend::builder(&wrong).timeout(AGREE).connect())
         .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(1));
     assert!(err.to_string().contains("authentication failed"), "{err}");
@@ -642,11 +646,7 @@ fn a_wrong_password_or_a_missing_permission_says_so_at_once() {
     // A user that may not run the scripts: the error names the permission.
     assert_eq!(server.cli(&["ACL", "SETUSER", "limiter", "-evalsha"]), "OK");
     let backend = rt
-        .block_on(
-            RedisBackend::builder(&url)
-                .timeout(crate::support::AGREE)
-                .connect(),
-        )
+        .block_on(RedisBackend::builder(&url).timeout(AGREE).connect())
         .unwrap();
     let err = rt.block_on(backend.check(&key, &policy, 1)).unwrap_err();
     assert!(
@@ -1025,6 +1025,7 @@ async fn denials_that_count_are_never_cached_and_the_cache_is_bounded() {
     let server = RedisServer::start();
     let redis = RedisBackend::builder(&server.url())
         .cache_denials(32)
+        .timeout(AGREE)
         .connect()
         .await
         .unwrap();
@@ -1343,7 +1344,11 @@ fn the_packed_format_is_refused_by_a_server_that_cannot_run_it() {
     use tower_ratelimit::backend::Cause;
     let server = RedisServer::start_with("redis-server", &["--rename-command", "PEXPIRE", ""]);
     let rt = runtime();
-    let builder = |format| RedisBackend::builder(&server.url()).key_format(format);
+    let builder = |format| {
+        RedisBackend::builder(&server.url())
+            .key_format(format)
+            .timeout(AGREE)
+    };
     let connect = |format| rt.block_on(builder(format).connect());
     let refused = connect(KeyFormat::PACKED).unwrap_err();
     assert_eq!(refused.cause(), Cause::UnknownCommand, "{refused}");

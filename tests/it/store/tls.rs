@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::tls::Certificates;
-use crate::support::RedisServer;
+use crate::support::{RedisServer, AGREE};
 use tower_ratelimit::backend::{Backend, RedisBackend, RedisBackendBuilder};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
@@ -54,6 +54,7 @@ fn a_server_verified_by_a_named_authority_decides_exactly() {
         .block_on(
             RedisBackend::builder(&url)
                 .tls_root_certificates(certs.read("ca.crt"))
+                .timeout(AGREE)
                 .connect(),
         )
         .unwrap();
@@ -246,6 +247,7 @@ fn a_cluster_over_tls() {
     let redis = rt.block_on(
         RedisBackend::builder(&url)
             .tls_root_certificates(certs.read("ca.crt"))
+            .timeout(AGREE)
             .connect(),
     );
     let admitted = redis.as_ref().map(|redis| admitted(&rt, redis, "cluster"));
@@ -309,6 +311,7 @@ async fn a_fleet_over_tls_with_a_private_ca() {
         RedisBackend::builder(&url)
             .tls_root_certificates(certs.read("ca.crt"))
             .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
+            .timeout(AGREE)
     };
     let file = || LimitsFile::parse(crate::limits::fleet::FILE).unwrap();
     let refused = Fleet::join(
