@@ -248,12 +248,7 @@ async fn on_memory_concurrent_overruns_are_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_redis_concurrent_overruns_are_one() {
     let server = crate::support::RedisServer::start();
-    let redis = tower_ratelimit::backend::RedisBackend::builder(&server.url())
-        .timeout(crate::support::AGREE)
-        .connect()
-        .await
-        .unwrap();
-    concurrent_overruns_are_one(redis).await;
+    concurrent_overruns_are_one(server.backend().await).await;
 }
 
 /// On Redis, a permit whose holder never gives it back (a server that
