@@ -365,13 +365,34 @@ fn over_http_in_memory_shares_follow_weights_and_classes() {
     figures(&[server.port], "memory");
 }
 
+/// Two example servers on the Redis at `url`, with `env`. Their store
+/// timeout is seconds: these tests check what Redis decides for servers
+/// sharing it, and a slow answer on a busy machine would hand a request to
+/// a server's fallback, whose shares are its own (see `redis_decided`).
+fn two_servers_on(url: &str, env: &[(&str, &str)]) -> [ExampleServer; 2] {
+    let env: Vec<(&str, &str)> = [("REDIS_URL", url), ("STORE_TIMEOUT_MS", "5000")]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    [ExampleServer::start(&env), ExampleServer::start(&env)]
+}
+
+/// Fails when either server said Redis was failing: then some decisions
+/// were its fallback's, not the shared capacity's.
+fn redis_decided(servers: &[ExampleServer]) {
+    for server in servers {
+        while let Some(line) = server.printed_line() {
+            assert!(!line.starts_with("redis: failing"), "{line}");
+        }
+    }
+}
+
 #[test]
 fn over_http_two_servers_on_one_redis_share_one_capacity() {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let env = [("REDIS_URL", url.as_str())];
-    let servers = [ExampleServer::start(&env), ExampleServer::start(&env)];
+    let servers = two_servers_on(&redis.url(), &[]);
     figures(&[servers[0].port, servers[1].port], "redis, two servers");
+    redis_decided(&servers);
 }
 
 /// A small capacity (20/s) and two hogs of weight 1 on 3 connections each
@@ -384,12 +405,8 @@ fn over_http_a_small_capacity_serves_light_tenants_in_full() {
     let redis = RedisServer::start();
     let url = redis.url();
     let small = [("SHARED_CAPACITY", "20")];
-    let on_redis = [("SHARED_CAPACITY", "20"), ("REDIS_URL", url.as_str())];
     let memory = ExampleServer::start(&small);
-    let servers = [
-        ExampleServer::start(&on_redis),
-        ExampleServer::start(&on_redis),
-    ];
+    let servers = two_servers_on(&url, &small);
     for (ports, store) in [
         (vec![memory.port], "memory"),
         (vec![servers[0].port, servers[1].port], "redis, two servers"),
@@ -417,6 +434,7 @@ fn over_http_a_small_capacity_serves_light_tenants_in_full() {
         assert!(admitted <= 20 * 12 + 21, "{seen:?}");
         std::thread::sleep(Duration::from_millis(2_500));
     }
+    redis_decided(&servers);
 }
 
 /// Waiting instead of refusing (`wait_up_to`): a hog keeping 40 requests
