@@ -36,7 +36,10 @@
 //! - an established tenant's share is `C · w / Σw` over the established
 //!   tenants' weights and the newcomers' place's, a newcomer's is that
 //!   place's share times `w / Σw` of the newcomers; its interval is
-//!   `T_t = ⌈T · C / share⌉` and its depth `max(2 T_t, H / 2)`;
+//!   `T_t = ⌈T · C / share⌉` and its depth `max(2 T_t, H / 2)`; its
+//!   time of arrival, when behind now, counts from now, or if its last
+//!   request was refused from that refusal (at most `T_t` back): a request
+//!   its share owed it is not lost while it waits for room;
 //! - a tenant is active while it asked within the last `max(2 W, 2 D)` (at most
 //!   [`EXPIRE_AT_ONCE`] expired tenants leave per decision).
 
@@ -335,7 +338,16 @@ impl Shares {
             (tenant_interval(shared, top, weight), limit * weight / top)
         };
         let share = u32::try_from(share.max(1)).unwrap_or(u32::MAX);
-        let pace = Pace::of_share(interval, settings, own.tat, now);
+        // A tenant refused last keeps what its share owed it since that
+        // refusal, at most an interval's worth: asking again a while
+        // after it, it is not behind hogs that asked again at once (and
+        // those, asking again within moments, keep next to nothing).
+        let from = if own.refused_at > 0 {
+            own.refused_at.max(now.saturating_sub(interval)).min(now)
+        } else {
+            now
+        };
+        let pace = Pace::of_share(interval, settings, own.tat, from, now);
         let within_share = pace.within;
         let reserve = Pace::new(
             settings.reserve_interval,
@@ -515,7 +527,14 @@ impl Pace {
     /// `tat`: a debt counts at most the depth (one left from a smaller
     /// share, or from borrowing).
     fn new(interval: u64, depth: u64, tat: u64, now: u64) -> Self {
-        let tat = tat.clamp(now, now + depth) + interval;
+        Self::owed(interval, depth, tat, now, now)
+    }
+
+    /// As [`new`](Self::new), a time of arrival as early as `from` (at
+    /// most `now`, at least `now − interval`) kept: a request owed since
+    /// `from` is not lost by waiting.
+    fn owed(interval: u64, depth: u64, tat: u64, from: u64, now: u64) -> Self {
+        let tat = tat.clamp(from, now + depth) + interval;
         Self {
             tat,
             depth,
@@ -527,11 +546,12 @@ impl Pace {
     /// A share's pace: its depth two intervals, at least half the
     /// headroom (a tenant asking more often than its share is admitted at
     /// its share, not at a multiple of its own spacing).
-    fn of_share(interval: u64, settings: &Settings, tat: u64, now: u64) -> Self {
-        Self::new(
+    fn of_share(interval: u64, settings: &Settings, tat: u64, from: u64, now: u64) -> Self {
+        Self::owed(
             interval,
             (2 * interval).max(settings.headroom() / 2),
             tat,
+            from,
             now,
         )
     }

@@ -21,8 +21,10 @@
 //! Checked per case, after a warm-up of 3 windows and each tenant's first
 //! quarter window: the hard cap (over the whole run); a tenant asking at
 //! most 95% of its floor share refused at most 1% of its requests; a tenant
-//! asking more admitted at least 90% of its floor (below 5 requests a
-//! window, the documented looser bound: one in 8, and 80%); work conservation (at least 90% of `C` when the tenants ask
+//! asking more admitted at least 90% of its floor, less the two requests
+//! of its depth it may take just before the measured windows (below 5
+//! requests a window, the documented looser bound: one in 8, and 80%; a
+//! tenant asking at most one a window, 80%); work conservation (at least 90% of `C` when the tenants ask
 //! more than `C`); critical requests within the reserve refused at most 1%,
 //! and never refused within half a request interval (`W/2C`) of an admitted
 //! default or sheddable request; requests of a default tenant within 95% of
@@ -495,8 +497,16 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
     // a window). A tenant asking at most a request a window is held to 80%
     // of its floor at every capacity: its rate is measured on a few dozen
     // admissions (two of them are a tenth).
+    //
+    // A tenant asking more than its share may take its depth (two
+    // requests of its share) just before the measured windows begin, and
+    // then get that much less in them with nothing lost: the floor of one
+    // asking more than a request a window is counted less those two (a
+    // tenth of a share measured over 20 windows at 1 a window, a hundredth
+    // over 200 at 10).
     let (refusals_in, busy_part) = if cap.c < 5 { (8, 0.8) } else { (100, 0.9) };
     let floor_part = |demand: f64| if demand <= 1.0 { 0.8 } else { busy_part };
+    let taken_before = |demand: f64| if demand <= 1.0 { 0.0 } else { 2.0 };
     let mut maxmin_dev: f64 = 0.0;
     for i in 0..n {
         let t = &case.tenants[i];
@@ -521,7 +531,7 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
                     t.demand, floor_share[i], asked[i]
                 ));
             }
-        } else if rate < floor_part(t.demand) * floors[i] {
+        } else if (got[i] as f64) < floor_part(t.demand) * floors[i] * m - taken_before(t.demand) {
             // (3) More than its share: at least (90% of) the floor.
             failures.push(format!(
                 "floor: tenant {i} asking {:.3}/window (share {:.3}) got {rate:.3}/window, floor {:.3}",
@@ -679,7 +689,10 @@ fn the_model_s_own_arithmetic() {
 
 /// Cases the proptests below drew, written out: at 1/s and 5/s, tenants
 /// whose static share is below one request per window (asking at their
-/// share or a little over it, one request every 10 s or 2 s) beside hogs.
+/// share or a little over it, one request every 10 s or 2 s) beside hogs;
+/// at 20/s, over 23 windows, seven hogs beside three tenants asking 1.7–3
+/// times their shares (one got 1.174 of its 1.311 a window while a request
+/// refused within its share lost what it was owed; 1.30 now).
 /// Each is decided on memory and on Redis and held to every check.
 fn cases_seen() -> Vec<Case> {
     let t = |weight, class, demand, phase| Tenant {
@@ -736,6 +749,23 @@ fn cases_seen() -> Vec<Case> {
                 t(6, 1, 0.1, 0.7935962854199466),
             ],
         ),
+        Case {
+            windows: 23,
+            ..case(
+                "20/s",
+                20,
+                [10, 6, 6, 10, 9, 2, 9]
+                    .into_iter()
+                    .zip([0.925, 0.339, 0.949, 0.435, 0.108, 0.275, 0.761])
+                    .map(|(weight, phase)| t(weight, 1, 106.31071479422496, phase))
+                    .chain([
+                        t(4, 1, 2.275277383547752, 0.23905517088104164),
+                        t(4, 1, 2.9920279305805937, 0.25437978280877965),
+                        t(1, 1, 1.0, 0.10731110673422825),
+                    ])
+                    .collect(),
+            )
+        },
     ]
 }
 

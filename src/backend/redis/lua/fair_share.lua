@@ -154,9 +154,10 @@ local function tenant_interval(interval, weights, w)
   return math.min(interval * q + a * r + ceil_div(b * r, w), MAX_TENANT_INTERVAL)
 end
 -- One request against a GCRA from tat: its time of arrival after it (a
--- debt counts at most the depth), and whether that is within the depth.
-local function pace(step, depth, tat)
-  local after = math.min(math.max(tat, now), now + depth) + step
+-- debt counts at most the depth; one as early as from, at most now, is
+-- kept), and whether that is within the depth.
+local function pace(step, depth, tat, from)
+  local after = math.min(math.max(tat, from), now + depth) + step
   return { tat = after, depth = depth, within = after - now <= depth }
 end
 
@@ -184,9 +185,15 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
-local p = pace(t_interval, math.max(2 * t_interval, idiv(headroom, 2)), own.tat)
+-- A tenant refused last keeps what its share owed it since that refusal,
+-- at most an interval's worth.
+local from = now
+if own.refused_at > 0 then
+  from = math.min(math.max(own.refused_at, now - t_interval), now)
+end
+local p = pace(t_interval, math.max(2 * t_interval, idiv(headroom, 2)), own.tat, from)
 local within_share = p.within
-local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
+local reserve = pace(reserve_interval, reserve_depth, field('rtat'), now)
 local in_reserve = critical and not within_share and reserve_interval > 0 and reserve.within
 
 local capacity_tat = math.max(field('tat'), now) + interval
