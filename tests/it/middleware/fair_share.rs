@@ -395,11 +395,14 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
     redis_decided(&servers);
 }
 
-/// A small capacity (20/s) and two hogs of weight 1 on 3 connections each
-/// (each far over its 6.7/s share): a tenant at 5/s and one at 0.75/s
-/// (about as rarely as a tenant stays active: it must ask within the
-/// period `max(2 W, 2 D)`, 2 s here), who arrive once the hogs are there,
-/// get all they ask; in memory and on two servers sharing one Redis.
+/// A small capacity (20/s) shared by four tenants of weight 1 (5/s each):
+/// two hogs on 3 connections each, far over their shares; a tenant at 4/s
+/// (80% of its share: one asking exactly its share is refused now and then
+/// when the machine's jitter brings two of its requests together past its
+/// depth of two intervals) and one at 0.75/s (about as rarely as a tenant
+/// stays active: it must ask within the period `max(2 W, 2 D)`, 2 s here),
+/// who arrive once the hogs are there, get all they ask; in memory and on
+/// two servers sharing one Redis.
 #[test]
 fn over_http_a_small_capacity_serves_light_tenants_in_full() {
     let redis = RedisServer::start();
@@ -420,15 +423,15 @@ fn over_http_a_small_capacity_serves_light_tenants_in_full() {
             &[
                 client("hog-1", 3, None),
                 client("hog-2", 3, None),
-                later(client("five", 1, Some(5.0))),
+                later(client("light", 1, Some(4.0))),
                 later(client("trickle", 1, Some(0.75))),
             ],
             Duration::from_secs(12),
         );
-        println!("{store}: 20/s, two hogs, 5/s and 0.75/s: {seen:?}");
+        println!("{store}: 20/s, two hogs, 4/s and 0.75/s: {seen:?}");
         assert!(at_most_one_percent_refused(seen[2]), "{seen:?}");
         assert_eq!(seen[3].1, 0, "{seen:?}");
-        assert!(seen[2].0 >= 50 && seen[3].0 >= 7, "{seen:?}");
+        assert!(seen[2].0 >= 40 && seen[3].0 >= 7, "{seen:?}");
         // 20 a second for 12 s, and the depth: 20 requests.
         let admitted: u64 = seen.iter().map(|s| s.0).sum();
         assert!(admitted <= 20 * 12 + 21, "{seen:?}");
