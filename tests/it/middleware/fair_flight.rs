@@ -325,10 +325,10 @@ where
         seen[0], seen[1], seen[2]
     );
     let vip = seen[2];
-    let held = held.max(slow.most.load(Ordering::SeqCst));
+    let phase = slow.most.load(Ordering::SeqCst);
+    let held = held.max(phase);
     let most = if store == "memory" { 0 } else { vip.0 / 100 };
     assert!(vip.1 <= most, "the critical client refused {vip:?}");
-    let phase = slow.most.load(Ordering::SeqCst);
     let all = seen[0].0 + seen[1].0 + vip.0;
     assert!(
         at_its_pace(vip.0, 2, all, phase),

@@ -34,15 +34,13 @@
 //! the loose bound that the floors and the cap imply (see `maxmin_bound`).
 #![cfg(feature = "redis")]
 
-use std::time::Duration;
-
 use proptest::prelude::*;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::Class;
 use tower_ratelimit::Quota;
 
-use crate::support::{unique_name, RedisServer};
+use crate::support::{unique_name, RedisServer, AGREE};
 
 /// The definition, as pure functions. Rates are in requests per window.
 mod model {
@@ -505,11 +503,19 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
     // tenth of a share measured over 20 windows at 1 a window, a hundredth
     // over 200 at 10).
     let (refusals_in, busy_part) = if cap.c < 5 { (8, 0.8) } else { (100, 0.9) };
-    let floor_part = |demand: f64| if demand <= 1.0 { 0.8 } else { busy_part };
-    let taken_before = |demand: f64| if demand <= 1.0 { 0.0 } else { 2.0 };
+    // Of its floor over the measured windows, the part a tenant must get,
+    // and the requests it may have taken before them.
+    let floor_part = |demand: f64| {
+        if demand <= 1.0 {
+            (0.8, 0.0)
+        } else {
+            (busy_part, 2.0)
+        }
+    };
     let mut maxmin_dev: f64 = 0.0;
     for i in 0..n {
         let t = &case.tenants[i];
+        let (part, taken_before) = floor_part(t.demand);
         let refused = asked[i] - got[i];
         let rate = got[i] as f64 / m;
         maxmin_dev = maxmin_dev.max(100.0 * (rate - alloc[i]).abs() / cf);
@@ -531,7 +537,7 @@ fn check(case: &Case, seen: &[Seen], label: &str) -> Result<(), String> {
                     t.demand, floor_share[i], asked[i]
                 ));
             }
-        } else if (got[i] as f64) < floor_part(t.demand) * floors[i] * m - taken_before(t.demand) {
+        } else if (got[i] as f64) < part * floors[i] * m - taken_before {
             // (3) More than its share: at least (90% of) the floor.
             failures.push(format!(
                 "floor: tenant {i} asking {:.3}/window (share {:.3}) got {rate:.3}/window, floor {:.3}",
@@ -778,7 +784,7 @@ fn the_cases_seen_hold_on_both_backends() {
         failures.extend(check(&case, &memory, "memory").err());
         let on_redis = rt.block_on(async {
             let backend = RedisBackend::builder(&RedisServer::per_thread_url())
-                .timeout(Duration::from_secs(5))
+                .timeout(AGREE)
                 .connect()
                 .await
                 .unwrap();
@@ -830,7 +836,7 @@ proptest! {
         let case = build(capacity_at, &raw, classy, 3_000.0);
         let seen = runtime().block_on(async {
             let backend = RedisBackend::builder(&RedisServer::per_thread_url())
-                .timeout(Duration::from_secs(5))
+                .timeout(AGREE)
                 .connect()
                 .await
                 .unwrap();
