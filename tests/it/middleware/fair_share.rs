@@ -205,10 +205,14 @@ impl Client {
     }
 }
 
+/// A quarter of the capacities' window (a second at every capacity here):
+/// a tenant arriving is a newcomer at least this long.
+const QUARTER_WINDOW: Duration = Duration::from_millis(250);
+
 /// Each client's (admitted, refused, of those refused in its first
-/// quarter window) over `run`, its connections spread over the servers on
-/// `ports` (see `settled_at_most_one_percent_refused`). A paced client never catches up after a stall (no
-/// burst its pace does not make).
+/// [`QUARTER_WINDOW`]) over `run`, its connections spread over the servers
+/// on `ports`. A paced client never catches up after a stall (no burst its
+/// pace does not make).
 fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64, u64)> {
     let started = Instant::now();
     let mut threads = Vec::new();
@@ -250,7 +254,7 @@ fn load(ports: &[u16], clients: &[Client], run: Duration) -> Vec<(u64, u64, u64)
                             request.push_str(&format!("{name}: {value}\r\n"));
                         }
                         request.push_str("\r\n");
-                        let settled = started.elapsed() >= client.from + Duration::from_millis(250);
+                        let settled = started.elapsed() >= client.from + QUARTER_WINDOW;
                         match connection.status(&request) {
                             200 => admitted += 1,
                             429 => {
@@ -280,9 +284,9 @@ fn at_most_one_percent_refused((admitted, refused, _): (u64, u64, u64)) -> bool 
     refused * 100 <= admitted + refused
 }
 
-/// At most 1% of `seen` refused past its first quarter window (a quarter
-/// second at every capacity here): a tenant's guarantee holds from then;
-/// before, it is a newcomer sharing the newcomers' place.
+/// At most 1% of `seen` refused past its first [`QUARTER_WINDOW`]: a
+/// tenant's guarantee holds from then; before, it is a newcomer sharing
+/// the newcomers' place.
 fn settled_at_most_one_percent_refused((admitted, refused, newcomer): (u64, u64, u64)) -> bool {
     (refused - newcomer) * 100 <= admitted + refused
 }
