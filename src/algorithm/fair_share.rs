@@ -17,10 +17,13 @@
 //!   request within its share was refused less than half its tenant's
 //!   interval ago, so that the room the capacity frees stays for that
 //!   tenant's next request;
-//! - within its share, a tenant refused within half its interval (asking
-//!   again at once) fills only the headroom's first third if it asks
-//!   again within half the depth or is a newcomer, else its first two; a
-//!   newcomer fills its first two;
+//! - within its share, an insistent tenant fills only the headroom's
+//!   first third if it asks again within half the depth or is a
+//!   newcomer, else its first two; a newcomer fills its first two. A
+//!   tenant is insistent while it asked more than it got (a request
+//!   refused, or admitted over its share) within half its interval, if
+//!   its last request was refused or this one comes ahead of its pace
+//!   (its time of arrival is past now);
 //! - the critical reserve is also a rate: critical requests up to the
 //!   reserve's part of `C` (20% by default) count as within a share
 //!   whatever their tenant's share, so they pass any number of tenants;
@@ -245,13 +248,15 @@ pub(crate) enum Standing {
 }
 
 /// A tenant's own state: its time of arrival, when its last request was
-/// refused (0: it was admitted), where it stands, since when, the weight
-/// it counts for in the newcomers' place, and its requests as a
-/// newcomer.
+/// refused (0: it was admitted), when it last asked more than it got (a
+/// request refused, or admitted over its share; 0: never), where it
+/// stands, since when, the weight it counts for in the newcomers' place,
+/// and its requests as a newcomer.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Own {
     tat: u64,
     refused_at: u64,
+    pressed_at: u64,
     standing: Standing,
     since: u64,
     pooled_weight: u64,
@@ -361,18 +366,23 @@ impl Shares {
         let class = ask.class.min(2);
         let capacity_tat = self.tat.max(now) + settings.interval;
         let filled = capacity_tat - now;
-        // Within its share, a tenant refused within the last half of its
-        // interval (one asking again at once: more than it gets) fills
-        // only the headroom's first third if it asks again before the
-        // capacity could drain half its depth or is a newcomer, else its
-        // first two, as a newcomer does: the last third stays for
-        // established tenants asking no more than their shares, whom
-        // neither hogs nor a crowd of new ids (arriving at once, or coming
-        // back with their shares saved up) can crowd out, and the middle
-        // one for tenants asking a little over their shares now and then,
-        // whom hogs asking again within milliseconds cannot.
-        let gap = now.saturating_sub(own.refused_at);
-        let insistent = own.refused_at > 0 && gap < interval / 2;
+        // Within its share, an insistent tenant (one that asked more than
+        // it got within the last half of its interval, refused or lent
+        // to, and was refused last or asks ahead of its pace: a hog taking
+        // its share's saved requests at once) fills only the headroom's
+        // first third if it asks again before the capacity could drain
+        // half its depth or is a newcomer, else its first two, as a
+        // newcomer does: the last third stays for established tenants
+        // asking no more than their shares, whom neither hogs nor a crowd
+        // of new ids (arriving at once, or coming back with their shares
+        // saved up) can crowd out, and the middle one for tenants asking a
+        // little over their shares now and then and for newcomers, whom
+        // hogs asking again within milliseconds cannot. A hog behind its
+        // pace (owed its share) is not insistent: what it is owed comes
+        // first.
+        let gap = now.saturating_sub(own.pressed_at);
+        let insistent =
+            own.pressed_at > 0 && gap < interval / 2 && (own.refused_at > 0 || own.tat > now);
         let threshold = settings.thresholds[class].saturating_sub(
             if insistent && (pooled || gap < settings.depth / 2) {
                 settings.headroom() * 2 / 3
@@ -408,6 +418,9 @@ impl Shares {
             self.pressed_until = self.pressed_until.max(now + interval / 2);
         }
         own.refused_at = if admitted { 0 } else { now };
+        if !admitted || !(within_share || in_reserve) {
+            own.pressed_at = now;
+        }
         if admitted {
             self.tat = capacity_tat;
             if in_reserve {
@@ -480,6 +493,7 @@ impl Shares {
             own.standing = Standing::Established;
             own.tat = now;
             own.refused_at = 0;
+            own.pressed_at = 0;
             self.pool.members -= 1;
             self.pool.weights -= weight;
         }
@@ -717,7 +731,7 @@ mod tests {
     /// A client of the capacity: `ids` tenant ids it takes in turn, its
     /// weight and class, and how many requests a second it asks (evenly
     /// spaced from a phase at random, each moved by up to a tenth of the
-    /// spacing at random).
+    /// spacing at random, unless played otherwise).
     #[derive(Clone, Copy)]
     struct Client {
         ids: u32,
@@ -750,9 +764,21 @@ mod tests {
 
     /// Each client's (admitted, refused) over `seconds`.
     fn play(settings: &Settings, clients: &[Client], seconds: u64) -> Vec<(u64, u64)> {
+        play_seeded(settings, clients, seconds, 0x9e37_79b9_7f4a_7c15, 10.0)
+    }
+
+    /// [`play`] from the random numbers' `seed`, each request moved by up
+    /// to `1 / jitter` of its spacing.
+    fn play_seeded(
+        settings: &Settings,
+        clients: &[Client],
+        seconds: u64,
+        seed: u64,
+        jitter: f64,
+    ) -> Vec<(u64, u64)> {
         let mut shares = Shares::default();
         let mut events: Vec<(u64, usize, u32)> = Vec::new();
-        let mut random = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = seed;
         for (c, client) in clients.iter().enumerate() {
             let spacing = SECOND as f64 / client.per_second;
             let until = client.until.unwrap_or(seconds as f64).min(seconds as f64);
@@ -765,8 +791,8 @@ mod tests {
             };
             let phase = client.from * SECOND as f64 + uniform() * spacing;
             for n in 0..count {
-                let jitter = uniform() * spacing / 10.0;
-                let at = (phase + n as f64 * spacing + jitter) as u64;
+                let moved = uniform() * spacing / jitter;
+                let at = (phase + n as f64 * spacing + moved) as u64;
                 // Clients taking one set of ids start at different ones.
                 let id = (n + 25 * c as u64) % u64::from(client.ids);
                 events.push((at, c, id as u32));
@@ -960,6 +986,36 @@ mod tests {
                 assert_within_capacity(&settings, &seen, seconds);
             }
         }
+    }
+
+    /// The smallest capacities' newcomers: at 20/s, two hogs asking 150 to
+    /// 320/s each (as two over HTTP do), and tenants asking 4/s (80% of
+    /// their share of a quarter) and 0.75/s arriving together once the
+    /// hogs are there, each request moved by up to a fifth of its spacing:
+    /// over 300 runs the light tenants are never refused, as newcomers
+    /// either. Hogs admitted within their shares used to count as asking
+    /// their shares and fill the headroom's last third a newcomer's
+    /// request needs room below: 3 of these runs refused one.
+    #[test]
+    fn light_newcomers_are_served_beside_hogs_at_small_capacities() {
+        let settings = capacity(20);
+        let mut refused = Vec::new();
+        for run in 0..300u64 {
+            let hog = |per_second| client(150.0 + (run * per_second % 171) as f64);
+            let later = |c: Client| Client { from: 1.0, ..c };
+            let clients = [hog(7), hog(13), later(client(4.0)), later(client(0.75))];
+            let seed = 0x9e37_79b9_7f4a_7c15 ^ run.wrapping_mul(0x1234_5678_9abc);
+            let seen = play_seeded(&settings, &clients, 12, seed, 5.0);
+            assert_within_capacity(&settings, &seen, 12);
+            if seen[2].1 + seen[3].1 > 0 {
+                refused.push((run, seen));
+            }
+        }
+        assert!(
+            refused.is_empty(),
+            "{} runs refused a light tenant: {refused:?}",
+            refused.len()
+        );
     }
 
     /// Critical requests past their tenant's share (passed by the reserve)

@@ -6,7 +6,7 @@
 -- windows), `pu` (until when it lends less), `gtat` (the graduations'),
 -- `w` (the active weights), the newcomers' place (`pm` members, `pw`
 -- weights, `ps` since, `pk` `pc` `pp` its requests by window) and
--- `t<tenant>` = "tat:weight:seen:refused_at:standing:since:
+-- `t<tenant>` = "tat:weight:seen:refused_at:pressed_at:standing:since:
 -- pooled_weight:k:current:previous" each (standing 1: a newcomer, 2: a
 -- tenant of its own). Every number is an integer in microseconds
 -- (integers.lua comes first); a field that does not parse counts as
@@ -44,9 +44,9 @@ local function tenant(key)
   if not v then return nil end
   local f = {}
   for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
-  if #f ~= 10 or (f[5] ~= 1 and f[5] ~= 2) then return nil end
-  return { tat = f[1], weight = f[2], refused_at = f[4], standing = f[5], since = f[6],
-    pooled_weight = f[7], k = f[8], current = f[9], previous = f[10] }
+  if #f ~= 11 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
+  return { tat = f[1], weight = f[2], refused_at = f[4], pressed_at = f[5], standing = f[6],
+    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11] }
 end
 
 local weights = field('w')
@@ -80,8 +80,8 @@ end
 local active = count
 if not own then
   active = count + 1
-  own = { tat = 0, weight = 0, refused_at = 0, standing = 0, since = 0, pooled_weight = 0,
-    k = 0, current = 0, previous = 0 }
+  own = { tat = 0, weight = 0, refused_at = 0, pressed_at = 0, standing = 0, since = 0,
+    pooled_weight = 0, k = 0, current = 0, previous = 0 }
 end
 weights = weights - own.weight + weight
 own.weight = weight
@@ -137,6 +137,7 @@ if own.standing == 1 then
       own.standing = 2
       own.tat = now
       own.refused_at = 0
+      own.pressed_at = 0
       pm = pm - 1
       pw = pw - weight
     end
@@ -198,8 +199,11 @@ local in_reserve = critical and not within_share and reserve_interval > 0 and re
 
 local capacity_tat = math.max(field('tat'), now) + interval
 local filled = capacity_tat - now
-local gap = now - own.refused_at
-local insistent = own.refused_at > 0 and gap < idiv(t_interval, 2)
+-- Insistent: it asked more than it got (refused, or lent to) within half
+-- its interval, and was refused last or asks ahead of its pace.
+local gap = now - own.pressed_at
+local insistent = own.pressed_at > 0 and gap < idiv(t_interval, 2)
+  and (own.refused_at > 0 or own.tat > now)
 if insistent and (pooled or gap < idiv(depth, 2)) then
   threshold = math.max(threshold - idiv(headroom * 2, 3), 0)
 elseif insistent or pooled then
@@ -236,10 +240,13 @@ if admitted == 1 then
 else
   own.refused_at = now
 end
+if admitted == 0 or not (within_share or in_reserve) then
+  own.pressed_at = now
+end
 redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
   't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.refused_at),
-    num(own.standing), num(own.since), num(own.pooled_weight), num(own.k), num(own.current),
+    num(own.pressed_at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k), num(own.current),
     num(own.previous) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)

@@ -74,9 +74,10 @@ impl RedisBackend {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        // `fair2`: the state's layout of newcomers and tiers; a capacity's
-        // keys of the layout before are left to expire.
-        let hash = self.capacity_key("fair2", name);
+        // `fair3`: the state's layout of newcomers, tiers and when each
+        // tenant last asked more than it got; a capacity's keys of the
+        // layouts before are left to expire.
+        let hash = self.capacity_key("fair3", name);
         let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(fair_share_script().get_hash())
