@@ -33,7 +33,7 @@ use ::redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::script::{Shape, Words};
+use super::script::{Shape, Words, LEAN_ARGS};
 use super::RedisBackend;
 use crate::backend::BackendError;
 use crate::key::Key;
@@ -75,10 +75,12 @@ impl Call {
         cmd
     }
 
-    /// The shape's batch script deciding `calls` in order (`batch.lua`):
-    /// `EVALSHA <sha>`, or `EVAL <script>` (`script` given), then every
-    /// key, the number of calls, each one's numbers of keys and arguments
-    /// (unless the shape fixes them), and every argument.
+    /// The shape's batch script deciding `calls` in order: `EVALSHA
+    /// <sha>`, or `EVAL <script>` (`script` given), then every key, the
+    /// number of calls, and for a lean shape (`lean_batch.lua`) the
+    /// number of distinct argument lists, those lists, then each call's
+    /// list and its own words; else (`batch.lua`) each call's numbers of
+    /// keys and arguments, then every argument.
     fn together<'a>(
         (sha, script): (&str, Option<&str>),
         shape: Shape,
@@ -99,13 +101,39 @@ impl Call {
             });
         }
         cmd.arg(calls.clone().count());
-        // A lean shape fixes its decisions' counts (`invocation` writes
-        // what it fixes: a unit test in shape.rs holds them together).
-        if shape.lean_counts().is_none() {
+        // A lean shape fixes its calls' counts (`invocation` writes what
+        // it fixes: a unit test in shape.rs holds them together).
+        if shape.lean_counts().is_some() {
+            let shared = LEAN_ARGS.len();
+            let list = |call: &'a Call| call.words().skip(call.key_count()).take(shared);
+            let mut lists: Vec<&Call> = Vec::new();
+            let mut chosen = Vec::new();
             for call in calls.clone() {
-                cmd.arg(call.key_count())
-                    .arg(call.ends.len().saturating_sub(call.key_count()));
+                let known = lists.iter().position(|c| list(c).eq(list(call)));
+                chosen.push(known.unwrap_or_else(|| {
+                    lists.push(call);
+                    lists.len() - 1
+                }));
             }
+            cmd.arg(lists.len());
+            for call in &lists {
+                list(call).for_each(|word| {
+                    cmd.arg(word);
+                });
+            }
+            for (call, list) in calls.zip(chosen) {
+                cmd.arg(list + 1);
+                call.words()
+                    .skip(call.key_count() + shared)
+                    .for_each(|word| {
+                        cmd.arg(word);
+                    });
+            }
+            return cmd;
+        }
+        for call in calls.clone() {
+            cmd.arg(call.key_count())
+                .arg(call.ends.len().saturating_sub(call.key_count()));
         }
         for call in calls {
             call.words().skip(call.key_count()).for_each(|a| {

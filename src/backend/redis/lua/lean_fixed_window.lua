@@ -5,7 +5,7 @@
 -- lean_gcra.lua) and reply (without the trailing zeros; in a batch, flat)
 -- as check.lua's.
 
-local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local cost, limit, w = {{number}}(ARGV[2]), {{number}}(ARGV[3]), {{number}}(ARGV[4])
 local key = KEYS[{{ko}}1]
 
 -- The current window's end and count.

@@ -14,7 +14,7 @@
 -- every C function it would call (math.floor, math.max) is arithmetic
 -- here instead.
 
-local cost, capacity, t = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local cost, capacity, t = {{number}}(ARGV[2]), {{number}}(ARGV[3]), {{number}}(ARGV[4])
 local key = KEYS[{{ko}}1]
 
 local tat = 0

@@ -6,7 +6,7 @@
 -- field). Reply as check.lua's for one limit, without its two trailing
 -- zeros (no ban, no permit); in a batch, flat (see lean_gcra.lua).
 
-local cost, limit, w = {{number}}(ARGV[{{ao}}2]), {{number}}(ARGV[{{ao}}3]), {{number}}(ARGV[{{ao}}4])
+local cost, limit, w = {{number}}(ARGV[2]), {{number}}(ARGV[3]), {{number}}(ARGV[4])
 local key = KEYS[{{ko}}1]
 
 -- A new client (no state) is allowed what fits the limit, and its state

@@ -7,7 +7,7 @@
 -- than their state matters: a minute with an explicit `now` (virtual time
 -- is not real time; expired state is ignored anyway), else not at all.
 
-now = {{number}}(ARGV[{{ao}}1])
+now = {{number}}(ARGV[1])
 slack_ms = 0
 if now then
   slack_ms = 60000

@@ -99,41 +99,37 @@ impl Shape {
         // span, the costs): each text is parsed once a batch
         // (`PARSED_ONCE`).
         let body = [parts.prelude.as_str(), fresh, &parts.driver].concat();
-        // A lean decision reads its keys and arguments where they are in
-        // the batch's (at fixed places after an offset, `{{ko}}` and
-        // `{{ao}}`); the general driver, which looks for the end of its
-        // arguments, gets tables of its own.
-        let (decide, arguments) = match self.is_lean() {
-            true => (
-                "local function decide(ko, ao)\n".to_owned() + &body,
-                "k - 1, a - 1",
-            ),
-            false => (
-                "local function decide(KEYS, ARGV)\n".to_owned() + &body,
-                "{ unpack(KEYS, k, k + keys - 1) }, { unpack(ARGV, a, a + args - 1) }",
-            ),
-        };
-        let (counts, first_argument, keep) = match self.lean_counts() {
-            Some((keys, args)) => (
-                format!("{keys}, {args}"),
-                "2",
-                "replies[3 * i - 2], replies[3 * i - 1], replies[3 * i] = reply, free or 0, reset or 0",
-            ),
+        // A lean decision reads its key where it is in the batch's keys
+        // (after an offset, `{{ko}}`) and its arguments from its list
+        // (lean_batch.lua); the general driver, which looks for the end of
+        // its arguments, gets tables of its own.
+        let (decide, batch) = match self.lean_counts() {
+            Some((_, args)) => {
+                let own = args - LEAN_ARGS.len();
+                let (signature, field) = match own {
+                    0 => ("local function decide(ko, ARGV)\n", ""),
+                    _ => (
+                        "local function decide(ko, ARGV, own_field)\n",
+                        ", ARGV[at + 2]",
+                    ),
+                };
+                (
+                    signature.to_owned() + &body,
+                    fill(
+                        include_str!("../lua/lean_batch.lua"),
+                        &[
+                            ("shared", &LEAN_ARGS.len().to_string()),
+                            ("own", &(1 + own).to_string()),
+                            ("field", field),
+                        ],
+                    ),
+                )
+            }
             None => (
-                "tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])".to_owned(),
-                "2 * n + 2",
-                "replies[i] = reply",
+                "local function decide(KEYS, ARGV)\n".to_owned() + &body,
+                include_str!("../lua/batch.lua").to_owned(),
             ),
         };
-        let batch = fill(
-            include_str!("../lua/batch.lua"),
-            &[
-                ("arguments", arguments),
-                ("counts", &counts),
-                ("first_argument", first_argument),
-                ("keep", keep),
-            ],
-        );
         [
             &parts.head,
             PARSED_ONCE,
@@ -188,10 +184,16 @@ impl Shape {
         // in a batch from its offsets into the batch's keys and arguments,
         // replying with its numbers themselves, not a table (batch.lua
         // lays them out flat).
-        let number = if batch { "number" } else { "tonumber" };
-        let (ko, ao, reply, reply_end, unpack) = match batch && has(Self::LEAN) {
-            true => ("ko + ", "ao + ", "", "", "unpack"),
-            false => ("", "", "{ ", " }", ""),
+        let lean_batch = batch && has(Self::LEAN);
+        let number = match (batch, lean_batch) {
+            (false, _) => "tonumber",
+            // A lean batch's decision reads its list's numbers themselves.
+            (true, true) => "",
+            (true, false) => "number",
+        };
+        let (ko, reply, reply_end, unpack) = match lean_batch {
+            true => ("ko + ", "", "", "unpack"),
+            false => ("", "{ ", " }", ""),
         };
         // A lean write's TTL (lean_gcra.lua, lean_fixed_window.lua): in a
         // batch under the compact format, its text made once a batch
@@ -203,7 +205,6 @@ impl Shape {
         let per_decision = [
             ("number", number),
             ("ko", ko),
-            ("ao", ao),
             ("reply", reply),
             ("reply_end", reply_end),
             ("unpack", unpack),
@@ -211,7 +212,10 @@ impl Shape {
         ];
         prelude = fill(&prelude, &[("server_time", server_time)]);
         if has(Self::PACKED) {
-            prelude.push_str(&format!("field = ARGV[{{{{ao}}}}{}]\n", fixed + 1));
+            prelude.push_str(&match lean_batch {
+                true => "field = own_field\n".to_owned(),
+                false => format!("field = ARGV[{}]\n", fixed + 1),
+            });
         }
         prelude = fill(&prelude, &per_decision);
         let first_limit_arg = (fixed + 1 + usize::from(has(Self::PACKED))).to_string();
