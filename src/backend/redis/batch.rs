@@ -8,8 +8,9 @@
 //! While a call is in flight, the decisions that arrive wait in the lane,
 //! and when it ends the next call takes them all (up to
 //! [`RedisBackendBuilder::max_batch`](super::RedisBackendBuilder::max_batch))
-//! to one script call, `batch.lua`, which decides them one after another
-//! in the order they arrived, each exactly as its own call would. So a
+//! to one script call, `batch.lua` (`lean_batch.lua` for lean decisions:
+//! each distinct argument list sent once), which decides them one after
+//! another in the order they arrived, each exactly as its own call would. So a
 //! lane has one call in flight, and a batch holds what arrived during the
 //! last one: under load, batches grow with the decisions in flight. Only a
 //! call out longer than a fifth of the timeout (a far or stalled Redis)
@@ -45,6 +46,10 @@ pub(super) struct Lane {
     pub(super) shape: Shape,
     pub(super) slot: u16,
 }
+
+/// How many of a lean batch's last distinct argument lists a decision's is
+/// looked for among (`Call::together`).
+const RECENT_LISTS: usize = 8;
 
 /// One decision's keys and arguments, as `invocation` writes them: the
 /// number of keys first, then each word, kept in one buffer.
@@ -109,7 +114,11 @@ impl Call {
             let mut lists: Vec<&Call> = Vec::new();
             let mut chosen = Vec::new();
             for call in calls.clone() {
-                let known = lists.iter().position(|c| list(c).eq(list(call)));
+                // Against the last few lists only: a policy's decisions
+                // share one, and costs that vary (bytes, tokens) cost each
+                // decision a few comparisons, not one per list.
+                let recent = lists.len().saturating_sub(RECENT_LISTS)..lists.len();
+                let known = recent.into_iter().find(|&j| list(lists[j]).eq(list(call)));
                 chosen.push(known.unwrap_or_else(|| {
                     lists.push(call);
                     lists.len() - 1
@@ -411,7 +420,7 @@ fn own_answer(reply: Value) -> Answer {
     }
 }
 
-/// The replies of a batch of lean decisions, laid out flat (batch.lua):
+/// The replies of a batch of lean decisions, laid out flat (lean_batch.lua):
 /// each decision's three numbers as the reply of its own call, or the
 /// text of its error in their place.
 fn lean_replies(flat: Vec<Value>) -> Result<Vec<Value>, BackendError> {

@@ -92,8 +92,9 @@ impl RedisBackend {
         Shape::of(policy, Ask::Check(cost), format).source()
     }
 
-    /// The script a batch of such decisions runs (`batch.lua` around the
-    /// one decision's driver), as text: for measuring it with other tools.
+    /// The script a batch of such decisions runs (`batch.lua` or
+    /// `lean_batch.lua` around the one decision's driver), as text: for
+    /// measuring it with other tools.
     #[doc(hidden)]
     pub fn batch_script_source(format: KeyFormat, policy: &Policy, cost: u32) -> String {
         Shape::of(policy, Ask::Check(cost), format).batch_source()

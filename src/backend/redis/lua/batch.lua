@@ -13,7 +13,8 @@ local replies = {}
 local k, a = 1, 2 * n + 2
 for i = 1, n do
   local keys, args = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  local ok, reply = pcall(decide, { unpack(KEYS, k, k + keys - 1) }, { unpack(ARGV, a, a + args - 1) })
+  local ok, reply = pcall(decide, { unpack(KEYS, k, k + keys - 1) },
+    { unpack(ARGV, a, a + args - 1) })
   if not ok then
     reply = type(reply) == 'table' and reply.err or tostring(reply)
   end

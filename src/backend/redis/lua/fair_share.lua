@@ -246,8 +246,8 @@ end
 redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
   't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.refused_at),
-    num(own.pressed_at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k), num(own.current),
-    num(own.previous) }, ':'))
+    num(own.pressed_at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
+    num(own.current), num(own.previous) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)

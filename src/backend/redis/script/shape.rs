@@ -83,7 +83,8 @@ impl Shape {
         [parts.head, parts.prelude, parts.helpers, parts.driver].concat()
     }
 
-    /// The script of a batch of decisions of this shape (`batch.lua`): the
+    /// The script of a batch of decisions of this shape (`batch.lua`, or
+    /// `lean_batch.lua` for a lean shape): the
     /// helpers made once, and the time, the client's field and the driver
     /// run per decision as the [`source`](Self::source) runs them for one
     /// (Lua makes a script's every function on every call: made once a
@@ -181,9 +182,10 @@ impl Shape {
         };
         // How a decision reads its arguments and replies: one alone with
         // `tonumber`, in a batch with `number` (`PARSED_ONCE`); a lean one
-        // in a batch from its offsets into the batch's keys and arguments,
-        // replying with its numbers themselves, not a table (batch.lua
-        // lays them out flat).
+        // in a batch its key from its offset into the batch's keys and its
+        // arguments from its list, parsed already, replying with its
+        // numbers themselves, not a table (lean_batch.lua lays them out
+        // flat).
         let lean_batch = batch && has(Self::LEAN);
         let number = match (batch, lean_batch) {
             (false, _) => "tonumber",
