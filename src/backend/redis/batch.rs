@@ -242,7 +242,7 @@ pub(super) struct Batches {
 }
 
 /// What a decision does on joining its lane.
-pub(super) enum Turn {
+enum Turn {
     /// Nothing in flight: send it now, alone, then hand the lane on.
     Lead(Call),
     /// A call is in flight: wait for the batch after it, and if `flush`,
