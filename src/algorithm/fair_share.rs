@@ -993,7 +993,7 @@ mod tests {
     /// their share of a quarter) and 0.75/s arriving together once the
     /// hogs are there, each request moved by up to a fifth of its spacing:
     /// over 300 runs the light tenants are never refused, as newcomers
-    /// either. Hogs admitted within their shares used to count as asking
+    /// either; nor at 5/s and 20/s beside 2 or 10 hogs. Hogs admitted within their shares used to count as asking
     /// their shares and fill the headroom's last third a newcomer's
     /// request needs room below: 3 of these runs refused one.
     #[test]
@@ -1016,6 +1016,42 @@ mod tests {
             "{} runs refused a light tenant: {refused:?}",
             refused.len()
         );
+        // The same at the smallest capacities and with many hogs: 2 or 10
+        // hogs asking 7.5 to 16 times the capacity together, a tenant at
+        // 80% of its share and one at a sixth of it (at most 0.75/s),
+        // arriving together, 100 runs each (the old rule refused the
+        // first in 1 and 2 runs of 100 beside 10 hogs at 5/s and 20/s).
+        for per_second in [5u32, 20] {
+            let settings = capacity(per_second);
+            let seconds = if per_second < 20 { 40 } else { 12 };
+            for hogs in [2u64, 10] {
+                let share = f64::from(per_second) / (hogs + 2) as f64;
+                for run in 0..100u64 {
+                    let mut clients: Vec<Client> = (0..hogs)
+                        .map(|h| {
+                            let times = 7.5 + (run * (7 + h) % 9) as f64;
+                            client(f64::from(per_second) * times / hogs as f64)
+                        })
+                        .collect();
+                    clients.push(Client {
+                        from: 1.0,
+                        ..client(0.8 * share)
+                    });
+                    clients.push(Client {
+                        from: 1.0,
+                        ..client((share / 6.0).min(0.75))
+                    });
+                    let seed = 0x9e37_79b9_7f4a_7c15 ^ run.wrapping_mul(0x1234_5678_9abc);
+                    let seen = play_seeded(&settings, &clients, seconds, seed, 5.0);
+                    assert_within_capacity(&settings, &seen, seconds);
+                    let light = &seen[hogs as usize..];
+                    assert!(
+                        light.iter().all(|s| s.1 == 0),
+                        "{per_second}/s, {hogs} hogs, run {run}: {seen:?}"
+                    );
+                }
+            }
+        }
     }
 
     /// Critical requests past their tenant's share (passed by the reserve)
