@@ -37,7 +37,7 @@ use ::redis::{Cmd, ErrorKind, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::script::{Shape, Words, LEAN_ARGS};
+use super::script::{Shape, Words};
 use super::RedisBackend;
 use crate::backend::BackendError;
 use crate::key::Key;
@@ -111,8 +111,7 @@ impl Call {
         cmd.arg(calls.clone().count());
         // A lean shape fixes its calls' counts (`invocation` writes what
         // it fixes: a unit test in shape.rs holds them together).
-        if shape.lean_counts().is_some() {
-            let shared = LEAN_ARGS.len();
+        if let Some((shared, _)) = shape.lean_list() {
             let list = |call: &'a Call| call.words().skip(call.key_count()).take(shared);
             let mut lists: Vec<&Call> = Vec::new();
             let mut chosen = Vec::new();
@@ -288,11 +287,13 @@ impl Batches {
         // A second call beside the first once a quarter of a batch waits:
         // no smaller, so that the calls stay full under load.
         if state.calls == 1 && state.waiting.len() >= (self.max / 4).max(2) {
-            state.calls += 1;
+            // Never empty: it holds this decision, whose answer is awaited.
+            let split = state.take(self.max);
+            state.calls += usize::from(!split.is_empty());
             return Turn::Wait {
                 answer: receiver,
                 flush: None,
-                split: state.take(self.max),
+                split,
             };
         }
         let flush = (!state.flush_due).then(|| {

@@ -20,7 +20,7 @@ mod shape;
 #[cfg(feature = "redis-cluster")]
 pub(super) mod slot;
 
-pub(super) use self::shape::{Shape, LEAN_ARGS};
+pub(super) use self::shape::Shape;
 
 /// How a backend writes its Redis keys. The format's version is part of
 /// every key, so servers of two formats never read each other's state, nor

@@ -67,6 +67,14 @@ impl Shape {
         self.is_lean().then_some((1, LEAN_ARGS.len() + field))
     }
 
+    /// A lean decision's arguments in a batch (lean_batch.lua): how many
+    /// its list shares with the decisions of its policy, sent once a
+    /// batch, and how many are its own (the client's field).
+    pub(in crate::backend::redis) fn lean_list(self) -> Option<(usize, usize)> {
+        self.lean_counts()
+            .map(|(_, args)| (LEAN_ARGS.len(), args - LEAN_ARGS.len()))
+    }
+
     /// Its index among the [`COUNT`](Self::COUNT) shapes.
     pub(in crate::backend::redis) fn index(self) -> usize {
         usize::from(self.0)
@@ -104,9 +112,8 @@ impl Shape {
         // (after an offset, `{{ko}}`) and its arguments from its list
         // (lean_batch.lua); the general driver, which looks for the end of
         // its arguments, gets tables of its own.
-        let (decide, batch) = match self.lean_counts() {
-            Some((_, args)) => {
-                let own = args - LEAN_ARGS.len();
+        let (decide, batch) = match self.lean_list() {
+            Some((shared, own)) => {
                 let (signature, field) = match own {
                     0 => ("local function decide(ko, ARGV)\n", ""),
                     _ => (
@@ -119,7 +126,7 @@ impl Shape {
                     fill(
                         include_str!("../lua/lean_batch.lua"),
                         &[
-                            ("shared", &LEAN_ARGS.len().to_string()),
+                            ("shared", &shared.to_string()),
                             ("own", &(1 + own).to_string()),
                             ("field", field),
                         ],
