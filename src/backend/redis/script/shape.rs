@@ -180,7 +180,7 @@ impl Shape {
         let server_time = match batch {
             false => "local t = redis.call('TIME')\n  now = t[1] * 1000000 + t[2]",
             true => concat!(
-                "if batch_now then batch_now = batch_now + 1 else\n",
+                "if not batch_now then\n",
                 "    local t = redis.call('TIME')\n",
                 "    batch_now = t[1] * 1000000 + t[2]\n",
                 "  end\n",
