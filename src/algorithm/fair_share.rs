@@ -1054,6 +1054,45 @@ mod tests {
         }
     }
 
+    /// At larger capacities a newcomer asking more than the newcomers'
+    /// place gives it (`p = C / (hogs + 1) / 2` here: the place weighs one
+    /// against each hog, and two newcomers share it) loses at most what
+    /// it asks past that in the quarter window before it graduates,
+    /// `⌈(r − p) · W / 4⌉`, then is served in full: beside 2 hogs at 200/s
+    /// a tenant at 80% of its share loses at most 1 request of 440 (bound
+    /// 2), at 1000/s 7 of 2,200 (bound 9); a sixth of its share, none.
+    #[test]
+    fn a_newcomer_loses_at_most_what_it_asks_past_the_newcomers_place() {
+        for (per_second, hogs, runs) in [(200u32, 2u64, 100u64), (200, 10, 30), (1000, 2, 30)] {
+            let settings = capacity(per_second);
+            let c = f64::from(per_second);
+            let share = c / (hogs + 2) as f64;
+            let place = c / (hogs + 1) as f64 / 2.0;
+            for run in 0..runs {
+                let mut clients: Vec<Client> = (0..hogs)
+                    .map(|h| client(c * (7.5 + (run * (7 + h) % 9) as f64) / hogs as f64))
+                    .collect();
+                let light = [0.8 * share, share / 6.0];
+                clients.extend(light.map(|r| Client {
+                    from: 1.0,
+                    ..client(r)
+                }));
+                let seed = 0x9e37_79b9_7f4a_7c15 ^ run.wrapping_mul(0x1234_5678_9abc);
+                let seen = play_seeded(&settings, &clients, 4, seed, 5.0);
+                assert_within_capacity(&settings, &seen, 4);
+                for (r, s) in light.iter().zip(&seen[hogs as usize..]) {
+                    let bound = ((r - place) / 4.0).max(0.0).ceil() as u64;
+                    assert!(
+                        s.1 <= bound,
+                        "{per_second}/s, {hogs} hogs, run {run}: a newcomer at {r}/s lost {} \
+                         (at most {bound}): {seen:?}",
+                        s.1
+                    );
+                }
+            }
+        }
+    }
+
     /// Critical requests past their tenant's share (passed by the reserve)
     /// are taken from every other share by weight: four sheddable hogs
     /// asking a quarter to 7 times the capacity beside a critical tenant
