@@ -3,7 +3,8 @@
 //! token-bucket script, in one run on one `redis-server` with the module
 //! loaded: Redis's CPU per decision (`INFO cpu`: reading, parsing, the
 //! work, writing), decisions per second of Redis CPU, how busy Redis was,
-//! and latency (p50, p99) — at 32 and 256 concurrent callers, on new keys
+//! decisions per command Redis ran (ours: the mean batch), and latency
+//! (p50, p99) — at 32 and 256 concurrent callers, on new keys
 //! (one never seen, every decision) and hot keys (16, every decision
 //! admitted), GCRA and sliding window for ours; then callers from 1 to 32,
 //! to find where batching starts to win.
@@ -65,6 +66,22 @@ struct Run {
     p99: f64,
     cpu_us: f64,
     busy: f64,
+    /// Decisions per command Redis ran: the mean batch for ours, 1 for
+    /// the others.
+    per_call: f64,
+}
+
+/// How many calls the contenders made (`INFO commandstats`: the
+/// scripts' own calls and the bench's INFO are not counted).
+fn commands(server: &support::RedisServer) -> f64 {
+    let info = server.cli(&["INFO", "commandstats"]);
+    ["evalsha", "eval", "cl.throttle"]
+        .iter()
+        .filter_map(|name| {
+            let line = info.lines().find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))?;
+            line.strip_prefix("calls=")?.split(',').next()?.parse::<f64>().ok()
+        })
+        .sum()
 }
 
 /// The key of decision `n` of caller `t`.
@@ -127,6 +144,7 @@ async fn run(
         });
     }
     server.cli(&["FLUSHALL"]);
+    let commands_before = commands(server);
     let (cpu, started) = (cpu::redis_cpu(server), Instant::now());
     let deadline = started + Duration::from_secs_f64(SECONDS);
     let mut set = tokio::task::JoinSet::new();
@@ -148,6 +166,7 @@ async fn run(
     let mut latencies: Vec<u32> = set.join_all().await.into_iter().flatten().collect();
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu::redis_cpu(server) - cpu;
+    let calls = commands(server) - commands_before;
     latencies.sort_unstable();
     let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
     let decisions = latencies.len() as f64;
@@ -158,6 +177,7 @@ async fn run(
         p99: at(0.99),
         cpu_us: cpu * 1e6 / decisions,
         busy: cpu / elapsed,
+        per_call: decisions / calls,
     }
 }
 
@@ -230,7 +250,7 @@ fn main() {
         },
     );
     println!(
-        "{:<32} {:>5} {:>7} {:>12} {:>8} {:>8} {:>13} {:>16} {:>6}",
+        "{:<32} {:>5} {:>7} {:>12} {:>8} {:>8} {:>13} {:>16} {:>6} {:>8}",
         "",
         "keys",
         "callers",
@@ -239,7 +259,8 @@ fn main() {
         "p99 ms",
         "Redis CPU µs",
         "per Redis CPU s",
-        "busy"
+        "busy",
+        "per call"
     );
     let mut seen = Vec::new();
     let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender| {
@@ -250,13 +271,14 @@ fn main() {
             Keys::Hot => "hot",
         };
         println!(
-            "{name:<32} {keys_name:>5} {callers:>7} {:>12.0} {:>8.3} {:>8.3} {:>13.2} {:>16.0} {:>6.2}",
+            "{name:<32} {keys_name:>5} {callers:>7} {:>12.0} {:>8.3} {:>8.3} {:>13.2} {:>16.0} {:>6.2} {:>8.1}",
             r.rate,
             r.p50,
             r.p99,
             r.cpu_us,
             1e6 / r.cpu_us,
-            r.busy
+            r.busy,
+            r.per_call
         );
         assert!(r.decisions > 0.0);
         seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
