@@ -286,7 +286,7 @@ impl Batches {
         state.waiting.push_back(Waiting { call, answer });
         // A second call beside the first once a quarter of a batch waits:
         // no smaller, so that the calls stay full under load.
-        if state.calls == 1 && state.waiting.len() >= (self.max / 4).max(2) {
+        if state.calls == 1 && state.waiting.len() >= self.second_call() {
             // Never empty: it holds this decision, whose answer is awaited.
             let split = state.take(self.max);
             state.calls += usize::from(!split.is_empty());
@@ -307,14 +307,27 @@ impl Batches {
         }
     }
 
+    /// How many decisions wait before a second call goes beside the one
+    /// in flight: a quarter of a batch, at least 2.
+    fn second_call(&self) -> usize {
+        (self.max / 4).max(2)
+    }
+
     /// A call of the lane ended: the next batch it sends. Empty when none
-    /// wait: the call's sender stops (and an idle lane is forgotten).
+    /// wait, or while another call is in flight fewer than a second call's
+    /// worth: the call's sender stops (and an idle lane is forgotten), and
+    /// the call in flight takes them when it ends, unless enough gather to
+    /// send a second call first. So no call goes nearly empty beside
+    /// another, each paying Redis the cost of a call.
     fn next(&self, lane: Lane) -> Vec<Waiting> {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(state) = lanes.get_mut(&lane) else {
             return Vec::new();
         };
-        let batch = state.take(self.max);
+        let batch = match state.calls > 1 && state.waiting.len() < self.second_call() {
+            true => Vec::new(),
+            false => state.take(self.max),
+        };
         if batch.is_empty() {
             state.calls = state.calls.saturating_sub(1);
             if state.calls == 0 {
