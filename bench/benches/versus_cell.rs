@@ -78,8 +78,14 @@ fn commands(server: &support::RedisServer) -> f64 {
     ["evalsha", "eval", "cl.throttle"]
         .iter()
         .filter_map(|name| {
-            let line = info.lines().find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))?;
-            line.strip_prefix("calls=")?.split(',').next()?.parse::<f64>().ok()
+            let line = info
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:")))?;
+            line.strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse::<f64>()
+                .ok()
         })
         .sum()
 }
