@@ -156,6 +156,14 @@ pub(super) fn env_or<T>(
     }
 }
 
+/// A rate a second read from `name`: 1 to 1,000,000, the finest a quota
+/// holds (one a microsecond).
+fn per_second(name: &str, default: u32) -> Result<u32, String> {
+    let valid = |n: &u32| tower_ratelimit::Quota::per_second(*n).is_ok();
+    env_or(name, default, |v| v.parse().ok().filter(valid))
+        .map_err(|e| format!("{e} (a rate a second: 1 to 1000000)"))
+}
+
 impl Config {
     /// Read the environment, with a clear error for bad values.
     pub fn from_env() -> Result<Self, String> {
@@ -220,11 +228,9 @@ impl Config {
             limits_file: std::env::var_os("LIMITS_FILE")
                 .filter(|p| !p.is_empty())
                 .map(Into::into),
-            shared_capacity: env_or("SHARED_CAPACITY", 200, |v| {
-                v.parse().ok().filter(|n| *n >= 1)
-            })?,
-            shared_per_ip: env_or("SHARED_PER_IP", 100, |v| v.parse().ok().filter(|n| *n >= 1))?,
-            ids_per_ip: env_or("IDS_PER_IP", 200, |v| v.parse().ok().filter(|n| *n >= 1))?,
+            shared_capacity: per_second("SHARED_CAPACITY", 200)?,
+            shared_per_ip: per_second("SHARED_PER_IP", 100)?,
+            ids_per_ip: per_second("IDS_PER_IP", 200)?,
             redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
                 "compact" => Some(RedisKeyFormat::Compact),
                 "packed" => Some(RedisKeyFormat::Packed(None)),

@@ -597,3 +597,18 @@ fn a_busy_port_is_named_with_the_way_out() {
     assert!(said.contains(&format!("cannot listen on {addr}")), "{said}");
     assert!(said.contains("set ADDR"), "{said}");
 }
+
+/// A rate in the environment past a quota's finest (one a microsecond) is
+/// named at start with the range it takes: `IDS_PER_IP=1000000000` passed
+/// the check when read and panicked as the routes were built.
+#[test]
+fn a_rate_too_fine_is_named_at_start() {
+    for name in ["IDS_PER_IP", "SHARED_PER_IP", "SHARED_CAPACITY"] {
+        let said = crate::support::example::refusal(&[(name, "1000000000")]);
+        assert!(
+            said.contains(name) && said.contains("1 to 1000000"),
+            "{said}"
+        );
+        assert!(!said.contains("panicked"), "{said}");
+    }
+}
