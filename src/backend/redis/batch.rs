@@ -15,8 +15,9 @@
 //! beside the first (`max_batch / 4`, at least 2): Redis then finds the
 //! next call ready instead of idling while the client reads the answers
 //! and sends again (at 32 callers the decisions a second about doubled).
-//! A batch holds what arrived meanwhile: under load, batches grow with the
-//! decisions in flight. Only a call out longer than a fifth of the timeout
+//! A call that ends beside another sends what waits only once as many
+//! wait, so no call goes nearly empty. A batch holds what arrived
+//! meanwhile: under load, batches grow with the decisions in flight. Only a call out longer than a fifth of the timeout
 //! (a far or stalled Redis) has the waiting decisions sent beside those,
 //! so that none waits past that for a call to end.
 //!
@@ -245,13 +246,16 @@ enum Turn {
     /// Nothing in flight: send it now, alone, then hand the lane on.
     Lead(Call),
     /// A call is in flight: wait for the batch after it, and if `flush`,
-    /// send the waiting ones at that instant if no call ended before; if
-    /// `split` holds decisions (this one with them), send them now beside
-    /// the call in flight.
+    /// send the waiting ones at that instant if no call ended before.
     Wait {
         answer: oneshot::Receiver<Answer>,
         flush: Option<(Instant, u64)>,
-        split: Vec<Waiting>,
+    },
+    /// A quarter of a batch waits beside the call in flight: send `batch`
+    /// (this decision among them) now on a second call, then wait.
+    Second {
+        answer: oneshot::Receiver<Answer>,
+        batch: Vec<Waiting>,
     },
 }
 
@@ -287,14 +291,15 @@ impl Batches {
         // A second call beside the first once a quarter of a batch waits:
         // no smaller, so that the calls stay full under load.
         if state.calls == 1 && state.waiting.len() >= self.second_call() {
-            // Never empty: it holds this decision, whose answer is awaited.
-            let split = state.take(self.max);
-            state.calls += usize::from(!split.is_empty());
-            return Turn::Wait {
-                answer: receiver,
-                flush: None,
-                split,
-            };
+            // (It holds this decision, whose answer is awaited.)
+            let batch = state.take(self.max);
+            if !batch.is_empty() {
+                state.calls += 1;
+                return Turn::Second {
+                    answer: receiver,
+                    batch,
+                };
+            }
         }
         let flush = (!state.flush_due).then(|| {
             state.flush_due = true;
@@ -303,7 +308,6 @@ impl Batches {
         Turn::Wait {
             answer: receiver,
             flush,
-            split: Vec::new(),
         }
     }
 
@@ -554,15 +558,10 @@ impl RedisBackend {
                 let _sending = Sending::new(self, lane);
                 return self.send_alone(lane.shape, &call).await;
             }
-            Turn::Wait {
-                answer,
-                flush,
-                split,
-            } => {
-                if !split.is_empty() {
-                    Sending::spawn(self, lane, split);
-                }
-                (answer, flush)
+            Turn::Wait { answer, flush } => (answer, flush),
+            Turn::Second { answer, batch } => {
+                Sending::spawn(self, lane, batch);
+                (answer, None)
             }
         };
         if let Some((at, taken)) = flush {
