@@ -51,6 +51,10 @@ pub(super) struct Lane {
     pub(super) slot: u16,
 }
 
+/// The most decisions a call holds (`max_batch`'s bound): a lean batch
+/// names each decision's argument list in a byte.
+pub(super) const MAX_BATCH: usize = 256;
+
 /// How many of a lean batch's last distinct argument lists a decision's is
 /// looked for among (`Call::together`).
 const RECENT_LISTS: usize = 8;
@@ -87,8 +91,9 @@ impl Call {
     /// The shape's batch script deciding `calls` in order: `EVALSHA
     /// <sha>`, or `EVAL <script>` (`script` given), then every key, the
     /// number of calls, and for a lean shape (`lean_batch.lua`) the
-    /// number of distinct argument lists, those lists, then each call's
-    /// list and its own words; else (`batch.lua`) each call's numbers of
+    /// number of distinct argument lists, those lists, then (when there
+    /// are several) a word of each call's list, a byte each, and each
+    /// call's own words; else (`batch.lua`) each call's numbers of
     /// keys and arguments, then every argument.
     fn together<'a>(
         (sha, script): (&str, Option<&str>),
@@ -133,8 +138,17 @@ impl Call {
                     cmd.arg(word);
                 });
             }
-            for (call, list) in calls.zip(chosen) {
-                cmd.arg(list + 1);
+            // Each decision's list in a byte, when there is more than one
+            // (a batch holds at most MAX_BATCH = 256 decisions, so at
+            // most 256 lists).
+            if lists.len() > 1 {
+                let which: Vec<u8> = chosen
+                    .iter()
+                    .map(|&j| u8::try_from(j).unwrap_or(u8::MAX))
+                    .collect();
+                cmd.arg(which);
+            }
+            for call in calls {
                 call.words()
                     .skip(call.key_count() + shared)
                     .for_each(|word| {
@@ -262,7 +276,7 @@ enum Turn {
 impl Batches {
     pub(super) fn new(max: usize, max_wait: Duration) -> Self {
         Self {
-            max,
+            max: max.min(MAX_BATCH),
             max_wait,
             lanes: Mutex::new(HashMap::new()),
             sent: std::array::from_fn(|_| AtomicBool::new(false)),

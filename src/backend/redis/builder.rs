@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
-use super::batch::Batches;
+use super::batch::{Batches, MAX_BATCH};
 use super::connection::{connection_info, Connection, Open};
 #[cfg(feature = "config")]
 use super::control::Listen;
@@ -511,9 +511,9 @@ impl RedisBackendBuilder {
                 "leased(servers): the number of servers must be at least 1",
             ));
         }
-        if !(1..=256).contains(&self.max_batch) {
+        if !(1..=MAX_BATCH).contains(&self.max_batch) {
             return Err(BackendError::new(format!(
-                "max_batch({}): a call takes from 1 to 256 decisions",
+                "max_batch({}): a call takes from 1 to {MAX_BATCH} decisions",
                 self.max_batch
             )));
         }

@@ -261,6 +261,75 @@ fn a_batch_decides_as_the_same_decisions_one_by_one() {
     }
 }
 
+/// A call of the most decisions a batch holds (256), each of its own
+/// argument list (its cost), in each key format: a lean batch names a
+/// decision's list in a byte, and all 256 values of that byte decide as
+/// their decisions alone would.
+#[test]
+fn a_batch_of_256_argument_lists_decides_each_by_its_own() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let bucket = Policy::builder()
+        .limit("bucket", Algorithm::Gcra, Quota::per_second(1000).unwrap())
+        .build()
+        .unwrap();
+    for (n, format) in [KeyFormat::Compact, KeyFormat::PACKED]
+        .into_iter()
+        .enumerate()
+    {
+        let connect = |prefix: String, max: usize| {
+            rt.block_on(
+                RedisBackend::builder(&server.url())
+                    .prefix(&prefix)
+                    .key_format(format)
+                    .max_batch(max)
+                    .timeout(AGREE)
+                    .connect(),
+            )
+            .unwrap()
+        };
+        let (batched, alone) = (connect(format!("a{n}:"), 256), connect(format!("b{n}:"), 1));
+        for backend in [&batched, &alone] {
+            rt.block_on(backend.check(&Key::new("user", "warm"), &bucket, 0))
+                .unwrap();
+        }
+        // One alone, a second call of 64 beside it (a quarter of a batch
+        // waiting), then 256 that wait for the first to end: costs 0 to
+        // 255 in the last, over 40 clients (some refused: what a client
+        // spent before).
+        let asks: Vec<(Key, u32)> = (0..321u32)
+            .map(|i| {
+                (
+                    Key::new("user", format!("client-{}", i % 40)),
+                    (i + 191) % 256,
+                )
+            })
+            .collect();
+        let at = Micros::new(1_700_000_000_000_000);
+        let before = script_calls(&server);
+        let together = rt.block_on(at_once(
+            asks.iter()
+                .map(|(k, c)| Box::pin(batched.check_at(k, &bucket, *c, at)) as Pending<'_, Answer>)
+                .collect(),
+        ));
+        let calls = script_calls(&server) - before;
+        assert!(calls <= 3, "{calls} script calls for 321 decisions");
+        let mut refused = 0;
+        for (i, ((key, cost), together)) in asks.iter().zip(together).enumerate() {
+            let one = rt
+                .block_on(alone.check_at(key, &bucket, *cost, at))
+                .unwrap();
+            refused += usize::from(!one.is_allowed());
+            assert_eq!(
+                observed(&together.unwrap()),
+                observed(&one),
+                "{format:?}, decision {i}"
+            );
+        }
+        assert!((1..321).contains(&refused), "{refused} of 321 refused");
+    }
+}
+
 /// New clients decided together on the server's clock (a batch claims
 /// their states, sharing for a sliding window one text and TTL per
 /// window), under a sliding window and under GCRA: each key outlives its

@@ -118,16 +118,22 @@ impl Shape {
                     0 => ("local function decide(ko, ARGV)\n", ""),
                     _ => (
                         "local function decide(ko, ARGV, own_field)\n",
-                        ", ARGV[at + 2]",
+                        ", ARGV[at + 1]",
                     ),
                 };
+                // A list's table made whole, at its size.
+                let list = (1..=shared)
+                    .map(|x| format!("tonumber(ARGV[at + {x}]) or false"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 (
                     signature.to_owned() + &body,
                     fill(
                         include_str!("../lua/lean_batch.lua"),
                         &[
                             ("shared", &shared.to_string()),
-                            ("own", &(1 + own).to_string()),
+                            ("list", &list),
+                            ("own", &own.to_string()),
                             ("field", field),
                         ],
                     ),
@@ -138,9 +144,14 @@ impl Shape {
                 include_str!("../lua/batch.lua").to_owned(),
             ),
         };
+        // A lean batch parses its lists once each (lean_batch.lua).
+        let parsed_once = match self.is_lean() {
+            true => "",
+            false => PARSED_ONCE,
+        };
         [
             &parts.head,
-            PARSED_ONCE,
+            parsed_once,
             &parts.helpers,
             &decide,
             "end\n",
@@ -156,14 +167,19 @@ impl Shape {
         // (`{{claim}}`, lean_sliding_window.lua) where the server runs
         // `SET … NX GET` (Redis 7.0 and later, which alone have
         // REDIS_VERSION_NUM) and states are keys of their own.
-        // (Elsewhere they are only declared: a table made on every call
-        // costs a lone decision about 700 instructions.)
-        let claims = match batch && !has(Self::PACKED) {
-            true => {
+        // (Elsewhere they are only declared, and the table of a sliding
+        // window's claims is made only where one claims: a table made on
+        // every call costs a lone decision about 700 instructions.)
+        let claims = match (batch && !has(Self::PACKED), has(Self::SLIDING_WINDOW)) {
+            (true, true) => {
                 "local can_claim = redis.REDIS_VERSION_NUM ~= nil\n\
                  local claiming, claims = can_claim, {}\n"
             }
-            false => "local can_claim, claiming, claims\n",
+            (true, false) => {
+                "local can_claim = redis.REDIS_VERSION_NUM ~= nil\n\
+                 local claiming, claims = can_claim\n"
+            }
+            (false, _) => "local can_claim, claiming, claims\n",
         };
         let head = format!(
             "{claims}local now, slack_ms, field{}\n",
