@@ -1,20 +1,20 @@
 -- Lean decisions of one shape sent together (batch.rs), after `decide`,
 -- the lean script as a function of where its key is, its arguments and
--- (under the packed format) the client's field: each is decided in turn, in the
--- order they arrived, exactly as its own call would decide it. Decisions
--- of one policy share their arguments (the time, the cost, the limit, the
--- span), so each distinct list is sent once and parsed once a batch; a
--- batch of one list (most are) sends nothing more, others one word naming
--- each decision's list in a byte (a word costs Redis about 800
--- instructions to read and hand to Lua, a byte read here a fifth of
--- that). ARGV: the number of decisions n, the number of distinct lists m,
--- the lists one after another ({{shared}} words each), then when m > 1
--- the word whose i-th byte is decision i's list less one, then each
--- decision's own words ({{own}} each: the client's field, or none). KEYS:
--- one a decision. Reply: each decision's three numbers, laid out one
--- decision after another, or for one that failed the error's text and
--- two zeros (a nested error reply would fail the whole call in clients
--- that read it; the others stand).
+-- (under the packed format) the client's field: each is decided in turn,
+-- in the order they arrived, exactly as its own call would decide it.
+-- Decisions of one policy share their arguments (the time, the cost, the
+-- limit, the span), so each distinct list is sent once and parsed once a
+-- batch; a batch of one list (most are) sends nothing more, others one
+-- word naming each decision's list in a byte (a word costs Redis about
+-- 800 instructions to read and hand to Lua). ARGV: the number of
+-- decisions n, the number of distinct lists m, the lists one after
+-- another ({{shared}} words each), then when m > 1 the word whose i-th
+-- byte is decision i's list less one, then each decision's own words
+-- ({{own}} each: the client's field, or none). KEYS: one a decision.
+-- Reply: each decision's three numbers, laid out one decision after
+-- another, or for one that failed the error's text and two zeros (a
+-- nested error reply would fail the whole call in clients that read it;
+-- the others stand).
 
 local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lists = {}
