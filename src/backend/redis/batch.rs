@@ -120,17 +120,20 @@ impl Call {
         if let Some((shared, _)) = shape.lean_list() {
             let list = |call: &'a Call| call.words().skip(call.key_count()).take(shared);
             let mut lists: Vec<&Call> = Vec::new();
-            let mut chosen = Vec::new();
+            // Each decision's list in a byte (a batch holds at most
+            // MAX_BATCH = 256 decisions, so at most 256 lists).
+            let mut chosen: Vec<u8> = Vec::new();
             for call in calls.clone() {
                 // Against the last few lists only: a policy's decisions
                 // share one, and costs that vary (bytes, tokens) cost each
                 // decision a few comparisons, not one per list.
                 let recent = lists.len().saturating_sub(RECENT_LISTS)..lists.len();
                 let known = recent.into_iter().find(|&j| list(lists[j]).eq(list(call)));
-                chosen.push(known.unwrap_or_else(|| {
+                let j = known.unwrap_or_else(|| {
                     lists.push(call);
                     lists.len() - 1
-                }));
+                });
+                chosen.push(u8::try_from(j).unwrap_or(u8::MAX));
             }
             cmd.arg(lists.len());
             for call in &lists {
@@ -138,15 +141,9 @@ impl Call {
                     cmd.arg(word);
                 });
             }
-            // Each decision's list in a byte, when there is more than one
-            // (a batch holds at most MAX_BATCH = 256 decisions, so at
-            // most 256 lists).
+            // Named only when there is more than one.
             if lists.len() > 1 {
-                let which: Vec<u8> = chosen
-                    .iter()
-                    .map(|&j| u8::try_from(j).unwrap_or(u8::MAX))
-                    .collect();
-                cmd.arg(which);
+                cmd.arg(chosen);
             }
             for call in calls {
                 call.words()
