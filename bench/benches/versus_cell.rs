@@ -230,8 +230,12 @@ fn main() {
     let pinned = cpu::pin(server.pid());
     // How often Redis reclaims expired keys (`REDIS_HZ`, its `hz`: 10 by
     // default; each pass up to a quarter of its period).
-    let hz = std::env::var("REDIS_HZ").unwrap_or_else(|_| "10".to_owned());
-    server.cli(&["CONFIG", "SET", "hz", &hz]);
+    if let Ok(hz) = std::env::var("REDIS_HZ") {
+        server.cli(&["CONFIG", "SET", "hz", &hz]);
+    }
+    // As Redis has it (a value it refused leaves the one before).
+    let hz = server.cli(&["CONFIG", "GET", "hz"]);
+    let hz = hz.lines().nth(1).unwrap_or("?").trim().to_owned();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -104,9 +104,6 @@ impl Shape {
             true => "",
             false => "states = {}\n",
         };
-        // Arguments repeat from decision to decision (a policy's limit and
-        // span, the costs): each text is parsed once a batch
-        // (`PARSED_ONCE`).
         let body = [parts.prelude.as_str(), fresh, &parts.driver].concat();
         // A lean decision reads its key where it is in the batch's keys
         // (after an offset, `{{ko}}`) and its arguments from its list
@@ -144,7 +141,10 @@ impl Shape {
                 include_str!("../lua/batch.lua").to_owned(),
             ),
         };
-        // A lean batch parses its lists once each (lean_batch.lua).
+        // The general driver's arguments repeat from decision to decision
+        // (a policy's limit and span, the costs): each text is parsed once
+        // a batch (`PARSED_ONCE`). A lean batch reads each argument list
+        // once (lean_batch.lua).
         let parsed_once = match self.is_lean() {
             true => "",
             false => PARSED_ONCE,
@@ -167,19 +167,19 @@ impl Shape {
         // (`{{claim}}`, lean_sliding_window.lua) where the server runs
         // `SET … NX GET` (Redis 7.0 and later, which alone have
         // REDIS_VERSION_NUM) and states are keys of their own.
-        // (Elsewhere they are only declared, and the table of a sliding
-        // window's claims is made only where one claims: a table made on
+        // (Elsewhere they are only declared, and the table of a lean
+        // sliding window's claims is made only for one: a table made on
         // every call costs a lone decision about 700 instructions.)
-        let claims = match (batch && !has(Self::PACKED), has(Self::SLIDING_WINDOW)) {
-            (true, true) => {
+        let table = match has(Self::LEAN) && has(Self::SLIDING_WINDOW) {
+            true => ", {}",
+            false => "",
+        };
+        let claims = match batch && !has(Self::PACKED) {
+            true => format!(
                 "local can_claim = redis.REDIS_VERSION_NUM ~= nil\n\
-                 local claiming, claims = can_claim, {}\n"
-            }
-            (true, false) => {
-                "local can_claim = redis.REDIS_VERSION_NUM ~= nil\n\
-                 local claiming, claims = can_claim\n"
-            }
-            (false, _) => "local can_claim, claiming, claims\n",
+                 local claiming, claims = can_claim{table}\n"
+            ),
+            false => "local can_claim, claiming, claims\n".to_owned(),
         };
         let head = format!(
             "{claims}local now, slack_ms, field{}\n",
