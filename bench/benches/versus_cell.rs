@@ -4,19 +4,22 @@
 //! loaded: Redis's CPU per decision (`INFO cpu`: reading, parsing, the
 //! work, writing), decisions per second of Redis CPU, how busy Redis was,
 //! decisions per command Redis ran (ours: the mean batch), its CPU in
-//! passes reclaiming expired keys (every call waits while one runs:
-//! `REDIS_HZ=100` makes them a tenth as long), and latency
-//! (p50, p99) — at 32 and 256 concurrent callers, on new keys
+//! passes reclaiming expired keys and the longest of them (every call
+//! waits while one runs: `REDIS_HZ=100` makes them a tenth as long), and
+//! latency (p50, p99, p99.9) — at 32 and 256 concurrent callers, on new keys
 //! (one never seen, every decision) and hot keys (16, every decision
-//! admitted), GCRA and sliding window for ours; then callers from 1 to 32,
-//! to find where batching starts to win.
+//! admitted), GCRA and sliding window for ours; then callers from 1 to 16,
+//! batched and each alone (`max_batch(1)`), to find where batching starts
+//! to win.
 //!
 //! The callers are tokio tasks on one worker thread, the library called
 //! directly (no HTTP). Ours: `RedisBackend` as built by default (batching
 //! on). `CL.THROTTLE` two ways, as users call it: a connection per caller
 //! (a pool; redis-benchmark's way) and every caller on one multiplexed
 //! connection (redis-rs pipelines them). The minimal script on one
-//! multiplexed connection.
+//! multiplexed connection, and `SET key 1 PX 1` on it too: no decision,
+//! only a key to expire, so its tail is what Redis's expiry alone makes
+//! at that many keys a second.
 //!
 //! redis-cell is found at `$REDIS_CELL` or `target/redis-cell/libredis_cell.so`
 //! (`scripts/redis-cell` builds it); without it the bench says so and
@@ -60,6 +63,9 @@ enum Contender {
     Cell(bool),
     /// The minimal script (its hash computed once, not per call).
     Minimal(redis::Script),
+    /// No decision: `SET key 1 PX 1`, the cheapest call that leaves a key
+    /// to expire (what Redis's expiry alone does to the tail).
+    Set,
 }
 
 struct Run {
@@ -67,6 +73,9 @@ struct Run {
     rate: f64,
     p50: f64,
     p99: f64,
+    /// One decision in a thousand waits longer: a pass over expired keys
+    /// stops every caller at once.
+    p999: f64,
     cpu_us: f64,
     busy: f64,
     /// Decisions per command Redis ran: the mean batch for ours, 1 for
@@ -75,6 +84,9 @@ struct Run {
     /// Redis's milliseconds of CPU in its passes reclaiming expired keys:
     /// every decision stops while one runs (the tail at 256 callers).
     expiring_ms: f64,
+    /// The longest of those passes, in milliseconds (Redis's latency
+    /// monitor), 0 when none took a millisecond.
+    longest_pass_ms: f64,
 }
 
 /// Redis's CPU milliseconds in its passes over expired keys so far.
@@ -87,11 +99,24 @@ fn expiring_ms(server: &support::RedisServer) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// How many calls the contenders made (`INFO commandstats`: the
-/// scripts' own calls and the bench's INFO are not counted).
-fn commands(server: &support::RedisServer) -> f64 {
+/// The longest pass over expired keys since the monitor was reset, in
+/// milliseconds (`LATENCY LATEST`: event, when, latest, longest).
+fn longest_pass_ms(server: &support::RedisServer) -> f64 {
+    let latest = server.cli(&["LATENCY", "LATEST"]);
+    let mut lines = latest.lines().map(str::trim);
+    lines
+        .position(|l| l == "expire-cycle")
+        .and_then(|_| lines.nth(2))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// How many calls of `names` Redis ran (`INFO commandstats`: for the
+/// scripts, their calls only, not the commands they run, so `set` is
+/// counted only for the contender that sends it).
+fn commands(server: &support::RedisServer, names: &[&str]) -> f64 {
     let info = server.cli(&["INFO", "commandstats"]);
-    ["evalsha", "eval", "cl.throttle"]
+    names
         .iter()
         .filter_map(|name| {
             let line = info
@@ -145,6 +170,17 @@ async fn decide(contender: &Contender, conn: &mut MultiplexedConnection, key: &s
                 .expect("the minimal script");
             answer[0] == 0
         }
+        Contender::Set => {
+            let () = redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("PX")
+                .arg(1)
+                .query_async(conn)
+                .await
+                .expect("SET");
+            true
+        }
     }
 }
 
@@ -166,8 +202,13 @@ async fn run(
         });
     }
     server.cli(&["FLUSHALL"]);
-    let commands_before = commands(server);
+    let names: &[&str] = match contender {
+        Contender::Set => &["set"],
+        _ => &["evalsha", "eval", "cl.throttle"],
+    };
+    let commands_before = commands(server, names);
     let expiring_before = expiring_ms(server);
+    server.cli(&["LATENCY", "RESET"]);
     let (cpu, started) = (cpu::redis_cpu(server), Instant::now());
     let deadline = started + Duration::from_secs_f64(SECONDS);
     let mut set = tokio::task::JoinSet::new();
@@ -189,7 +230,7 @@ async fn run(
     let mut latencies: Vec<u32> = set.join_all().await.into_iter().flatten().collect();
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu::redis_cpu(server) - cpu;
-    let calls = commands(server) - commands_before;
+    let calls = commands(server, names) - commands_before;
     let expiring = expiring_ms(server) - expiring_before;
     latencies.sort_unstable();
     let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize] as f64 / 1000.0;
@@ -199,10 +240,12 @@ async fn run(
         rate: decisions / elapsed,
         p50: at(0.5),
         p99: at(0.99),
+        p999: at(0.999),
         cpu_us: cpu * 1e6 / decisions,
         busy: cpu / elapsed,
         per_call: decisions / calls,
         expiring_ms: expiring,
+        longest_pass_ms: longest_pass_ms(server),
     }
 }
 
@@ -228,6 +271,8 @@ fn main() {
         None => support::RedisServer::start(),
     };
     let pinned = cpu::pin(server.pid());
+    // Every event of a millisecond or more (`longest pass`).
+    server.cli(&["CONFIG", "SET", "latency-monitor-threshold", "1"]);
     // How often Redis reclaims expired keys (`REDIS_HZ`, its `hz`: 10 by
     // default; each pass up to a quarter of its period).
     if let Ok(hz) = std::env::var("REDIS_HZ") {
@@ -242,16 +287,16 @@ fn main() {
         .build()
         .unwrap();
     let url = server.url();
-    let backend = rt
-        .block_on(
-            RedisBackend::builder(&url)
-                .timeout(Duration::from_secs(5))
-                .connect(),
-        )
+    let builder = || RedisBackend::builder(&url).timeout(Duration::from_secs(5));
+    // As built by default, and (among fewer callers) each decision alone.
+    let backend = rt.block_on(builder().connect()).expect("connect");
+    let alone = rt
+        .block_on(builder().max_batch(1).connect())
         .expect("connect");
     let policy =
         |algorithm| Policy::single(algorithm, Quota::per_second(1_000_000).unwrap()).unwrap();
     let gcra = Contender::Ours(backend.clone(), policy(Algorithm::Gcra));
+    let gcra_alone = Contender::Ours(alone, policy(Algorithm::Gcra));
     let sliding = Contender::Ours(backend, policy(Algorithm::SlidingWindow));
     let mut contenders = vec![
         ("ours, GCRA", gcra.clone()),
@@ -270,6 +315,7 @@ fn main() {
     }
     let minimal = Contender::Minimal(redis::Script::new(MINIMAL));
     contenders.push(("the minimal script", minimal.clone()));
+    contenders.push(("SET with PX 1 (no decision)", Contender::Set));
     println!(
         "Redis {}, hz {hz}; {}; every decision admitted (1,000,000/s); {SECONDS} s a row",
         server
@@ -283,18 +329,20 @@ fn main() {
         },
     );
     println!(
-        "{:<32} {:>5} {:>7} {:>12} {:>8} {:>8} {:>13} {:>16} {:>6} {:>8} {:>10}",
+        "{:<32} {:>5} {:>7} {:>12} {:>8} {:>8} {:>8} {:>13} {:>16} {:>6} {:>8} {:>10} {:>12}",
         "",
         "keys",
         "callers",
         "decisions/s",
         "p50 ms",
         "p99 ms",
+        "p99.9 ms",
         "Redis CPU µs",
         "per Redis CPU s",
         "busy",
         "per call",
-        "expiry ms"
+        "expiry ms",
+        "longest pass"
     );
     let mut seen = Vec::new();
     let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender| {
@@ -305,15 +353,17 @@ fn main() {
             Keys::Hot => "hot",
         };
         println!(
-            "{name:<32} {keys_name:>5} {callers:>7} {:>12.0} {:>8.3} {:>8.3} {:>13.2} {:>16.0} {:>6.2} {:>8.1} {:>10.0}",
+            "{name:<32} {keys_name:>5} {callers:>7} {:>12.0} {:>8.3} {:>8.3} {:>8.3} {:>13.2} {:>16.0} {:>6.2} {:>8.1} {:>10.0} {:>12.0}",
             r.rate,
             r.p50,
             r.p99,
+            r.p999,
             r.cpu_us,
             1e6 / r.cpu_us,
             r.busy,
             r.per_call,
-            r.expiring_ms
+            r.expiring_ms,
+            r.longest_pass_ms
         );
         assert!(r.decisions > 0.0);
         seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
@@ -333,6 +383,7 @@ fn main() {
     println!("\nfewer callers, new keys:");
     for callers in [1, 2, 4, 8, 16] {
         row("ours, GCRA", Keys::New, callers, &gcra);
+        row("ours, GCRA, max_batch(1)", Keys::New, callers, &gcra_alone);
         row(anchor.0, Keys::New, callers, &anchor.1);
     }
     let cpu_of = |name: &str, keys: &str, callers: usize| {
