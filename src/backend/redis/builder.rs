@@ -309,7 +309,10 @@ impl RedisBackendBuilder {
     ///
     /// A decision that finds no call of its kind in flight is sent at
     /// once, so a quiet server adds no latency. While one is in flight,
-    /// the decisions that arrive wait for it to end (or for a fifth of the
+    /// the decisions that arrive wait, and go on a second call beside it
+    /// once as many wait as it carries, none on its keys (so two callers
+    /// are each sent at once, as alone), or a quarter of `max`; else they
+    /// wait for a call to end (or for a fifth of the
     /// [timeout](Self::timeout) since the last call was sent, for a far or
     /// slow Redis: a decision waits at most that long before it is sent),
     /// and the next call takes them all: one call of a script that decides
