@@ -1,27 +1,27 @@
 //! Which call of its lane a decision goes on, and when a call goes.
 //!
 //! Decisions of one script [`Shape`] (and, on a cluster, of one slot) share
-//! a [`Lane`]. A decision that finds its lane idle is sent at once, alone.
-//! While a call is in flight the decisions that arrive wait, and a second
-//! call goes beside it once as many wait as it carries (a single decision
-//! sent by its own caller, as alone), or a quarter of a batch
-//! (`max_batch / 4`, at least 2): Redis then finds the next call ready
-//! instead of idling while the client reads the answers and sends again,
-//! and two calls in flight carry about half the decisions in flight each,
-//! however few those are. A call that ends beside another sends what
-//! waits once half as many wait as the other carries (or a quarter of a
-//! batch), else leaves it to the other; one that ends alone sends all that
-//! waits.
+//! a [`Lane`]. A decision that finds its lane idle is sent at once, alone,
+//! and so is one that finds none waiting and, with the decisions in
+//! flight, holds at most [`ALONE`] keys: so few cost Redis no more alone,
+//! and none waits for a call before it. Beyond that the decisions that arrive wait, and a
+//! second call goes beside the one in flight once as many wait as it
+//! carries, or a quarter of a batch (`max_batch / 4`, at least 2): Redis
+//! then finds the next call ready instead of idling while the client reads
+//! the answers and sends again. A call that ends beside one other sends
+//! what waits once half as many wait as the other carries, beside several
+//! once as many wait as it carried (or, either way, a quarter of a batch),
+//! else leaves it to the others; the last to end sends all that waits.
 //!
 //! Two calls in flight can reach Redis in either order (one sent again
 //! after its script was loaded again, or redirected on a cluster). So
-//! below a quarter of a batch a second call goes only if none of its
-//! decisions shares a key with the call in flight: decisions on other keys
-//! do not depend on each other, and each is decided as in the order it
-//! came. A quarter of a batch goes whatever its keys: by then the call in
-//! flight was written long before, and only its being sent again could
-//! put it after. Only a call out longer than a fifth of the timeout (a far
-//! or stalled Redis) has the waiting decisions sent beside it anyway.
+//! below a quarter of a batch a call goes beside others only if none of
+//! its decisions shares a key with them: decisions on other keys do not
+//! depend on each other, and each is decided as in the order it came. A
+//! quarter of a batch goes whatever its keys: by then the calls in flight
+//! were written long before, and only one's being sent again could put it
+//! after. Only a call out longer than a fifth of the timeout (a far or
+//! stalled Redis) has the waiting decisions sent beside it anyway.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -49,6 +49,12 @@ pub(in crate::backend::redis) struct Lane {
     pub(super) slot: u16,
 }
 
+/// How many keys' decisions a lane sends each alone beside the others
+/// in flight: fewer cost Redis no more CPU alone than batched
+/// (`benches/versus_cell.rs`: 8 callers each alone 0.9-1.0x the CPU of
+/// batched), and alone none waits for a call before it.
+const ALONE: usize = 8;
+
 /// A decision waiting in its lane.
 pub(super) struct Waiting {
     pub(super) call: Call,
@@ -59,12 +65,12 @@ pub(super) struct Waiting {
 pub(super) type CallId = u64;
 
 /// A call in flight: how many decisions it carries and, when fewer than a
-/// quarter of a batch, their keys' hashes (what a second call beside it
-/// must not touch).
+/// quarter of a batch, their keys' hashes (what a call beside it must not
+/// touch; unknown, any key may be among them).
 struct Flight {
     id: CallId,
     decisions: usize,
-    keys: Vec<u64>,
+    keys: Option<Vec<u64>>,
 }
 
 #[derive(Default)]
@@ -75,8 +81,7 @@ struct LaneState {
     flights: Vec<Flight>,
     /// The name of the lane's next call.
     next_id: CallId,
-    /// Whether a waiting decision shares a key with the only call in
-    /// flight (while that carries fewer than a quarter of a batch).
+    /// Whether a waiting decision may share a key with a call in flight.
     clash: bool,
     /// When the lane last sent a call.
     last_sent: Option<Instant>,
@@ -152,10 +157,13 @@ impl Batches {
         call.keys().map(|key| self.hasher.hash_one(key))
     }
 
-    /// Whether `call` shares a key with `flight` (known only below a
-    /// quarter of a batch).
-    fn clashes(&self, flight: &Flight, call: &Call) -> bool {
-        self.hashes(call).any(|h| flight.keys.contains(&h))
+    /// Whether `call` may share a key with a call in flight (any may
+    /// whose keys are unknown).
+    fn clashes(&self, flights: &[Flight], call: &Call) -> bool {
+        flights.iter().any(|flight| match &flight.keys {
+            Some(keys) => self.hashes(call).any(|h| keys.contains(&h)),
+            None => true,
+        })
     }
 
     /// Record `batch` in flight on `state`: its name.
@@ -165,10 +173,8 @@ impl Batches {
         batch: impl ExactSizeIterator<Item = &'a Call> + Clone,
     ) -> CallId {
         let decisions = batch.len();
-        let keys = match decisions < self.quarter() {
-            true => batch.flat_map(|call| self.hashes(call)).collect(),
-            false => Vec::new(),
-        };
+        let keys = (decisions < self.quarter())
+            .then(|| batch.flat_map(|call| self.hashes(call)).collect());
         state.next_id += 1;
         state.flights.push(Flight {
             id: state.next_id,
@@ -179,29 +185,44 @@ impl Batches {
         state.next_id
     }
 
-    /// After the calls in flight changed: whether what waits shares a key
-    /// with the only one left.
+    /// After the calls in flight changed: whether what waits may share a
+    /// key with one of them.
     fn reckon(&self, state: &mut LaneState) {
-        state.clash = match state.flights.as_slice() {
-            [only] if only.decisions < self.quarter() => {
-                let mut waiting = state.waiting.iter().filter(|w| !w.answer.is_closed());
-                waiting.any(|w| self.clashes(only, &w.call))
-            }
-            _ => false,
-        };
+        let mut waiting = state.waiting.iter().filter(|w| !w.answer.is_closed());
+        state.clash = waiting.any(|w| self.clashes(&state.flights, &w.call));
     }
 
-    /// Whether what waits goes now on a call beside the ones in flight: all
-    /// of it when none is, as many as the only one carries when none of
-    /// them is on its keys, or a quarter of a batch.
-    fn second_due(&self, state: &LaneState, ended: bool) -> bool {
+    /// Whether `call` goes at once on a call of its own beside those in
+    /// flight: while they and it hold at most [`ALONE`] keys, none waits,
+    /// and none in flight is on its keys.
+    fn alone_due(&self, state: &LaneState, call: &Call) -> bool {
+        // (Unknown keys: a quarter of a batch or more, and a clash.)
+        let in_flight = state.flights.iter().map(|f| match &f.keys {
+            Some(keys) => keys.len(),
+            None => ALONE,
+        });
+        state.waiting.is_empty()
+            && in_flight.sum::<usize>() + call.key_count() <= ALONE
+            && !self.clashes(&state.flights, call)
+    }
+
+    /// Whether what waits goes now on a call beside the ones in flight, as
+    /// a decision joins (`ended` none) or as a call that carried `ended`
+    /// decisions ends: all of it when none is in flight; a quarter of a
+    /// batch (joining, beside one call only); else, if none of it may share
+    /// a key with them, as many as the only one carries (half as many as a
+    /// call ends beside it) or, beside several, as many as the call that
+    /// ended carried.
+    fn second_due(&self, state: &LaneState, ended: Option<usize>) -> bool {
         let waiting = state.waiting.len();
-        match state.flights.as_slice() {
-            [] => waiting > 0,
+        match (state.flights.as_slice(), ended) {
+            ([], _) => waiting > 0,
+            ([_, _, ..], None) => false,
             _ if waiting >= self.quarter() => true,
-            [only] if ended => waiting > 0 && 2 * waiting >= only.decisions && !state.clash,
-            [only] => waiting > 0 && waiting >= only.decisions && !state.clash,
-            _ => false,
+            _ if waiting == 0 || state.clash => false,
+            ([only], None) => waiting >= only.decisions,
+            ([only], Some(_)) => 2 * waiting >= only.decisions,
+            (_, Some(carried)) => waiting >= carried,
         }
     }
 
@@ -209,17 +230,15 @@ impl Batches {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         let state = lanes.entry(lane).or_default();
         let now = Instant::now();
-        if state.flights.is_empty() {
+        if state.flights.is_empty() || self.alone_due(state, &call) {
             state.last_sent = Some(now);
             let id = self.fly(state, std::iter::once(&call));
             return Turn::Lead(call, id);
         }
-        if let [only] = state.flights.as_slice() {
-            state.clash |= only.decisions < self.quarter() && self.clashes(only, &call);
-        }
+        state.clash |= self.clashes(&state.flights, &call);
         let (answer, receiver) = oneshot::channel();
         state.waiting.push_back(Waiting { call, answer });
-        if state.flights.len() == 1 && self.second_due(state, false) {
+        if self.second_due(state, None) {
             // (It holds this decision, whose answer is awaited.)
             let mut batch = state.take(self.max);
             if !batch.is_empty() {
@@ -256,9 +275,14 @@ impl Batches {
         let Some(state) = lanes.get_mut(&lane) else {
             return (Vec::new(), id);
         };
+        let carried = state
+            .flights
+            .iter()
+            .find(|f| f.id == id)
+            .map(|f| f.decisions);
         state.flights.retain(|f| f.id != id);
         self.reckon(state);
-        let batch = match self.second_due(state, true) {
+        let batch = match self.second_due(state, Some(carried.unwrap_or(0))) {
             true => state.take(self.max),
             false => Vec::new(),
         };
