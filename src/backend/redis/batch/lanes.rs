@@ -4,11 +4,11 @@
 //! a [`Lane`]. A decision that finds its lane idle is sent at once, alone,
 //! and so is one that finds none waiting and, with the decisions in
 //! flight, holds at most [`ALONE`] keys: so few cost Redis no more alone,
-//! and none waits for a call before it. Beyond that the decisions that arrive wait, and a
-//! second call goes beside the one in flight once as many wait as it
-//! carries, or a quarter of a batch (`max_batch / 4`, at least 2): Redis
-//! then finds the next call ready instead of idling while the client reads
-//! the answers and sends again. A call that ends beside one other sends
+//! and none waits for a call before it. Beyond that the decisions that
+//! arrive wait, and a second call goes beside the one in flight once as
+//! many wait as it carries, or a quarter of a batch (`max_batch / 4`, at
+//! least 2): Redis then finds the next call ready instead of idling while
+//! the client reads the answers and sends again. A call that ends beside one other sends
 //! what waits once half as many wait as the other carries, beside several
 //! once as many wait as it carried (or, either way, a quarter of a batch),
 //! else leaves it to the others; the last to end sends all that waits.
