@@ -307,14 +307,12 @@ impl RedisBackendBuilder {
     /// about 25 µs each; of eight limits and a penalty box, 14 keys, about
     /// 300 µs each).
     ///
-    /// A decision that finds at most 7 others of its kind in flight (at
-    /// most 8 Redis keys between them), none waiting and none on its keys,
-    /// is sent at once, alone, so a quiet server adds no latency and a few
-    /// callers decide as many a second as with `max_batch(1)`. Beyond
-    /// that the decisions that arrive wait, and go on a second call beside
-    /// the one in flight once as many wait as it carries, none on its
-    /// keys, or a quarter of `max`; else they wait for a call to end (or
-    /// for a fifth of the
+    /// A decision that finds no call of its kind in flight is sent at
+    /// once, so a quiet server adds no latency. While one is in flight,
+    /// the decisions that arrive wait, and go on a second call beside it
+    /// once as many wait as it carries, none on its keys (so two callers
+    /// are each sent at once, as alone), or a quarter of `max`; else they
+    /// wait for a call to end (or for a fifth of the
     /// [timeout](Self::timeout) since the last call was sent, for a far or
     /// slow Redis: a decision waits at most that long before it is sent),
     /// and the next call takes them all: one call of a script that decides

@@ -1,17 +1,16 @@
 //! Which call of its lane a decision goes on, and when a call goes.
 //!
 //! Decisions of one script [`Shape`] (and, on a cluster, of one slot) share
-//! a [`Lane`]. A decision that finds its lane idle is sent at once, alone,
-//! and so is one that finds none waiting and, with the decisions in
-//! flight, holds at most [`ALONE`] keys: so few cost Redis no more alone,
-//! and none waits for a call before it. Beyond that the decisions that
-//! arrive wait, and a second call goes beside the one in flight once as
-//! many wait as it carries, or a quarter of a batch (`max_batch / 4`, at
-//! least 2): Redis then finds the next call ready instead of idling while
-//! the client reads the answers and sends again. A call that ends beside one other sends
-//! what waits once half as many wait as the other carries, beside several
-//! once as many wait as it carried (or, either way, a quarter of a batch),
-//! else leaves it to the others; the last to end sends all that waits.
+//! a [`Lane`]. A decision that finds its lane idle is sent at once, alone.
+//! While a call is in flight the decisions that arrive wait, and a second
+//! call goes beside it once as many wait as it carries (a single decision
+//! sent by its own caller, as alone), or a quarter of a batch
+//! (`max_batch / 4`, at least 2): Redis then finds the next call ready
+//! instead of idling while the client reads the answers and sends again,
+//! and two calls in flight carry about half the decisions in flight each.
+//! A call that ends beside another sends what waits once half as many
+//! wait as the other carries (or a quarter of a batch), else leaves it to
+//! the other; one that ends alone sends all that waits.
 //!
 //! Two calls in flight can reach Redis in either order (one sent again
 //! after its script was loaded again, or redirected on a cluster). So
@@ -48,12 +47,6 @@ pub(in crate::backend::redis) struct Lane {
     pub(super) shape: Shape,
     pub(super) slot: u16,
 }
-
-/// How many keys' decisions a lane sends each alone beside the others
-/// in flight: fewer cost Redis no more CPU alone than batched
-/// (`benches/versus_cell.rs`: 8 callers each alone 0.9-1.0x the CPU of
-/// batched), and alone none waits for a call before it.
-const ALONE: usize = 8;
 
 /// A decision waiting in its lane.
 pub(super) struct Waiting {
@@ -192,37 +185,21 @@ impl Batches {
         state.clash = waiting.any(|w| self.clashes(&state.flights, &w.call));
     }
 
-    /// Whether `call` goes at once on a call of its own beside those in
-    /// flight: while they and it hold at most [`ALONE`] keys, none waits,
-    /// and none in flight is on its keys.
-    fn alone_due(&self, state: &LaneState, call: &Call) -> bool {
-        // (Unknown keys: a quarter of a batch or more, and a clash.)
-        let in_flight = state.flights.iter().map(|f| match &f.keys {
-            Some(keys) => keys.len(),
-            None => ALONE,
-        });
-        state.waiting.is_empty()
-            && in_flight.sum::<usize>() + call.key_count() <= ALONE
-            && !self.clashes(&state.flights, call)
-    }
-
     /// Whether what waits goes now on a call beside the ones in flight, as
-    /// a decision joins (`ended` none) or as a call that carried `ended`
-    /// decisions ends: all of it when none is in flight; a quarter of a
-    /// batch (joining, beside one call only); else, if none of it may share
-    /// a key with them, as many as the only one carries (half as many as a
-    /// call ends beside it) or, beside several, as many as the call that
-    /// ended carried.
-    fn second_due(&self, state: &LaneState, ended: Option<usize>) -> bool {
+    /// a decision joins or (`ended`) as a call ends: all of it when none is
+    /// in flight; a quarter of a batch (joining, beside one call only);
+    /// else, beside one call and if none of it may share a key with it, as
+    /// many as that carries (half as many as a call ends beside it).
+    fn second_due(&self, state: &LaneState, ended: bool) -> bool {
         let waiting = state.waiting.len();
-        match (state.flights.as_slice(), ended) {
-            ([], _) => waiting > 0,
-            ([_, _, ..], None) => false,
+        match state.flights.as_slice() {
+            [] => waiting > 0,
+            [_, _, ..] if !ended => false,
             _ if waiting >= self.quarter() => true,
             _ if waiting == 0 || state.clash => false,
-            ([only], None) => waiting >= only.decisions,
-            ([only], Some(_)) => 2 * waiting >= only.decisions,
-            (_, Some(carried)) => waiting >= carried,
+            [only] if ended => 2 * waiting >= only.decisions,
+            [only] => waiting >= only.decisions,
+            _ => false,
         }
     }
 
@@ -230,7 +207,7 @@ impl Batches {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         let state = lanes.entry(lane).or_default();
         let now = Instant::now();
-        if state.flights.is_empty() || self.alone_due(state, &call) {
+        if state.flights.is_empty() {
             state.last_sent = Some(now);
             let id = self.fly(state, std::iter::once(&call));
             return Turn::Lead(call, id);
@@ -238,7 +215,7 @@ impl Batches {
         state.clash |= self.clashes(&state.flights, &call);
         let (answer, receiver) = oneshot::channel();
         state.waiting.push_back(Waiting { call, answer });
-        if self.second_due(state, None) {
+        if self.second_due(state, false) {
             // (It holds this decision, whose answer is awaited.)
             let mut batch = state.take(self.max);
             if !batch.is_empty() {
@@ -275,14 +252,9 @@ impl Batches {
         let Some(state) = lanes.get_mut(&lane) else {
             return (Vec::new(), id);
         };
-        let carried = state
-            .flights
-            .iter()
-            .find(|f| f.id == id)
-            .map(|f| f.decisions);
         state.flights.retain(|f| f.id != id);
         self.reckon(state);
-        let batch = match self.second_due(state, Some(carried.unwrap_or(0))) {
+        let batch = match self.second_due(state, true) {
             true => state.take(self.max),
             false => Vec::new(),
         };
