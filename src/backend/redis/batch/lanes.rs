@@ -13,14 +13,16 @@
 //! the other; one that ends alone sends all that waits.
 //!
 //! Two calls in flight can reach Redis in either order (one sent again
-//! after its script was loaded again, or redirected on a cluster). So
+//! after its script was loaded again, redirected on a cluster, or written
+//! by a task that ran late). So
 //! below a quarter of a batch a call goes beside others only if none of
 //! its decisions shares a key with them: decisions on other keys do not
 //! depend on each other, and each is decided as in the order it came. A
-//! quarter of a batch goes whatever its keys: by then the calls in flight
-//! were written long before, and only one's being sent again could put it
-//! after. Only a call out longer than a fifth of the timeout (a far or
-//! stalled Redis) has the waiting decisions sent beside it anyway.
+//! quarter of a batch goes whatever its keys, and so does what waits
+//! behind a call out longer than a fifth of the timeout (a far or stalled
+//! Redis): two decisions on one key in two such calls may be decided in
+//! either order, each exactly, as two requests at once may arrive in
+//! either order.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -74,8 +76,6 @@ struct LaneState {
     flights: Vec<Flight>,
     /// The name of the lane's next call.
     next_id: CallId,
-    /// Whether a waiting decision may share a key with a call in flight.
-    clash: bool,
     /// When the lane last sent a call.
     last_sent: Option<Instant>,
     /// How many times waiting decisions were taken: a flush due for those
@@ -150,15 +150,6 @@ impl Batches {
         call.keys().map(|key| self.hasher.hash_one(key))
     }
 
-    /// Whether `call` may share a key with a call in flight (any may
-    /// whose keys are unknown).
-    fn clashes(&self, flights: &[Flight], call: &Call) -> bool {
-        flights.iter().any(|flight| match &flight.keys {
-            Some(keys) => self.hashes(call).any(|h| keys.contains(&h)),
-            None => true,
-        })
-    }
-
     /// Record `batch` in flight on `state`: its name.
     fn fly<'a>(
         &self,
@@ -174,15 +165,18 @@ impl Batches {
             decisions,
             keys,
         });
-        self.reckon(state);
         state.next_id
     }
 
-    /// After the calls in flight changed: whether what waits may share a
-    /// key with one of them.
-    fn reckon(&self, state: &mut LaneState) {
+    /// Whether a decision still waited for may share a key with `flight`
+    /// (any may if its keys are unknown); asked only when a call beside it
+    /// is otherwise due.
+    fn clash(&self, state: &LaneState, flight: &Flight) -> bool {
+        let Some(keys) = &flight.keys else {
+            return true;
+        };
         let mut waiting = state.waiting.iter().filter(|w| !w.answer.is_closed());
-        state.clash = waiting.any(|w| self.clashes(&state.flights, &w.call));
+        waiting.any(|w| self.hashes(&w.call).any(|h| keys.contains(&h)))
     }
 
     /// Whether what waits goes now on a call beside the ones in flight, as
@@ -192,13 +186,15 @@ impl Batches {
     /// many as that carries (half as many as a call ends beside it).
     fn second_due(&self, state: &LaneState, ended: bool) -> bool {
         let waiting = state.waiting.len();
+        let enough = |only: &Flight| match ended {
+            true => 2 * waiting >= only.decisions,
+            false => waiting >= only.decisions,
+        };
         match state.flights.as_slice() {
             [] => waiting > 0,
             [_, _, ..] if !ended => false,
             _ if waiting >= self.quarter() => true,
-            _ if waiting == 0 || state.clash => false,
-            [only] if ended => 2 * waiting >= only.decisions,
-            [only] => waiting >= only.decisions,
+            [only] => waiting > 0 && enough(only) && !self.clash(state, only),
             _ => false,
         }
     }
@@ -212,7 +208,6 @@ impl Batches {
             let id = self.fly(state, std::iter::once(&call));
             return Turn::Lead(call, id);
         }
-        state.clash |= self.clashes(&state.flights, &call);
         let (answer, receiver) = oneshot::channel();
         state.waiting.push_back(Waiting { call, answer });
         if self.second_due(state, false) {
@@ -253,7 +248,6 @@ impl Batches {
             return (Vec::new(), id);
         };
         state.flights.retain(|f| f.id != id);
-        self.reckon(state);
         let batch = match self.second_due(state, true) {
             true => state.take(self.max),
             false => Vec::new(),
