@@ -162,6 +162,9 @@ pub mod config;
 pub mod guide;
 pub mod layer;
 mod limiter;
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
 
 pub use algorithm::kind::Algorithm;
 pub use decision::decision::Decision;

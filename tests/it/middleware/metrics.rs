@@ -146,12 +146,12 @@ fn every_outcome_is_counted_by_limit() {
 }
 
 /// What `scenario` counts, run on a recorder of its own.
-fn counts_of<F: std::future::Future<Output = ()>>(
+pub(super) fn counts_of<F: std::future::Future<Output = ()>>(
     scenario: impl FnOnce() -> F,
 ) -> BTreeMap<String, u64> {
     let recorder = Captured::default();
     let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
+        .enable_all()
         .build()
         .unwrap();
     metrics::with_local_recorder(&recorder, || rt.block_on(scenario()));

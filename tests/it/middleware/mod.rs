@@ -18,6 +18,7 @@ mod live_changes;
 mod lookup;
 mod metrics;
 mod operations;
+mod serve;
 mod settle;
 mod shaping;
 mod soft_shed;
