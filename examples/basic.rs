@@ -4,10 +4,9 @@
 //! `cargo run --example basic`, then `curl -i localhost:3000/` (`ADDR` picks
 //! another address).
 
-use std::net::SocketAddr;
-
 use axum::{routing::get, Router};
 use tower_ratelimit::key::{ClientIp, Header, KeyExtractor};
+use tower_ratelimit::serve::{serve, ConnectionLimits};
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
 pub fn app() -> Result<Router, Box<dyn std::error::Error>> {
@@ -32,10 +31,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".into());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app()?.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
+    // Bounded connections: at most 3/4 of `ulimit -n`, 1/8 of those per
+    // client address, headers within 10 s and 64 KiB (`guide::production`).
+    serve(listener, app()?, ConnectionLimits::default()).await;
     Ok(())
 }

@@ -19,8 +19,6 @@
 //! curl -i -H 'x-user-id: ann' localhost:3001/api/search   # one budget on both
 //! ```
 
-use std::net::SocketAddr;
-
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,6 +26,7 @@ use axum::routing::{get, put};
 use axum::Router;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::config::{Fleet, Limits, LimitsFile};
+use tower_ratelimit::serve::{serve, ConnectionLimits};
 
 /// The limits every server runs, unless `LIMITS_FILE` names another file.
 pub const LIMITS: &str = r#"
@@ -119,10 +118,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "listening on {}, one of {servers} servers on {url}",
         listener.local_addr()?
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
+    serve(listener, app, ConnectionLimits::default()).await;
     Ok(())
 }

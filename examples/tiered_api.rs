@@ -13,7 +13,6 @@
 //! `curl -i -H 'x-api-key: free-key' localhost:3000/api/data` (`ADDR` picks
 //! another address).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -25,6 +24,7 @@ use axum::{Extension, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tower_ratelimit::key::{key_fn, ApiKey, ClientIp, Key, KeyError};
 use tower_ratelimit::layer::{policy_fn, HeaderStyle};
+use tower_ratelimit::serve::{serve, ConnectionLimits};
 use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// What `authenticate` established about the caller.
@@ -153,10 +153,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("cannot listen on {addr} ({e}): set ADDR to another address"))?;
     println!("listening on {}", listener.local_addr()?);
     let app = app(metrics()?)?;
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
+    serve(listener, app, ConnectionLimits::default()).await;
     Ok(())
 }

@@ -18,6 +18,7 @@ use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
 use tower_ratelimit::key::Key;
+use tower_ratelimit::serve::{serve, ConnectionLimits};
 use tower_ratelimit::{Admission, Limiter, Policy};
 
 /// The two limiters every connection consults, and connection numbers.
@@ -101,5 +102,11 @@ async fn main() -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("ADDR: {e}")))?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("WebSocket echo on ws://{addr}/echo?user=<name>: 5 messages/s per connection, 30/min per user");
-    axum::serve(listener, app(Limits::default())).await
+    serve(
+        listener,
+        app(Limits::default()),
+        ConnectionLimits::default(),
+    )
+    .await;
+    Ok(())
 }

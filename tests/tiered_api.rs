@@ -9,7 +9,7 @@ mod http_support;
 #[path = "../examples/tiered_api.rs"]
 mod tiered_api;
 
-use std::net::SocketAddr;
+use std::future::IntoFuture;
 
 use http::{Method, StatusCode};
 use http_support::send_from;
@@ -19,13 +19,8 @@ async fn the_tiered_api_does_what_its_docs_say() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = tiered_api::app(tiered_api::metrics().unwrap()).unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let limits = tower_ratelimit::serve::ConnectionLimits::default();
+    tokio::spawn(tower_ratelimit::serve::serve(listener, app, limits).into_future());
     let data = |client: u8, key: &'static str| async move {
         send_from(
             client,

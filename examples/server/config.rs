@@ -65,15 +65,14 @@ pub struct Config {
     /// the routes keyed by an id it chooses (default 200): what bounds how
     /// fast it can make new keys.
     pub ids_per_ip: u32,
-    /// `MAX_CONNECTIONS`: connections open at once; more are closed as
-    /// soon as they are accepted (default: three quarters of `ulimit -n`,
-    /// at most 10,000).
-    pub max_connections: usize,
-    /// `MAX_CONNECTIONS_PER_CLIENT`: connections open at once from one
-    /// client address (IPv6: one /64), `TRUSTED_PROXIES` excepted; one more
-    /// closes that address's oldest idle connection (default: an eighth of
-    /// `MAX_CONNECTIONS`, at most 64).
-    pub max_connections_per_client: usize,
+    /// What bounds connections (`tower_ratelimit::serve`):
+    /// `MAX_CONNECTIONS` open at once (default: three quarters of `ulimit
+    /// -n`, at most 10,000), `MAX_CONNECTIONS_PER_CLIENT` from one client
+    /// address (IPv6: one /64; default an eighth of `MAX_CONNECTIONS`, at
+    /// most 64), `MAX_CONNECTIONS_PER_NETWORK` from one /24 or /48 (default
+    /// none), `TRUSTED_PROXIES` capped only in all, headers within
+    /// `REQUEST_TIMEOUT_MS`.
+    pub connections: ConnectionLimits,
     /// `MAX_KEYS`: the memory backend's cap on states (default
     /// `MemoryBackend::DEFAULT_MAX_KEYS`); bans and exhausted budgets are
     /// the last evicted at it.
@@ -124,10 +123,7 @@ impl Default for Config {
             shared_capacity: 200,
             shared_per_ip: 100,
             ids_per_ip: 200,
-            max_connections: serve::default_max_connections(),
-            max_connections_per_client: serve::default_max_per_client(
-                serve::default_max_connections(),
-            ),
+            connections: ConnectionLimits::default(),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
         }
     }
@@ -172,9 +168,6 @@ impl Config {
             Err(_) => Algorithm::SlidingWindow,
         };
         let trusted_proxies = networks("TRUSTED_PROXIES")?;
-        let max_connections = env_or("MAX_CONNECTIONS", serve::default_max_connections(), |v| {
-            v.parse().ok().filter(|n| *n > 0)
-        })?;
         let on_store_failure = env_or("ON_STORE_FAILURE", StoreFailure::Local, |v| match v {
             "local" => Some(StoreFailure::Local),
             "open" => Some(StoreFailure::Open),
@@ -195,8 +188,10 @@ impl Config {
         let request_timeout = env_or("REQUEST_TIMEOUT_MS", 10_000, |v| {
             v.parse().ok().filter(|ms| *ms > 0)
         })?;
+        let request_timeout = std::time::Duration::from_millis(request_timeout);
         Ok(Self {
             algorithm,
+            connections: connection_limits(&trusted_proxies, request_timeout)?,
             trusted_proxies,
             on_store_failure,
             store_timeout: std::time::Duration::from_millis(store_timeout),
@@ -206,7 +201,7 @@ impl Config {
             allow_cidrs: networks("ALLOW_CIDRS")?,
             admin_token,
             leased,
-            request_timeout: std::time::Duration::from_millis(request_timeout),
+            request_timeout,
             metrics_addr: match std::env::var("METRICS_ADDR") {
                 Ok(addr) => Some(addr.parse().map_err(|e| format!("METRICS_ADDR: {e}"))?),
                 Err(_) => None,
@@ -247,15 +242,41 @@ impl Config {
                 _ => None,
             })
             .map_err(|e| format!("{e} (expected on or off)"))?,
-            max_connections,
-            max_connections_per_client: env_or(
-                "MAX_CONNECTIONS_PER_CLIENT",
-                serve::default_max_per_client(max_connections),
-                |v| v.parse().ok().filter(|n| *n > 0),
-            )?,
             max_keys: env_or("MAX_KEYS", MemoryBackend::DEFAULT_MAX_KEYS, |v| {
                 v.parse().ok().filter(|n| *n > 0)
             })?,
         })
     }
+}
+
+/// The bounds on connections the environment sets; those it leaves unset
+/// keep `ConnectionLimits`' defaults.
+fn connection_limits(
+    trusted_proxies: &[IpNet],
+    request_timeout: std::time::Duration,
+) -> Result<ConnectionLimits, String> {
+    let count = |name: &str| -> Result<Option<usize>, String> {
+        env_or(name, None, |v| v.parse().ok().filter(|n| *n > 0).map(Some))
+    };
+    let mut limits = ConnectionLimits::builder()
+        .header_timeout(request_timeout)
+        .uncapped(trusted_proxies.iter().copied());
+    if let Some(max) = count("MAX_CONNECTIONS")? {
+        limits = limits.max_connections(max);
+    }
+    if let Some(max) = count("MAX_CONNECTIONS_PER_CLIENT")? {
+        limits = limits.max_per_client(max);
+    }
+    if let Some(max) = count("MAX_CONNECTIONS_PER_NETWORK")? {
+        limits = limits.max_per_network(24, 48, max);
+    }
+    limits.build().map_err(|e| {
+        let name = match e {
+            ConnectionLimitsError::PerClient { .. } => "MAX_CONNECTIONS_PER_CLIENT",
+            ConnectionLimitsError::PerNetwork { .. } => "MAX_CONNECTIONS_PER_NETWORK",
+            ConnectionLimitsError::HeaderTimeout(_) => "REQUEST_TIMEOUT_MS",
+            _ => "MAX_CONNECTIONS",
+        };
+        format!("{name}: {e}")
+    })
 }

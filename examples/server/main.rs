@@ -76,8 +76,10 @@
 //! | `REDACTION_SECRET` | the secret redacted keys (`/admin/top`, logs) are hashed under: the same on every server so that their redacted keys match (default: random per process) |
 //! | `MAX_KEYS` | the memory backend's cap on states (bans and exhausted budgets are evicted last) |
 //! | `IDS_PER_IP` | requests a second one client address may send to the routes keyed by an id it chooses (`x-user-id`, a login's user; default 200, in each server's memory): how fast it can make new keys in Redis |
-//! | `MAX_CONNECTIONS` | connections open at once, more are closed at once (default: 3/4 of `ulimit -n`, at most 10,000) |
-//! | `MAX_CONNECTIONS_PER_CLIENT` | connections open at once from one client address (IPv6: one /64; `TRUSTED_PROXIES` excepted): one more closes that address's oldest idle connection, or is closed when none is idle (default: 1/8 of `MAX_CONNECTIONS`, at most 64) |
+//! | `MAX_CONNECTIONS` | connections open at once; one more takes the place of the connection idle longest, or is closed at once when all are busy (default: 3/4 of `ulimit -n`, at most 10,000) |
+//! | `MAX_CONNECTIONS_PER_CLIENT` | connections open at once from one client address (IPv6: one /64; `TRUSTED_PROXIES` excepted): one more takes the place of that address's connection idle longest, or is closed when none is idle (default: 1/8 of `MAX_CONNECTIONS`, at most 64) |
+//! | `MAX_CONNECTIONS_PER_NETWORK` | connections open at once from one IPv4 /24 or IPv6 /48, for clients that rotate addresses within one (default: no cap; behind a carrier's NAT many clients share one) |
+//! | `REQUEST_TIMEOUT_MS` | how long a request's headers may take, from the connection's opening or the response before (an idle kept-alive connection is closed then), and a login form's body (default 10,000) |
 //! | `DENY_CIDRS`, `ALLOW_CIDRS` | comma-separated networks: 403 for the first, unlimited for the second, on every limited route |
 //!
 //! ```sh
@@ -100,8 +102,6 @@ mod login;
 mod report;
 #[path = "routes.rs"]
 mod routes;
-#[path = "serve.rs"]
-mod serve;
 #[path = "shared.rs"]
 mod shared;
 #[path = "slow.rs"]
@@ -116,8 +116,8 @@ pub use changes::{ChangeError, Changes};
 use config::RedisKeyFormat;
 pub use config::{Config, StoreFailure};
 use routes::*;
-pub use serve::{serve, Serving};
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -139,6 +139,7 @@ use tower_ratelimit::key::Key;
 use tower_ratelimit::key::RequestHead;
 use tower_ratelimit::key::{ApiKey, ClientIp, KeyError, KeyExtractor};
 use tower_ratelimit::layer::{AccessLists, AxumBody, PolicyResolver, Shadow, TopOffenders};
+use tower_ratelimit::serve::{serve, ConnectionLimits, ConnectionLimitsError};
 use tower_ratelimit::{Algorithm, Policy, RateLimitLayer};
 
 /// The demo app, every route's limits kept in `backend`, from the limits
@@ -385,9 +386,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "tower-ratelimit demo on http://{addr} ({} algorithm, {store})",
         config.algorithm
     );
+    let connections = &config.connections;
+    let per_network = connections
+        .max_per_network()
+        .map_or(String::new(), |(_, _, max)| {
+            format!(", {max} per /24 or /48 (MAX_CONNECTIONS_PER_NETWORK)")
+        });
     println!(
-        "limits in memory: at most {} keys (MAX_KEYS); connections: at most {} open (MAX_CONNECTIONS), {} per client address (MAX_CONNECTIONS_PER_CLIENT)",
-        config.max_keys, config.max_connections, config.max_connections_per_client
+        "limits in memory: at most {} keys (MAX_KEYS); connections: at most {} open (MAX_CONNECTIONS), {} per client address (MAX_CONNECTIONS_PER_CLIENT){per_network}",
+        config.max_keys,
+        connections.max_connections(),
+        connections.max_per_client()
     );
     println!(
         "note: x-user-id is trusted as sent, for the demo; behind your own auth, key by what it established"
@@ -405,12 +414,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.shared_capacity, config.shared_per_ip
     );
     println!("\ntry: for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' -H 'x-user-id: alice' http://{addr}/api/search; done; echo");
-    let serving = Serving {
-        timeout: config.request_timeout,
-        max_connections: config.max_connections,
-        max_per_client: config.max_connections_per_client,
-        uncapped: config.trusted_proxies.clone(),
-    };
     if let Some(metrics_addr) = config.metrics_addr {
         // For a scraper on an internal network: not on the public address.
         let metrics = tokio::net::TcpListener::bind(metrics_addr)
@@ -421,10 +424,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 )
             })?;
         println!("metrics on http://{metrics_addr}/metrics");
-        tokio::spawn(serve(metrics, metrics_app::<()>(), serving.clone()));
+        let metrics = serve(metrics, metrics_app::<()>(), config.connections.clone());
+        tokio::spawn(metrics.into_future());
     }
-    serve(listener, app, serving).await;
+    serve(listener, app, config.connections.clone())
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    println!("stopped");
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM: requests under way are answered, then the server
+/// ends (within 30 s).
+async fn shutdown_signal() {
+    let interrupted = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminated = signal(SignalKind::terminate()).expect("a SIGTERM handler");
+        tokio::select! {
+            _ = interrupted => {}
+            _ = terminated.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupted.await;
+    println!("stopping: answering the requests under way");
 }
 
 /// The memory backend's builder, capped at `MAX_KEYS`.

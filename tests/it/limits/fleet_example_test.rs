@@ -1,5 +1,6 @@
 //! `examples/fleet.rs` as two servers on one Redis: each claim of its docs.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -15,13 +16,8 @@ async fn serve(url: &str) -> SocketAddr {
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-    });
+    let limits = tower_ratelimit::serve::ConnectionLimits::default();
+    tokio::spawn(tower_ratelimit::serve::serve(listener, app, limits).into_future());
     addr
 }
 

@@ -698,8 +698,8 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream, limit: Duration) 
 }
 
 /// Slow clients held connections for ever: `axum::serve` had no timer. The
-/// example now serves with a header-read timeout and reads bodies within
-/// one too.
+/// example serves with `tower_ratelimit::serve`'s header-read timeout and
+/// reads bodies within one too.
 #[tokio::test]
 async fn slow_clients_are_cut_off() {
     use tokio::io::AsyncWriteExt;
@@ -712,13 +712,13 @@ async fn slow_clients_are_cut_off() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = crate::server::app(&config, tower_ratelimit::backend::MemoryBackend::new());
-    let serving = crate::server::Serving {
-        timeout,
-        max_connections: 100,
-        max_per_client: 100,
-        uncapped: Vec::new(),
-    };
-    tokio::spawn(crate::server::serve(listener, app, serving));
+    let limits = tower_ratelimit::serve::ConnectionLimits::builder()
+        .header_timeout(timeout)
+        .build()
+        .unwrap();
+    tokio::spawn(std::future::IntoFuture::into_future(
+        tower_ratelimit::serve::serve(listener, app, limits),
+    ));
     let wait = Duration::from_secs(3);
 
     // A partial request line, and an idle connection: closed.

@@ -9,7 +9,9 @@ use crate::websocket_example::{app, Limits};
 async fn start() -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app(Limits::default())).await.unwrap() });
+    let limits = tower_ratelimit::serve::ConnectionLimits::default();
+    let server = tower_ratelimit::serve::serve(listener, app(Limits::default()), limits);
+    tokio::spawn(std::future::IntoFuture::into_future(server));
     addr
 }
 
