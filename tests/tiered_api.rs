@@ -80,6 +80,74 @@ async fn the_tiered_api_does_what_its_docs_say() {
     assert_eq!(login(5, "user=bob&password=demo").await, StatusCode::OK);
     assert_eq!(login(6, "user=ann&password=demo").await, StatusCode::OK);
 
+    // The user is decoded once: spellings of one name are one user, for
+    // the limit as for the handler (17 spellings were 85 password checks).
+    let spellings = [
+        "ann",
+        "%61nn",
+        "a%6en",
+        "an%6e",
+        "%61%6e%6e",
+        "%61%6En",
+        "a%6En",
+        "%61n%6e",
+    ];
+    let mut checked = 0;
+    for spelling in spellings {
+        for _ in 0..5 {
+            let form = format!("user={spelling}&password=wrong");
+            let form_type = [("content-type", "application/x-www-form-urlencoded")];
+            let status = send_from(7, addr, Method::POST, "/login", &form_type, &form)
+                .await
+                .0;
+            if status == StatusCode::UNAUTHORIZED {
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 5, "password checks of one user under 8 spellings");
+    // A field sent twice, or badly encoded: 400, no password checked.
+    assert_eq!(
+        login(8, "user=x&user=ann&password=demo").await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        login(8, "user=ann&password=demo&password=x").await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        login(8, "user=%zz&password=demo").await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        login(8, "user=%ff&password=demo").await,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(login(8, "user=a+b&password=demo").await, StatusCode::OK);
+
+    // One address guessing across many users: 50 failures, whoever the
+    // user, then every login from it is refused (300 users × 5 guesses
+    // were 1,500 password checks); another address is not.
+    let mut checked = 0;
+    for user in 0..60 {
+        for _ in 0..5 {
+            let form = format!("user=u{user}&password=wrong");
+            let form_type = [("content-type", "application/x-www-form-urlencoded")];
+            let status = send_from(9, addr, Method::POST, "/login", &form_type, &form)
+                .await
+                .0;
+            if status == StatusCode::UNAUTHORIZED {
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 50, "password checks from one address");
+    assert_eq!(
+        login(9, "user=zoe&password=demo").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(login(10, "user=zoe&password=demo").await, StatusCode::OK);
+
     // Metrics: what was refused, by route and limit.
     let (status, _, text) = send_from(2, addr, Method::GET, "/metrics", &[], "").await;
     assert_eq!(status, StatusCode::OK);
