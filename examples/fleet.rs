@@ -5,9 +5,17 @@
 //!   address) across every server, decided on Redis; while Redis fails,
 //!   each of `SERVERS` servers allows its part from its own memory;
 //! * `GET /api/items`: 100 a minute per user;
+//! * in front of both, per client address across every server: 30
+//!   searches and 300 item reads a minute, whatever the users. A user id
+//!   here is a header the client chooses: without this, one address
+//!   inventing 300 names got 300 searches a minute instead of 10. Its
+//!   cost: every user behind one address (an office, a carrier's NAT)
+//!   shares it. Key the per-user limits by what your authentication
+//!   established and raise these to what one address's users need;
 //! * `PUT /admin/search` with a number: `/api/search`'s limit per minute,
 //!   changed on every server within a second (with `ADMIN_TOKEN` as a bearer
-//!   token: an admin route is the operator's).
+//!   token: an admin route is the operator's); a number no quota holds
+//!   (`0`, past a million a second) is 400, naming why.
 //!
 //! The limits are the file below (or `LIMITS_FILE`), kept in Redis as the
 //! fleet's: the first server to join writes it, the others run Redis's.
@@ -26,7 +34,10 @@ use axum::routing::{get, put};
 use axum::Router;
 use tower_ratelimit::backend::RedisBackend;
 use tower_ratelimit::config::{Fleet, Limits, LimitsFile};
+use tower_ratelimit::key::ClientIp;
+use tower_ratelimit::layer::{HeaderStyle, RoutePolicies};
 use tower_ratelimit::serve::{serve, ConnectionLimits};
+use tower_ratelimit::{Policy, RateLimitLayer};
 
 /// The limits every server runs, unless `LIMITS_FILE` names another file.
 pub const LIMITS: &str = r#"
@@ -65,6 +76,11 @@ async fn set_search(State(admin): State<Admin>, headers: HeaderMap, body: String
         return (StatusCode::BAD_REQUEST, "a number of requests a minute\n").into_response();
     };
     let limits = format!("search = {per_minute}/min");
+    // Checked here so that a bad number is the caller's 400, not a failed
+    // change (503).
+    if let Err(e) = limits.parse::<Policy>() {
+        return (StatusCode::BAD_REQUEST, format!("{per_minute}: {e}\n")).into_response();
+    }
     let changed = admin
         .fleet
         .change(|file| file.with_route_limits(None, "/api/search", &limits))
@@ -91,11 +107,23 @@ pub async fn app(
         fleet,
         token: admin_token,
     };
+    // What one client address may ask whatever the user ids it sends,
+    // on every server together; its quota headers are the file's limits'.
+    let per_address = RateLimitLayer::new(
+        RoutePolicies::new()
+            .route("/api/search", "search-per-address = 30/min".parse()?)
+            .route("/api/items", "items-per-address = 300/min".parse()?),
+    )
+    .key(ClientIp::new())
+    .headers(HeaderStyle::None)
+    .backend(backend.clone());
     Ok(Router::new()
         .route("/api/search", get(|| async { "results\n" }))
         .route("/api/items", get(|| async { "items\n" }))
-        // One layer for every route above: each gets its limits from the file.
+        // One layer for every route above: each gets its limits from the
+        // file. The last added runs first: the address, then the user.
         .layer(limits.layer().backend(backend))
+        .layer(per_address)
         .route("/admin/search", put(set_search).with_state(admin)))
 }
 

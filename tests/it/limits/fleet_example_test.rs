@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use http::{Method, StatusCode};
 use tower_ratelimit::config::LimitsFile;
 
-use crate::support::{send, RedisServer};
+use crate::support::{send, send_from, RedisServer};
 
 async fn serve(url: &str) -> SocketAddr {
     let file = LimitsFile::parse(crate::fleet_example::LIMITS).unwrap();
@@ -72,4 +72,32 @@ async fn two_servers_share_one_budget_and_one_limits_file() {
         "the change ran on the other server after {:?}",
         started.elapsed()
     );
+
+    // A number no quota holds is the caller's mistake: 400, nothing changed.
+    for bad in ["0", "4294967295", "-1", "many"] {
+        let headers = [("authorization", "Bearer s3cret")];
+        let (status, _, body) = send(servers[0], Method::PUT, "/admin/search", &headers, bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+    }
+
+    // One address inventing users gets the address's 30 searches a minute
+    // across both servers, not 10 per name (300 of 300 without it).
+    let mut admitted = 0;
+    for n in 0..300 {
+        let user = format!("made-up-{n}");
+        let headers = [("x-user-id", user.as_str())];
+        let (status, _, _) =
+            send_from(20, servers[n % 2], Method::GET, "/api/search", &headers, "").await;
+        if status == StatusCode::OK {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, 30,
+        "searches of 300 made-up users from one address"
+    );
+    // Another address is its own.
+    let headers = [("x-user-id", "made-up-0")];
+    let (status, _, _) = send_from(21, servers[0], Method::GET, "/api/search", &headers, "").await;
+    assert_eq!(status, StatusCode::OK);
 }
