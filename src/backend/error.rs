@@ -35,8 +35,10 @@ pub enum Cause {
     /// One key's state, not the store: a key holding another type than its
     /// state's, or values the decision cannot read. The store answered, so
     /// this never opens a breaker nor changes the store's health: that
-    /// request alone is answered by the failure rule, and the Redis
-    /// backend replaces the state with a new client's.
+    /// request alone is answered by the failure rule. The Redis backend
+    /// gives this cause only once it has checked the client's keys and
+    /// deleted the ones that showed the fault; a failure they do not
+    /// explain is the store's.
     KeyState,
     /// The store is full: Redis refuses writes (`OOM`) at its `maxmemory`
     /// under the `noeviction` policy. It answers, but can store no decision

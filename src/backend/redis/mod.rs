@@ -267,10 +267,10 @@ impl RedisBackend {
             }
             None => self.send_alone(shape, &call).await,
         };
-        if let Some(error) = reply.as_ref().err().filter(|e| e.is_about_one_key()) {
-            self.health.key_state(key, error);
-            self.replace_states(key, policy).await;
-        }
+        let reply = match reply {
+            Err(error) if error.is_about_one_key() => Err(self.repaired(key, policy, error).await),
+            reply => reply,
+        };
         decision_from(policy, &reply?)
     }
 
@@ -450,6 +450,26 @@ impl From<RedisError> for BackendError {
     }
 }
 
+/// What a script's error (its text, in lower case) says of its cause, if
+/// it says: one key's trouble, to be checked on the keys (`repair.rs`), or
+/// a full Redis. Alone, or one decision's within a batch's reply.
+fn cause_in_script(text: &str) -> Option<Cause> {
+    let has = |word: &str| text.contains(word);
+    // A key of another type, or values a script cannot compute with
+    // (Lua's own runtime errors, whose text names the script). Redis's
+    // own refusals inside a script (OOM, READONLY, BUSY) name no Lua
+    // operation.
+    if has("wrongtype") || (has("user_script") && has("attempt to")) {
+        return Some(Cause::KeyState);
+    }
+    // "OOM command not allowed when used memory > 'maxmemory'", alone or
+    // inside a script's error.
+    if has("used memory > 'maxmemory'") {
+        return Some(Cause::OutOfMemory);
+    }
+    None
+}
+
 /// What a Redis error says about why no decision could be had.
 fn cause_of(e: &RedisError) -> Cause {
     use ::redis::ErrorKind as Kind;
@@ -467,16 +487,8 @@ fn cause_of(e: &RedisError) -> Cause {
     // The rest is told only by the text (the crate keeps no kind for them).
     let text = e.to_string().to_ascii_lowercase();
     let has = |word: &str| text.contains(word);
-    // One key's trouble: a key of another type, or values a script cannot
-    // compute with (Lua's own runtime errors). Redis's own refusals inside
-    // a script (OOM, READONLY, BUSY) name no Lua operation.
-    if has("wrongtype") || (has("user_script") && has("attempt to")) {
-        return Cause::KeyState;
-    }
-    // "OOM command not allowed when used memory > 'maxmemory'", alone or
-    // inside a script's error.
-    if has("used memory > 'maxmemory'") {
-        return Cause::OutOfMemory;
+    if let Some(cause) = cause_in_script(&text) {
+        return cause;
     }
     if has("wrongpass") || has("noauth") || has("invalid username-password") {
         Cause::Authentication

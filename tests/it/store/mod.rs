@@ -11,6 +11,7 @@ mod faults;
 mod leases;
 mod memory_backend;
 mod redis_backend;
+mod repair;
 mod sentinel;
 mod state_store;
 mod tls;

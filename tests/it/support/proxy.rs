@@ -1,8 +1,9 @@
 //! A TCP link to a server that a test can slow down or cut: a late Redis,
-//! or one application server partitioned from it.
+//! or one application server partitioned from it; or that swaps one word
+//! the client sends for another (a script's SHA for a faulty one's).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -23,6 +24,9 @@ pub struct Proxy {
 struct Link {
     latency_us: AtomicU64,
     cut: AtomicBool,
+    /// What the client sends, swapped on the way: `(from, to)`, of one
+    /// length so the protocol's lengths stay true.
+    swap: Mutex<Option<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Proxy {
@@ -59,6 +63,16 @@ impl Proxy {
         self.link.latency_us.store(us, Ordering::Relaxed);
     }
 
+    /// From now on, `from` in what a client sends arrives as `to` (of the
+    /// same length); `None` stops. A word split across two reads is
+    /// missed: for words of a short command, sent in one write.
+    pub fn swap(&self, words: Option<(&[u8], &[u8])>) {
+        if let Some((from, to)) = words {
+            assert_eq!(from.len(), to.len(), "a swap keeps lengths");
+        }
+        *self.link.swap.lock().unwrap() = words.map(|(f, t)| (f.to_vec(), t.to_vec()));
+    }
+
     /// Cuts the link (`true`) or heals it (`false`).
     pub fn cut(&self, cut: bool) {
         self.link.cut.store(cut, Ordering::Relaxed);
@@ -89,6 +103,16 @@ async fn pump(
         }
         while link.cut.load(Ordering::Relaxed) {
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut bytes = bytes;
+        if !late {
+            if let Some((from, swapped)) = &*link.swap.lock().unwrap() {
+                let mut at = 0;
+                while let Some(i) = bytes[at..].windows(from.len()).position(|w| w == &from[..]) {
+                    bytes[at + i..at + i + from.len()].copy_from_slice(swapped);
+                    at += i + from.len();
+                }
+            }
         }
         if to.write_all(&bytes).await.is_err() {
             break;

@@ -31,9 +31,10 @@ use tokio::time::Instant;
 pub(super) use self::call::{Call, MAX_BATCH};
 use self::lanes::{Answer, CallId, Turn, Waiting};
 pub(super) use self::lanes::{Batches, Lane};
+use super::cause_in_script;
 use super::script::Shape;
 use super::RedisBackend;
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Cause};
 use crate::key::Key;
 
 /// A call of a lane in flight, handed on when it ends or is dropped: the
@@ -138,10 +139,11 @@ impl Sending {
 /// place) why its own script failed.
 fn own_answer(reply: Value) -> Answer {
     match reply {
-        Value::BulkString(text) => Err(BackendError::new(format!(
-            "the script failed: {}",
-            String::from_utf8_lossy(&text)
-        ))),
+        Value::BulkString(text) => {
+            let text = String::from_utf8_lossy(&text);
+            let cause = cause_in_script(&text.to_ascii_lowercase()).unwrap_or(Cause::Other);
+            Err(BackendError::new(format!("the script failed: {text}")).with_cause(cause))
+        }
         reply => Ok(reply),
     }
 }
