@@ -442,7 +442,7 @@ async fn a_body_nobody_reads_holds_its_place_at_most_the_lease() {
 #[tokio::test]
 async fn without_redis_each_server_holds_its_part_of_the_places() {
     let redis = RedisServer::start();
-    let lost = RedisBackend::builder(&redis.url())
+    let lost = RedisBackend::builder(&redis.limiter_url())
         .timeout(Duration::from_millis(200))
         .connect()
         .await

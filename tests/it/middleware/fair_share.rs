@@ -582,7 +582,7 @@ async fn on_a_cluster_and_without_redis_the_capacity_still_decides() {
     // (67/s, a depth of 20): over a second of requests as fast as they
     // come, at most its rate over the time taken and its depth.
     let redis = RedisServer::start();
-    let lost = RedisBackend::builder(&redis.url())
+    let lost = RedisBackend::builder(&redis.limiter_url())
         .timeout(Duration::from_millis(100))
         .connect()
         .await
@@ -634,7 +634,7 @@ async fn a_frozen_redis_costs_the_timeout_a_few_times_then_nothing() {
     use tower::{Layer, ServiceExt};
     let redis = RedisServer::start();
     let timeout = Duration::from_millis(200);
-    let backend = RedisBackend::builder(&redis.url())
+    let backend = RedisBackend::builder(&redis.limiter_url())
         .timeout(timeout)
         .connect()
         .await
@@ -770,7 +770,7 @@ async fn on_the_app_s_composed_backend_one_breaker_and_one_rule() {
     use tower_ratelimit::key::Key;
     let redis = RedisServer::start();
     let timeout = Duration::from_secs(1);
-    let backend = RedisBackend::builder(&redis.url())
+    let backend = RedisBackend::builder(&redis.limiter_url())
         .timeout(timeout)
         .connect()
         .await

@@ -22,7 +22,7 @@ const GENEROUS: Duration = Duration::from_secs(2);
 /// A backend on `server` leasing for `servers` servers, whose decisions may
 /// take `timeout`.
 async fn leasing(server: &RedisServer, servers: u32, timeout: Duration) -> RedisBackend {
-    RedisBackend::builder(&server.url())
+    RedisBackend::builder(&server.limiter_url())
         .timeout(timeout)
         .leased(servers)
         .connect()
@@ -195,7 +195,7 @@ async fn policies_that_must_see_every_request_are_never_leased() {
 #[tokio::test]
 async fn leasing_needs_at_least_one_server() {
     let server = RedisServer::start();
-    let err = RedisBackend::builder(&server.url())
+    let err = RedisBackend::builder(&server.limiter_url())
         .leased(0)
         .connect()
         .await

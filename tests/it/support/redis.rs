@@ -83,36 +83,36 @@ pub fn available(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// The least privilege a limiter under the `rl:` prefix needs: its keys,
-/// and exactly the commands the backend and its scripts call (README's
-/// "ACL users" shows the same rules).
-pub const LIMITER_ACL: &[&str] = &[
-    "reset",
-    "on",
-    ">limiter-secret",
-    "~rl:*",
-    "resetchannels",
-    "-@all",
-    "+evalsha",
-    "+script|load",
-    "+ping",
-    "+time",
-    "+get",
-    "+set",
-    "+del",
-    "+pexpire",
-    "+lindex",
-    "+lpop",
-    "+lrange",
-    "+lrem",
-    "+lset",
-    "+rpop",
-    "+rpush",
-    "+hget",
-    "+hset",
-    "+hdel",
-    "+hrandfield",
-];
+/// The least privilege a limiter under the `rl:` prefix needs, as
+/// `guide::backends` gives it (its `ACL SETUSER limiter` line, with the
+/// commands it adds for the packed format and for a shared capacity):
+/// every test of the Redis backend runs as this user, so a command the
+/// crate sends that the guide does not list fails the suite.
+pub fn limiter_acl() -> Vec<String> {
+    let guide = include_str!("../../../src/guide/backends.md");
+    let line = guide
+        .lines()
+        .find_map(|l| l.strip_prefix("ACL SETUSER limiter "))
+        .expect("the guide shows the limiter's ACL user");
+    let mut rules: Vec<String> = line
+        .split_whitespace()
+        .map(|rule| match rule {
+            ">password" => ">limiter-secret".to_owned(),
+            rule => rule.to_owned(),
+        })
+        .collect();
+    let text = guide.split_whitespace().collect::<Vec<_>>().join(" ");
+    for marker in [
+        "With the packed key format (below), add `",
+        "for a shared capacity on Redis (`layer::fair_share`), add `",
+    ] {
+        let at = text.find(marker).expect("the guide names what each adds") + marker.len();
+        let added = &text[at..at + text[at..].find('`').unwrap()];
+        rules.extend(added.split_whitespace().map(str::to_owned));
+    }
+    rules.insert(0, "reset".to_owned());
+    rules
+}
 
 impl RedisServer {
     /// Start `redis-server` on a free port.
@@ -130,9 +130,13 @@ impl RedisServer {
     /// test's thread ends.
     pub fn per_thread_url() -> String {
         thread_local! {
-            static SERVER: RedisServer = RedisServer::start();
+            static SERVER: (RedisServer, String) = {
+                let server = RedisServer::start();
+                let url = server.limiter_url();
+                (server, url)
+            };
         }
-        SERVER.with(RedisServer::url)
+        SERVER.with(|(_, url)| url.clone())
     }
 
     /// A port nothing listens on (yet).
@@ -195,10 +199,11 @@ impl RedisServer {
         server.wait_ready().then_some(server)
     }
 
-    /// A backend connected to this server.
+    /// A backend connected to this server, as the least-privileged user
+    /// the guide shows.
     #[cfg(feature = "redis")]
     pub async fn backend(&self) -> tower_ratelimit::backend::RedisBackend {
-        tower_ratelimit::backend::RedisBackend::builder(&self.url())
+        tower_ratelimit::backend::RedisBackend::builder(&self.limiter_url())
             .timeout(AGREE)
             .connect()
             .await
@@ -247,8 +252,9 @@ impl RedisServer {
     /// Add the least-privileged user a limiter needs (README, "ACL users")
     /// and return a URL that connects as it.
     pub fn limiter_url(&self) -> String {
+        let rules = limiter_acl();
         let mut args = vec!["ACL", "SETUSER", "limiter"];
-        args.extend(LIMITER_ACL);
+        args.extend(rules.iter().map(String::as_str));
         let answer = self.cli(&args);
         assert_eq!(answer, "OK", "ACL SETUSER: {answer}");
         format!("redis://limiter:limiter-secret@127.0.0.1:{}", self.port)
