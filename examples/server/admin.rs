@@ -148,20 +148,34 @@ pub(super) async fn replace_limits<B>(
         let change = |file: &LimitsFile| file.with_route_in_flight(None, route.path, permits);
         state.changes.make(&state.limits, change).await
     } else {
-        // The body says what the route's limits are. One unnamed quota for
-        // a route of one *named* limit keeps that name (and so its state
-        // and its metrics label: see `Live`); any other unnamed limit stays
-        // unnamed, kept to this route.
-        let text = match old.limits() {
-            [limit] if limit.is_named() && !body.contains('=') => {
-                format!("{} = {body}", limit.name())
-            }
-            _ => body,
-        };
         // A name is a budget: one another route counts against already is
         // shared only when asked (`?share=true`), never by a slip.
         let shared = query.get("share").is_some_and(|v| v == "true");
         let file = state.limits.current();
+        let others_count = |name: &str| {
+            file.routes_with_limit(name)
+                .iter()
+                .any(|(_, p)| *p != route.path)
+        };
+        // The body says what the route's limits are. One unnamed quota for
+        // a route of one *named* limit keeps the route's own name (and so
+        // its state and its metrics label: see `Live`): the name it has,
+        // unless that is another route's budget too (shared on purpose
+        // once), then the one it started with. Any other unnamed limit
+        // stays unnamed, kept to this route.
+        let own_name = |limits: &[tower_ratelimit::Limit]| match limits {
+            [limit] if limit.is_named() && !others_count(limit.name()) => {
+                Some(limit.name().to_owned())
+            }
+            _ => None,
+        };
+        let started = state.started.policy(&route.method, route.path, &head);
+        let text = match (old.limits(), body.contains('=')) {
+            ([limit], false) if limit.is_named() => own_name(old.limits())
+                .or_else(|| started.as_ref().and_then(|p| own_name(p.limits())))
+                .map_or(body.clone(), |name| format!("{name} = {body}")),
+            _ => body,
+        };
         let taken = text.parse::<Policy>().ok().and_then(|new| {
             new.limits().iter().filter(|l| l.is_named()).find_map(|l| {
                 let others: Vec<String> = file

@@ -285,6 +285,7 @@ pub fn app_with<B: Backend>(
     ];
     app.with_state(AppState {
         backend,
+        started: limits.current(),
         limits,
         changes,
         top,

@@ -94,6 +94,9 @@ pub(super) struct AppState<B> {
     pub(super) top: TopOffenders,
     /// The keys the file cannot say, by route.
     pub(super) coded_keys: Arc<[(&'static str, KeyOf)]>,
+    /// The limits file the server started with: each route's own limit
+    /// names, which a change that names none keeps.
+    pub(super) started: Arc<LimitsFile>,
 }
 
 impl<B> AppState<B> {

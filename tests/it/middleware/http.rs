@@ -500,6 +500,14 @@ async fn with_an_admin_token_limits_are_replaced_live() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
+    // Later, an unnamed quota for that route keeps its own name, not the
+    // budget it shared (that answered 409, "user" being /api/user's).
+    let (status, _, body) = put(bearer(token), "/admin/limits/api/search", "7/min").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains(r#""name":"search","quota":"7/min""#),
+        "{body}"
+    );
     let gil = [("x-user-id", "gil")];
     assert_eq!(statuses(addr, "/api/quota", &gil, 3).await, [200, 200, 429]);
     let (_, headers, _) = get(addr, "/api/tokens?n=1", &gil).await;
