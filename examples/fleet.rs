@@ -22,8 +22,8 @@
 //!
 //! ```sh
 //! redis-server --port 6379 &
-//! ADDR=127.0.0.1:3001 cargo run --example fleet &
-//! ADDR=127.0.0.1:3002 cargo run --example fleet &
+//! ADDR=127.0.0.1:3001 cargo run --example fleet --features redis,config &
+//! ADDR=127.0.0.1:3002 cargo run --example fleet --features redis,config &
 //! curl -i -H 'x-user-id: ann' localhost:3001/api/search   # one budget on both
 //! ```
 

@@ -14,7 +14,7 @@
 //! session cookie your login set the same way.
 //!
 //! ```sh
-//! cargo run --example websocket
+//! cargo run --example websocket   # on 127.0.0.1:3002 (ADDR picks another)
 //! # then, e.g. with websocat:
 //! websocat -H 'authorization: Bearer alice-token' ws://127.0.0.1:3002/echo
 //! ```
