@@ -121,7 +121,7 @@
 //! | feature | default | turns on |
 //! |---|---|---|
 //! | `axum` | yes | route templates (`MatchedPath`) for endpoint keys, per-route policies and metric labels; the peer address from `ConnectInfo` |
-//! | `serve` | yes | [`serve`]: an accept loop that bounds connections in all, per client and per network, and a request's headers in time and bytes, with graceful shutdown |
+//! | `serve` | yes | `serve`: an accept loop that bounds connections in all, per client and per network, and a request's headers in time and bytes, with graceful shutdown |
 //! | `tracing` | no | log events through `tracing`: each decision, backend failures (throttled), setups that cannot work |
 //! | `metrics` | no | counters and histograms through the `metrics` facade (`ratelimit_requests_total`, …; see [`layer`]) |
 //! | `redis` | no | `backend::RedisBackend`: standalone Redis and Valkey |

@@ -19,6 +19,7 @@
 //! | [`rollouts`] | shadow mode, allow and deny lists, penalty boxes, resetting a key |
 //! | [`live_changes`] | `Live`, a limits file (with code beside it), a fleet |
 //! | [`beyond_http`] | gRPC, WebSockets, HTTP clients, code that is not HTTP |
+//! | [`testing`] | testing your own limits: a clock you move, requests without a server, what to test on Redis |
 //! | [`production`] | serving: timeouts and connection caps |
 //! | [`example_server`] | the example server's routes, settings and sessions |
 //!
@@ -67,6 +68,8 @@ pub mod rollouts {}
 pub mod live_changes {}
 #[doc = include_str!("beyond_http.md")]
 pub mod beyond_http {}
+#[doc = include_str!("testing.md")]
+pub mod testing {}
 #[doc = include_str!("production.md")]
 pub mod production {}
 #[doc = include_str!("example_server.md")]
