@@ -55,7 +55,14 @@ where
             let window = config.capacity.window();
             let policy = policy_header(&config.name, verdict.share, window);
             if !verdict.admitted {
-                return Ok(refused(policy, verdict.share, window, verdict.retry_after));
+                let name = &config.name;
+                return Ok(refused(
+                    name,
+                    policy,
+                    verdict.share,
+                    window,
+                    verdict.retry_after,
+                ));
             }
             let mut response = inner.call(req).await?;
             response.headers_mut().append("ratelimit-policy", policy);
@@ -129,8 +136,12 @@ fn policy_header(name: &str, share: u32, window_us: Option<u64>) -> HeaderValue 
 
 /// The answer to a request the capacity refused: the body every refusal
 /// of this crate's limits has (`RateLimitLayer`'s JSON), its limit the
-/// tenant's share (the capacity is named in `RateLimit-Policy`).
+/// tenant's share, and the quota headers of that share — none left, more
+/// after `Retry-After` — in both styles, so that a `RateLimitLayer` around
+/// it (which leaves a refusal's headers alone) is not taken for the limit
+/// that refused.
 fn refused<B>(
+    name: &str,
     policy: HeaderValue,
     share: u32,
     window_us: Option<u64>,
@@ -153,5 +164,14 @@ fn refused<B>(
         HeaderValue::from_static("application/json"),
     );
     headers.insert("ratelimit-policy", policy);
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    headers.insert("x-ratelimit-limit", HeaderValue::from(share));
+    headers.insert("x-ratelimit-remaining", HeaderValue::from(0));
+    headers.insert("x-ratelimit-reset", HeaderValue::from(unix_now + seconds));
+    if let Ok(field) = HeaderValue::try_from(format!("\"{name}\";r=0;t={seconds}")) {
+        headers.insert("ratelimit", field);
+    }
     response
 }

@@ -23,6 +23,7 @@ use crate::layer::answer::body::ResponseBody;
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::layer::answer::headers::{self, HeaderStyle};
 use crate::layer::answer::permit::Held;
+use crate::layer::answer::RefusedByLimit;
 use crate::layer::callee::{self, Answer};
 use crate::{Decision, Policy};
 
@@ -261,10 +262,15 @@ fn finish<B, O: BodyKind<B>>(
                 observe::counted_twice(&config.observer, limit);
             }
         }
-        // What was enforced: a local fallback's share while the store is
-        // down.
-        let policy = decision.decided_on(policy);
-        headers::write(response.headers_mut(), config.headers, &policy, decision);
+        // A limit inside refused it: its headers say so (remaining 0, its
+        // reset, its policy), and this layer's, which did not refuse it,
+        // would only contradict them.
+        if response.extensions().get::<RefusedByLimit>().is_none() {
+            // What was enforced: a local fallback's share while the store
+            // is down.
+            let policy = decision.decided_on(policy);
+            headers::write(response.headers_mut(), config.headers, &policy, decision);
+        }
     }
     response.map(|b| O::body(ResponseBody::holding(b, permit)))
 }

@@ -22,4 +22,5 @@ mod serve;
 mod settle;
 mod shaping;
 mod soft_shed;
+mod stacked;
 mod websocket;

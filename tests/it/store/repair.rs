@@ -2,6 +2,7 @@
 //! is deleted, on every key that client's decision read and no other; a
 //! fault the keys do not explain is the store's. Each as the
 //! least-privileged ACL user (no `TYPE`), in both key formats.
+#![cfg(feature = "redis")]
 
 use std::time::Duration;
 
