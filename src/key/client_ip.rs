@@ -102,6 +102,13 @@ impl ClientIp {
     /// Trust exactly `hops` proxies in front of the service, whatever their
     /// addresses: the client is the address `hops` entries from the right of
     /// the header (the last proxy is the peer).
+    ///
+    /// The header is read from the right up to the first entry that is no
+    /// address (what lies left of it cannot be trusted). A request without
+    /// the header, or with none readable, is the peer's — the last
+    /// proxy's: every such request shares its budget, so configure the
+    /// proxies to always set it. With fewer readable entries than `hops`,
+    /// the leftmost one read is the client.
     pub fn trust_hops(mut self, hops: usize) -> Self {
         self.trust = if hops == 0 {
             Trust::Nobody
