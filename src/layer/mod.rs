@@ -100,7 +100,7 @@ pub use answer::RefusedByLimit;
 pub use rate_limit::AxumBody;
 pub use rate_limit::{
     cost_fn, policy_fn, AccessLists, BodyKind, Cost, CostFn, Delayed, HeaderStyle, KeyPolicies,
-    LimitedFn, LimitedResponse, NoPolicy, Offender, OnKeyError, OwnBody, PolicyFn, PolicyResolver,
-    RateLimit, Refused, ResponseBody, ResponseFuture, ResponseHead, RoutePolicies, Shadow, Shaping,
-    SoftShed, TopOffenders,
+    LimitedFn, LimitedResponse, NoPolicy, Offender, OnKeyError, OwnBody, Peek, PolicyFn,
+    PolicyResolver, RateLimit, Refused, ResponseBody, ResponseFuture, ResponseHead, RoutePolicies,
+    Shadow, Shaping, SoftShed, TopOffenders,
 };

@@ -35,7 +35,7 @@ pub use layer::{OnKeyError, RateLimitLayer, Shadow};
 pub use lists::AccessLists;
 pub use observe::offenders::{Offender, TopOffenders};
 pub use select::{policy_fn, KeyPolicies, NoPolicy, PolicyFn, PolicyResolver, RoutePolicies};
-pub use service::RateLimit;
+pub use service::{Peek, RateLimit};
 pub use settle::ResponseHead;
 pub use shaping::Shaping;
 pub use soft_shed::{Delayed, SoftShed};

@@ -1,5 +1,7 @@
 //! [`RateLimit`]: the service a [`RateLimitLayer`] wraps around another.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -16,11 +18,11 @@ use super::observe;
 use super::observe::Report;
 use super::select::{NoPolicy, PolicyResolver};
 use super::state::Ask;
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
-use crate::key::KeyExtractor;
+use crate::key::{Key, KeyError, KeyExtractor};
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
-use crate::{key::RequestHead, Live};
+use crate::{key::RequestHead, Decision, Live, Policy};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
 ///
@@ -123,62 +125,121 @@ where
     P: PolicyResolver,
     C: Cost,
 {
-    /// What is known of a request before the backend is asked: listed
-    /// clients first (they never reach the backend), then the policy, the
-    /// key and the cost.
     #[inline(always)]
     fn start(&self, config: &Config, head: &RequestHead<'_>) -> Start {
         let report = Report::start(&config.observer, head);
-        let policy = self.layer.policy.resolve(head);
+        match self.layer.select(config, head) {
+            Selected::Listed(listed) => {
+                let denied = listed == Listed::Denied;
+                observe::listed(&config.observer, &report, denied);
+                match listed {
+                    Listed::Denied => Start::Refuse(Refusal::DenyListed),
+                    Listed::Allowed => Start::Pass(Origin::AllowListed),
+                }
+            }
+            Selected::NoPolicy => {
+                let refused = config.on_no_policy == NoPolicy::Refuse;
+                observe::no_policy(&config.observer, &report, refused);
+                match refused {
+                    true => Start::Refuse(Refusal::NoPolicy),
+                    false => Start::Pass(Origin::NoPolicy),
+                }
+            }
+            Selected::NoKey(error) => {
+                let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
+                observe::key_missing(&config.observer, &report, &error, rejected);
+                match config.on_key_error {
+                    OnKeyError::Skip => Start::Pass(Origin::NoKey),
+                    OnKeyError::Reject(status) => Start::Refuse(Refusal::NoKey(status, error)),
+                }
+            }
+            Selected::Check(key, policy) => Start::Check(Ask {
+                key,
+                policy,
+                cost: self.layer.cost.cost(head),
+                report,
+            }),
+        }
+    }
+}
+
+/// What the layer makes of a request before any backend is asked.
+enum Selected {
+    /// On an allow or a deny list.
+    Listed(Listed),
+    /// No policy for it (or no key where one was wanted).
+    NoPolicy,
+    /// A policy, but its key could not be had.
+    NoKey(KeyError),
+    /// Checked under this key and policy.
+    Check(Key, Policy),
+}
+
+impl<K: KeyExtractor, P: PolicyResolver, B, C, O> RateLimitLayer<K, P, B, C, O> {
+    /// The lists, the resolver, the key extractor and a key's own policy,
+    /// in the order a request meets them.
+    #[inline(always)]
+    fn select(&self, config: &Config, head: &RequestHead<'_>) -> Selected {
+        let policy = self.policy.resolve(head);
         let lists = config.lists.as_ref().map(Live::load);
         let wants_key = policy.is_some() || lists.as_ref().is_some_and(|l| l.has_keys());
-        let key = wants_key.then(|| self.layer.key.extract(head));
-
+        let key = wants_key.then(|| self.key.extract(head));
         if let Some(lists) = &lists {
             let ip = lists.ip_of(head);
-            match lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
-                Some(Listed::Denied) => {
-                    observe::listed(&config.observer, &report, true);
-                    return Start::Refuse(Refusal::DenyListed);
-                }
-                Some(Listed::Allowed) => {
-                    observe::listed(&config.observer, &report, false);
-                    return Start::Pass(Origin::AllowListed);
-                }
-                None => {}
+            if let Some(listed) = lists.find(ip, key.as_ref().and_then(|k| k.as_ref().ok())) {
+                return Selected::Listed(listed);
             }
         }
-        // A key is extracted whenever there is a policy: only a missing
-        // policy ends here.
         let (Some(policy), Some(key)) = (policy, key) else {
-            let refused = config.on_no_policy == NoPolicy::Refuse;
-            observe::no_policy(&config.observer, &report, refused);
-            return match refused {
-                true => Start::Refuse(Refusal::NoPolicy),
-                false => Start::Pass(Origin::NoPolicy),
-            };
+            return Selected::NoPolicy;
         };
         let key = match key {
             Ok(key) => key,
-            Err(error) => {
-                let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
-                observe::key_missing(&config.observer, &report, &error, rejected);
-                return match config.on_key_error {
-                    OnKeyError::Skip => Start::Pass(Origin::NoKey),
-                    OnKeyError::Reject(status) => Start::Refuse(Refusal::NoKey(status, error)),
-                };
-            }
+            Err(error) => return Selected::NoKey(error),
         };
         let policy = match &config.key_policies {
             Some(own) => own.load().get(&key).cloned().unwrap_or(policy),
             None => policy,
         };
-        let cost = self.layer.cost.cost(head);
-        Start::Check(Ask {
-            key,
-            policy,
-            cost,
-            report,
-        })
+        Selected::Check(key, policy)
+    }
+
+    /// What this layer would check `req` against, read without spending
+    /// anything: the policy it resolves for `req` (its resolver, its key,
+    /// the key's own policy) and that key's state under it now — each
+    /// limit's remaining and reset, as a request of cost 0 would find
+    /// them. `None` when the layer would not check `req`: no policy, no
+    /// key, or on an allow or deny list. For a quota endpoint behind the
+    /// very limits it reports: reading one spends none of them.
+    ///
+    /// ```
+    /// use axum::{body::Body, http::Request};
+    /// use tower_ratelimit::key::{Header, RequestHead};
+    /// use tower_ratelimit::{Policy, RateLimitLayer};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let layer = RateLimitLayer::new("plan = 60/min".parse::<Policy>()?).key(Header::new("x-user-id"));
+    /// let req = Request::get("/quota").header("x-user-id", "ann").body(Body::empty())?;
+    /// let (policy, now) = layer.peek(&RequestHead::from(&req)).await?.expect("ann is limited");
+    /// assert_eq!(policy.limits()[0].name(), "plan");
+    /// assert_eq!(now.deciding().remaining(), 60); // and reading spent none
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn peek(&self, req: &RequestHead<'_>) -> Peek
+    where
+        B: Backend,
+    {
+        let Selected::Check(key, policy) = self.select(&self.config, req) else {
+            return Box::pin(std::future::ready(Ok(None)));
+        };
+        let read = self.backend.peek_many(vec![(key, policy.clone())]);
+        Box::pin(async move { Ok(read.await?.pop().map(|decision| (policy, decision))) })
     }
 }
+
+/// [`RateLimitLayer::peek`]'s answer: the policy and the decision a
+/// request of cost 0 would get now, if the layer would check the request.
+pub type Peek =
+    Pin<Box<dyn Future<Output = Result<Option<(Policy, Decision)>, BackendError>> + Send>>;

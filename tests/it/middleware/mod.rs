@@ -18,6 +18,7 @@ mod live_changes;
 mod lookup;
 mod metrics;
 mod operations;
+mod peek;
 mod serve;
 mod settle;
 mod shaping;
