@@ -446,71 +446,87 @@ async fn a_failed_over_primary_is_decided_by_its_replica_within_a_second() {
 /// Redis answering 50 ms late under 16 clients at once: each call takes
 /// one round trip (every connection sets `TCP_NODELAY`; under Nagle's
 /// algorithm a request waited for the acknowledgement of the one before,
-/// and a 100 ms timeout saw most decisions fail). Measured against the
-/// link's latency, with a timeout of seconds so that a busy machine's
-/// stalls lengthen a few decisions without failing the test: each decision
-/// sent alone, at most 5% take over 1.5 round trips (none on a quiet
-/// machine; 24–40% with Nagle's algorithm back on); batched (a decision
-/// may wait for the call in flight, then go in the next), the median is
-/// under 2.5 round trips.
+/// two round trips, and a 100 ms timeout saw most decisions fail). What
+/// this machine adds of its own is measured in the same run, on a link
+/// with no latency: each decision sent alone, at most 5% take longer than
+/// the late link's round trip plus the more of half a round trip and the
+/// machine's own 95th percentile (none on a quiet machine; 24–40% with
+/// Nagle's algorithm back on, which adds a whole round trip); batched (a
+/// decision may wait for the call in flight, then go in the next), the
+/// median is under 2.5 round trips plus the machine's own median. The
+/// timeout is seconds: a busy machine's stalls lengthen a few decisions
+/// without failing them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_answering_within_the_timeout_keeps_deciding() {
     let server = RedisServer::start();
     let late: u64 = std::env::var("REDIS_LATE_MS").map_or(50, |ms| ms.parse().unwrap());
     let late = Duration::from_millis(late);
+    let prompt = Proxy::start(server.port).await.port;
     let port = Proxy::with_latency(server.port, late).await.port;
     for batch in [1, 64] {
-        let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
-            .timeout(crate::support::AGREE)
-            .max_batch(batch)
-            .connect_lazy()
-            .unwrap();
-        let policy: Policy = "1000000/s".parse().unwrap();
-        // Connecting and loading the scripts take several round trips.
-        for _ in 0..5 {
-            backend
-                .check(&Key::new("user", "warm"), &policy, 1)
-                .await
-                .unwrap();
-        }
-        let mut tasks = tokio::task::JoinSet::new();
-        for client in 0..16 {
-            let (backend, policy) = (backend.clone(), policy.clone());
-            tasks.spawn(async move {
-                let key = Key::new("user", format!("client-{client}"));
-                let mut times = Vec::new();
-                for _ in 0..50 {
-                    let asked = std::time::Instant::now();
-                    backend.check(&key, &policy, 1).await.unwrap();
-                    times.push(asked.elapsed());
-                }
-                times
-            });
-        }
-        let mut times = Vec::new();
-        while let Some(more) = tasks.join_next().await {
-            times.extend(more.unwrap());
-        }
-        times.sort();
+        let own = decision_times(prompt, batch).await;
+        let times = decision_times(port, batch).await;
+        let (own_median, own_p95) = (own[own.len() / 2], own[own.len() * 95 / 100]);
         let median = times[times.len() / 2];
         eprintln!(
-            "{late:?} late, batches of {batch}: {} decisions, median {median:?}, p99 {:?}",
+            "{late:?} late, batches of {batch}: {} decisions, median {median:?}, p99 {:?}; \
+             with no latency: median {own_median:?}, p95 {own_p95:?}",
             times.len(),
             times[times.len() * 99 / 100]
         );
-        let slow = times.iter().filter(|t| **t > late.mul_f64(1.5)).count();
+        let bound = late + (late / 2).max(own_p95);
+        let slow = times.iter().filter(|t| **t > bound).count();
         match batch {
             1 => assert!(
                 slow * 100 <= times.len() * 5,
-                "alone: {slow} of {} over 1.5 round trips of {late:?}",
+                "alone: {slow} of {} over {bound:?} (a round trip of {late:?}, then half one \
+                 or this machine's own p95, {own_p95:?})",
                 times.len()
             ),
             _ => assert!(
-                median < late.mul_f64(2.5),
-                "batched: median {median:?} for a link {late:?} late"
+                median < late.mul_f64(2.5) + own_median,
+                "batched: median {median:?} for a link {late:?} late ({own_median:?} with none)"
             ),
         }
     }
+}
+
+/// How long each of 16 clients' 50 decisions took on the Redis behind
+/// `port`, sorted, in batches of `batch`.
+async fn decision_times(port: u16, batch: usize) -> Vec<Duration> {
+    let backend = RedisBackend::builder(&format!("redis://127.0.0.1:{port}"))
+        .timeout(crate::support::AGREE)
+        .max_batch(batch)
+        .connect_lazy()
+        .unwrap();
+    let policy: Policy = "1000000/s".parse().unwrap();
+    // Connecting and loading the scripts take several round trips.
+    for _ in 0..5 {
+        backend
+            .check(&Key::new("user", "warm"), &policy, 1)
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in 0..16 {
+        let (backend, policy) = (backend.clone(), policy.clone());
+        tasks.spawn(async move {
+            let key = Key::new("user", format!("client-{client}-{port}"));
+            let mut times = Vec::new();
+            for _ in 0..50 {
+                let asked = std::time::Instant::now();
+                backend.check(&key, &policy, 1).await.unwrap();
+                times.push(asked.elapsed());
+            }
+            times
+        });
+    }
+    let mut times = Vec::new();
+    while let Some(more) = tasks.join_next().await {
+        times.extend(more.unwrap());
+    }
+    times.sort();
+    times
 }
 
 /// One client's key poisoned — replaced with a list, as an operator's
