@@ -579,9 +579,10 @@ async fn quota_reads_every_route_in_one_round_trip_on_redis() {
     assert!((20 * 9..=20 * 9 + 9).contains(&calls), "{calls}");
     let reads = redis.reads_processed() - reads;
     // Two round trips a request, plus a few of our own (`redis-cli` and
-    // the script's first load): 100 and more when each route was a call
-    // of its own.
-    assert!(reads <= 20 * 2 + 10, "{reads} reads for 20 requests");
+    // the script's first load), and on a busy machine a pipeline now and
+    // then read in two parts (53 seen beside a parallel build): 180 when
+    // each route was a call of its own.
+    assert!(reads <= 20 * 4, "{reads} reads for 20 requests");
 }
 
 /// `/api/quota` was unlimited, one store call per route for each request;
