@@ -109,6 +109,28 @@ impl ClientIp {
     /// proxy's: every such request shares its budget, so configure the
     /// proxies to always set it. With fewer readable entries than `hops`,
     /// the leftmost one read is the client.
+    ///
+    /// ```
+    /// use tower_ratelimit::key::{ClientIp, PeerAddr, RequestHead};
+    ///
+    /// let two_proxies = ClientIp::new().trust_hops(2);
+    /// let client = |forwarded: Option<&str>| {
+    ///     let mut req = http::Request::get("/");
+    ///     if let Some(forwarded) = forwarded {
+    ///         req = req.header("x-forwarded-for", forwarded);
+    ///     }
+    ///     let mut req = req.body(()).unwrap();
+    ///     req.extensions_mut().insert(PeerAddr("10.0.0.2:443".parse().unwrap()));
+    ///     two_proxies.client_addr(&RequestHead::from(&req)).unwrap().to_string()
+    /// };
+    /// // The client, then the first proxy, appended by the first and second.
+    /// assert_eq!(client(Some("198.51.100.7, 203.0.113.9, 10.0.0.1")), "203.0.113.9");
+    /// // No header: the last proxy, the peer, whose budget such requests share.
+    /// assert_eq!(client(None), "10.0.0.2");
+    /// // What a client wrote that is no address stops the reading there.
+    /// assert_eq!(client(Some("not an address, 203.0.113.9, 10.0.0.1")), "203.0.113.9");
+    /// assert_eq!(client(Some("not an address")), "10.0.0.2");
+    /// ```
     pub fn trust_hops(mut self, hops: usize) -> Self {
         self.trust = if hops == 0 {
             Trust::Nobody
