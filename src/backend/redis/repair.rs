@@ -63,7 +63,10 @@ impl RedisBackend {
                 let text = format!(
                     "{error}; the client's keys hold nothing a decision cannot read: the fault is the store's"
                 );
-                self.report::<()>(&Err(BackendError::new(text.clone())));
+                // The health says failing (the cause `other`); Sentinel is not
+                // sent looking for another master: this one answered.
+                self.health
+                    .record::<()>(&Err(BackendError::new(text.clone())));
                 BackendError::new(text)
             }
             // Already reported: a refusal of the repair is the store's too.
