@@ -258,7 +258,9 @@ fn trusted(networks: &[IpNet], ip: IpAddr) -> bool {
 }
 
 /// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
+/// `ip`, or the IPv4 address an IPv4-mapped IPv6 address carries: one
+/// client, however its address reached us.
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,

@@ -36,6 +36,8 @@ mod header;
 mod key;
 
 pub use api_key::ApiKey;
+#[cfg(feature = "serve")]
+pub(crate) use client_ip::canonical;
 pub use client_ip::{ClientIp, ForwardedHeader, PeerAddr};
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]

@@ -15,7 +15,8 @@ use tower_service::Service;
 
 use super::connection::{self, BoxError, Phase};
 use super::limits::ConnectionLimits;
-use super::table::{canonical, Table};
+use super::table::Table;
+use crate::key::canonical;
 
 /// Serve `service` on `listener` within `limits`: the
 /// [module's](super) one entry. Await it (it never ends), or call

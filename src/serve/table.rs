@@ -10,6 +10,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::limits::{ConnectionLimits, NetworkCap};
+use crate::key::canonical;
 
 /// Why a new connection was closed at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +60,11 @@ pub(super) struct Slot {
     /// Requests under way: from the moment hyper hands one over until its
     /// response body ends. An upgraded connection stays busy for good.
     busy: AtomicUsize,
-    /// When it was last busy, in microseconds since the table started.
+    /// When it was last busy, in microseconds since `started`.
     last_active: AtomicU64,
+    /// The table's zero of time, copied: a request's end reads the clock
+    /// without reaching the table.
+    started: Instant,
     /// Told when the table closed it to make room.
     pub(super) close: Notify,
     client: Option<IpAddr>,
@@ -85,10 +89,7 @@ pub(super) struct Registration {
 
 /// A request under way on a connection: it is not idle until this drops.
 #[derive(Debug)]
-pub(super) struct Busy {
-    slot: Arc<Slot>,
-    table: Arc<Table>,
-}
+pub(super) struct Busy(Arc<Slot>);
 
 impl Busy {
     /// The connection was handed to another protocol (a WebSocket): it is
@@ -100,11 +101,16 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.slot
-            .last_active
-            .store(self.table.now(), Ordering::Release);
-        self.slot.busy.fetch_sub(1, Ordering::AcqRel);
+        let slot = &self.0;
+        slot.last_active
+            .store(micros_since(slot.started), Ordering::Release);
+        slot.busy.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// Microseconds from `started` until now.
+fn micros_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 impl Table {
@@ -116,10 +122,6 @@ impl Table {
             per_network: limits.per_network,
             started: Instant::now(),
         }
-    }
-
-    fn now(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     /// A place for a new connection from `ip` (`capped`: held to the caps
@@ -176,7 +178,8 @@ impl Table {
         let slot = Arc::new(Slot {
             id,
             busy: AtomicUsize::new(0),
-            last_active: AtomicU64::new(self.now()),
+            last_active: AtomicU64::new(micros_since(self.started)),
+            started: self.started,
             close: Notify::new(),
             client,
             network,
@@ -238,10 +241,7 @@ impl Registration {
     /// A request begins on this connection.
     pub(super) fn enter(&self) -> Busy {
         self.slot.busy.fetch_add(1, Ordering::AcqRel);
-        Busy {
-            slot: self.slot.clone(),
-            table: self.table.clone(),
-        }
+        Busy(self.slot.clone())
     }
 }
 
@@ -279,13 +279,6 @@ fn network_of(ip: IpAddr, cap: NetworkCap) -> IpAddr {
     }
 }
 
-pub(super) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        IpAddr::V4(_) => ip,
-    }
-}
-
 /// `v6`'s first `bits` bits (1 to 127).
 fn masked_v6(v6: Ipv6Addr, bits: u8) -> Ipv6Addr {
     Ipv6Addr::from(u128::from(v6) & (u128::MAX << (128 - u32::from(bits))))
@@ -318,6 +311,8 @@ mod tests {
         // The first is busy, the second was busy a moment ago: the third,
         // never busy, is the one closed.
         let _busy = held[0].enter();
+        // (A millisecond on: its end is later than the third's opening.)
+        std::thread::sleep(std::time::Duration::from_millis(1));
         drop(held[1].enter());
         let fourth = table.admit(ip("192.0.2.1"), true).unwrap();
         assert_eq!(table.len(), 3);
