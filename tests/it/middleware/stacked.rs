@@ -8,22 +8,8 @@ use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::HeaderStyle;
 use tower_ratelimit::{Policy, Quota, RateLimitLayer};
 
+use crate::support::http::ok;
 use crate::support::request;
-
-type OkResponse = http::Response<http_body_util::Full<bytes::Bytes>>;
-
-/// 200 "ok", a service that may move between threads (a shared capacity
-/// asks that of what it wraps).
-fn ok() -> impl tower::Service<
-    http::Request<()>,
-    Response = OkResponse,
-    Error = std::convert::Infallible,
-    Future = std::future::Ready<Result<OkResponse, std::convert::Infallible>>,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(|_: http::Request<()>| std::future::ready(Ok(OkResponse::new("ok".into()))))
-}
 
 /// Each header's values, joined, of those a client reads its quota from.
 fn quota(headers: &HeaderMap) -> Vec<(String, String)> {

@@ -73,15 +73,20 @@ async fn exchange(
     )
 }
 
-/// A service that answers every request 200 "ok".
+/// What [`ok`] answers.
+pub type OkResponse = http::Response<http_body_util::Full<bytes::Bytes>>;
+
+/// A service that answers every request 200 "ok", at once; it may move
+/// between threads (a shared capacity asks that of what it wraps).
 pub fn ok() -> impl tower::Service<
     http::Request<()>,
-    Response = http::Response<http_body_util::Full<bytes::Bytes>>,
+    Response = OkResponse,
     Error = std::convert::Infallible,
-> + Clone {
-    tower::service_fn(|_: http::Request<()>| {
-        std::future::ready(Ok(http::Response::new(http_body_util::Full::from("ok"))))
-    })
+    Future = std::future::Ready<Result<OkResponse, std::convert::Infallible>>,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|_: http::Request<()>| std::future::ready(Ok(OkResponse::new("ok".into()))))
 }
 
 /// The statuses of `n` requests `make` makes, each through a clone of `svc`.
