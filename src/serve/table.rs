@@ -399,6 +399,33 @@ mod tests {
         assert!(table.admit(ip("192.0.2.4"), true).is_ok());
     }
 
+    /// The smallest server: one connection in all. An idle one gives its
+    /// place to the next; a busy one keeps it, and the next is refused;
+    /// once it ends, the place is free.
+    #[test]
+    fn at_one_connection_the_idle_one_gives_way_and_the_busy_one_stays() {
+        let table = table(
+            ConnectionLimits::builder()
+                .max_connections(1)
+                .build()
+                .unwrap(),
+        );
+        assert_eq!(table.max_per_client, 1);
+        let first = table.admit(ip("192.0.2.1"), true).unwrap();
+        let second = table.admit(ip("192.0.2.2"), true).unwrap();
+        assert!(!first.slot.close.notified().now_or_never_is_none());
+        assert_eq!(table.len(), 1);
+        let busy = second.enter();
+        assert_eq!(
+            table.admit(ip("192.0.2.3"), true).unwrap_err(),
+            Refused::Connections
+        );
+        drop(busy);
+        drop(second);
+        assert_eq!(table.len(), 0);
+        assert!(table.admit(ip("192.0.2.3"), true).is_ok());
+    }
+
     /// Whether a `Notified` future would wait: `true` while no close was
     /// asked for.
     trait NowOrNever {
