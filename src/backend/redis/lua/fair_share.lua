@@ -3,34 +3,33 @@
 -- active tenants by when they last asked (KEYS[2]). The hash holds `tat`
 -- (the capacity's), `rtat` (the critical reserve's), `ck` `cc` `cp` (the
 -- critical requests admitted past their shares, by span of the depth's
--- windows), `pu` (until when it lends less), `gtat` (the graduations'),
--- `w` (the active weights), the newcomers' place (`pm` members, `pw`
--- weights, `ps` since, `pk` `pc` `pp` its requests by window) and
--- `t<tenant>` = "tat:weight:seen:refused_at:pressed_at:standing:since:
--- pooled_weight:k:current:previous" each (standing 1: a newcomer, 2: a
--- tenant of its own). Every number is an integer in microseconds
+-- windows), `gtat` (the graduations'), `w` (the active weights), the
+-- newcomers' place (`pm` members, `pw` weights, `ps` since, `pk` `pc` `pp`
+-- its requests by window) and `t<tenant>` = "tat:weight:seen:level:at:
+-- standing:since:pooled_weight:k:current:previous" each (level and at:
+-- how far ahead of its share it asks; standing 1: a newcomer, 2: a tenant
+-- of its own). Every number is an integer in microseconds
 -- (integers.lua comes first); a field that does not parse counts as
 -- absent.
 local H, Z = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local active_for = tonumber(ARGV[2])
 local threshold = tonumber(ARGV[3])
-local borrow = tonumber(ARGV[4])
-local headroom = tonumber(ARGV[5])
-local max_tenants = tonumber(ARGV[6])
-local limit = tonumber(ARGV[7])
-local window = tonumber(ARGV[8])
-local id = ARGV[9]
-local weight = math.min(math.max(tonumber(ARGV[10]), 1), 1000)
-local critical = ARGV[11] == '1'
-local reserve_interval = tonumber(ARGV[12])
-local reserve_depth = tonumber(ARGV[13])
-local depth = tonumber(ARGV[15])
+local headroom = tonumber(ARGV[4])
+local max_tenants = tonumber(ARGV[5])
+local limit = tonumber(ARGV[6])
+local window = tonumber(ARGV[7])
+local id = ARGV[8]
+local weight = math.min(math.max(tonumber(ARGV[9]), 1), 1000)
+local critical = ARGV[10] == '1'
+local reserve_interval = tonumber(ARGV[11])
+local reserve_depth = tonumber(ARGV[12])
+local depth = tonumber(ARGV[14])
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
 local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 4, 8, 10000
 local now
-if ARGV[14] ~= '' then
-  now = tonumber(ARGV[14])
+if ARGV[13] ~= '' then
+  now = tonumber(ARGV[13])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -45,7 +44,7 @@ local function tenant(key)
   local f = {}
   for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
   if #f ~= 11 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
-  return { tat = f[1], weight = f[2], refused_at = f[4], pressed_at = f[5], standing = f[6],
+  return { tat = f[1], weight = f[2], level = f[4], at = f[5], standing = f[6],
     since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11] }
 end
 
@@ -80,7 +79,7 @@ end
 local active = count
 if not own then
   active = count + 1
-  own = { tat = 0, weight = 0, refused_at = 0, pressed_at = 0, standing = 0, since = 0,
+  own = { tat = 0, weight = 0, level = 0, at = 0, standing = 0, since = 0,
     pooled_weight = 0, k = 0, current = 0, previous = 0 }
 end
 weights = weights - own.weight + weight
@@ -136,8 +135,6 @@ if own.standing == 1 then
       redis.call('HSET', H, 'gtat', num(graduated_tat))
       own.standing = 2
       own.tat = now
-      own.refused_at = 0
-      own.pressed_at = 0
       pm = pm - 1
       pw = pw - weight
     end
@@ -155,10 +152,9 @@ local function tenant_interval(interval, weights, w)
   return math.min(interval * q + a * r + ceil_div(b * r, w), MAX_TENANT_INTERVAL)
 end
 -- One request against a GCRA from tat: its time of arrival after it (a
--- debt counts at most the depth; one as early as from, at most now, is
--- kept), and whether that is within the depth.
-local function pace(step, depth, tat, from)
-  local after = math.min(math.max(tat, from), now + depth) + step
+-- debt counts at most the depth), and whether that is within the depth.
+local function pace(step, depth, tat)
+  local after = math.min(math.max(tat, now), now + depth) + step
   return { tat = after, depth = depth, within = after - now <= depth }
 end
 
@@ -186,48 +182,38 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
--- A tenant refused last keeps what its share owed it since that refusal,
--- at most an interval's worth.
-local from = now
-if own.refused_at > 0 then
-  from = math.min(math.max(own.refused_at, now - t_interval), now)
+-- Its share's depth: two intervals, at least half the headroom.
+local t_depth = math.max(2 * t_interval, idiv(headroom, 2))
+local p = pace(t_interval, t_depth, own.tat)
+-- How far past a depth ahead of its share it asks, in 1024ths of a depth
+-- (at most one); a newcomer at least a third.
+local ahead = math.min(math.max(own.level - 1024, 0), 1024)
+if pooled then ahead = math.max(ahead, 341) end
+local step = ceil_div(t_depth, 1024)
+-- This request counted: a GCRA of every request at the share's interval,
+-- in 1024ths of its depth, at most two depths; a tenant starts one ahead.
+local level = 1024
+if own.at > 0 then
+  level = math.max(own.level - idiv(math.min(math.max(now - own.at, 0), 2 * t_depth), step), 0)
 end
-local p = pace(t_interval, math.max(2 * t_interval, idiv(headroom, 2)), own.tat, from)
-local within_share = p.within
-local reserve = pace(reserve_interval, reserve_depth, field('rtat'), now)
-local in_reserve = critical and not within_share and reserve_interval > 0 and reserve.within
+own.level = math.min(level + idiv(t_interval, step), 2048)
+own.at = math.max(own.at, now)
+local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
+local in_reserve = critical and not p.within and reserve_interval > 0 and reserve.within
 
+if in_reserve then
+  -- the class's threshold
+elseif p.within then
+  threshold = threshold - idiv(headroom * ahead, 1024)
+else
+  threshold = threshold - idiv(headroom * 3, 2)
+end
+threshold = math.max(threshold, interval)
 local capacity_tat = math.max(field('tat'), now) + interval
 local filled = capacity_tat - now
--- Insistent: it asked more than it got (refused, or lent to) within half
--- its interval, and was refused last or asks ahead of its pace.
-local gap = now - own.pressed_at
-local insistent = own.pressed_at > 0 and gap < idiv(t_interval, 2)
-  and (own.refused_at > 0 or own.tat > now)
-if insistent and (pooled or gap < idiv(depth, 2)) then
-  threshold = math.max(threshold - idiv(headroom * 2, 3), 0)
-elseif insistent or pooled then
-  threshold = math.max(threshold - idiv(headroom, 3), 0)
-end
-local pressed_until = field('pu')
-if now < pressed_until then
-  borrow = math.max(borrow - idiv(headroom, 3), interval)
-end
-local admitted, retry_after = 0, 0
-if within_share or in_reserve then
-  if filled <= threshold then admitted = 1 end
-  retry_after = math.max(filled - threshold, 0)
-elseif filled <= borrow then
+local admitted = 0
+if filled <= threshold then
   admitted = 1
-else
-  local over = math.max(p.tat - now - p.depth, 0)
-  retry_after = math.min(math.max(over, filled - threshold, 0), filled - borrow)
-end
-if admitted == 0 and (within_share or in_reserve) then
-  redis.call('HSET', H, 'pu', num(math.max(pressed_until, now + idiv(t_interval, 2))))
-end
-if admitted == 1 then
-  own.refused_at = 0
   redis.call('HSET', H, 'tat', num(capacity_tat))
   if in_reserve then
     -- Paid by the reserve, not by the tenant's share.
@@ -237,16 +223,12 @@ if admitted == 1 then
   else
     own.tat = math.min(p.tat, now + p.depth)
   end
-else
-  own.refused_at = now
 end
-if admitted == 0 or not (within_share or in_reserve) then
-  own.pressed_at = now
-end
+local retry_after = math.max(filled - threshold, 0)
 redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
-  't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.refused_at),
-    num(own.pressed_at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
+  't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.level),
+    num(own.at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
     num(own.current), num(own.previous) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)

@@ -74,10 +74,10 @@ impl RedisBackend {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        // `fair3`: the state's layout of newcomers, tiers and when each
-        // tenant last asked more than it got; a capacity's keys of the
-        // layouts before are left to expire.
-        let hash = self.capacity_key("fair3", name);
+        // `fair4`: the state's layout with how far ahead of its share
+        // each tenant asks; a capacity's keys of the layouts before are
+        // left to expire.
+        let hash = self.capacity_key("fair4", name);
         let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(fair_share_script().get_hash())
@@ -87,8 +87,7 @@ impl RedisBackend {
             .arg(settings.interval)
             .arg(settings.active_for)
             .arg(settings.thresholds[class])
-            .arg(settings.borrow[class])
-            .arg(settings.headroom())
+            .arg(settings.headroom)
             .arg(settings.max_tenants)
             .arg(settings.limit)
             .arg(settings.window)
