@@ -114,8 +114,9 @@ pub(crate) struct Settings {
     /// Each class's threshold of the depth, µs: critical, default,
     /// sheddable.
     pub thresholds: [u64; 3],
-    /// `H`: the part of each class's threshold a request within its
-    /// tenant's share fills first.
+    /// `H`: a request within its tenant's share finds room below its
+    /// class's threshold less `H` times how far its tenant asks past its
+    /// share, one past its share below the threshold less `3 H / 2`.
     pub headroom: u64,
     /// The critical reserve's interval and depth, µs (an interval of 0:
     /// no reserve).
