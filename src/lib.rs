@@ -140,6 +140,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
+#![warn(clippy::wildcard_imports)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The core. Nothing here knows HTTP but `key::RequestHead`, the request view

@@ -10,8 +10,7 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::layer::Settings;
-use super::*;
+use super::{capacity, lock, spawn, BoxError, Cut, Settings, SharedRef};
 use crate::backend::{Backend, OnBackendError};
 use crate::key::Key;
 use crate::layer::answer::body::ResponseBody;

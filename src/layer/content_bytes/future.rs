@@ -10,9 +10,8 @@ use http::{Method, Request, Response, Uri};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::body::{Charge, Counting};
-use super::layer::Settings;
-use super::*;
+use super::body::{Charge, Counting, RequestBytes, ResponseBytes};
+use super::{lock, Cut, Settings, Shared, SharedRef};
 use crate::backend::{Backend, BackendError, OnBackendError};
 use crate::clock::Micros;
 use crate::key::Key;

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use tower_layer::Layer;
 
-use super::*;
+use super::service::ContentBytes;
+use super::Settings;
 use crate::backend::{Backend, MemoryBackend, OnBackendError};
 use crate::key::{ClientIp, KeyExtractor};
 use crate::layer::answer::headers::HeaderStyle;
@@ -54,19 +55,6 @@ use crate::Policy;
 pub struct ContentBytesLayer<K = ClientIp, B = MemoryBackend> {
     pub(super) key: K,
     pub(super) settings: Settings<B>,
-}
-
-/// What every request of a layer shares.
-#[derive(Clone, Debug)]
-pub(super) struct Settings<B> {
-    pub(super) policy: Policy,
-    pub(super) backend: B,
-    pub(super) requests: bool,
-    pub(super) responses: bool,
-    pub(super) min_grant: u32,
-    pub(super) headers: HeaderStyle,
-    pub(super) on_error: OnBackendError,
-    pub(super) limited: LimitedResponse,
 }
 
 impl ContentBytesLayer {

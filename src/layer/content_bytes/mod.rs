@@ -18,7 +18,23 @@ pub use service::ContentBytes;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::backend::OnBackendError;
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::answer::response::LimitedResponse;
 use crate::{Decision, Policy};
+
+/// What every request of a layer shares.
+#[derive(Clone, Debug)]
+struct Settings<B> {
+    policy: Policy,
+    backend: B,
+    requests: bool,
+    responses: bool,
+    min_grant: u32,
+    headers: HeaderStyle,
+    on_error: OnBackendError,
+    limited: LimitedResponse,
+}
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

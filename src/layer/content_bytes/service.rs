@@ -6,16 +6,16 @@ use std::task::{Context, Poll};
 use http::{Request, Response, StatusCode};
 use tower_service::Service;
 
-use super::future::{Pending, State};
-use super::layer::Settings;
-use super::*;
+use super::body::{RequestBytes, ResponseBytes};
+use super::future::{ContentBytesFuture, Pending, State};
+use super::{capacity, Settings};
 use crate::backend::Backend;
 use crate::key::KeyExtractor;
 use crate::key::RequestHead;
 use crate::layer::answer::response::{self};
 use crate::layer::callee::{self, Answer};
 
-/// The service a [`ContentBytesLayer`] makes.
+/// The service a [`ContentBytesLayer`](super::ContentBytesLayer) makes.
 #[derive(Clone, Debug)]
 pub struct ContentBytes<S, K, B> {
     pub(super) inner: S,
