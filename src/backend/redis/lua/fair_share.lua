@@ -1,5 +1,5 @@
 -- A shared capacity's decision: the same steps as
--- src/algorithm/fair_share.rs, on a hash (KEYS[1]) and a sorted set of the
+-- src/algorithm/fair_share/, on a hash (KEYS[1]) and a sorted set of the
 -- active tenants by when they last asked (KEYS[2]). The hash holds `tat`
 -- (the capacity's), `rtat` (the critical reserve's), `ck` `cc` `cp` (the
 -- critical requests admitted past their shares, by span of the depth's

@@ -1,317 +1,35 @@
-//! A shared capacity's decision (the `FairShare` layer's), in integer
-//! microseconds. The Redis script (`backend/redis/lua/fair_share.lua`)
-//! makes the same decision step for step; the conformance tests hold them
-//! to it.
-//!
-//! **The guarantee.** For a capacity of `C` per window `W` (`T = ⌈W / C⌉`
-//! between admissions), one GCRA of depth `D = max(W / 10, 20 T)` admits
-//! at most `t / T + D / T` requests over any time `t`. Each class may fill
-//! that depth up to its threshold `θ` (critical all of it, default and
-//! sheddable their parts), and a request decides where below `θ` it must
-//! find room: a request past its tenant's share (`C · w / Σw`) needs room
-//! below `θ − 3 H / 2`, the headroom `H` being 30% of the depth (at least
-//! 6 requests); one within its share below `θ − H · e`, where `e`, from 0 to
-//! 1, is how far its tenant asks past its share. So, within a class, every
-//! request within a share comes before every request past one, and a
-//! tenant asking no more than its share (`e = 0`) comes before every
-//! tenant asking more, the one asking less far past before the one asking
-//! further (a hog's `e` is 1): it is refused only when tenants asking no
-//! more than theirs fill the room above — and their shares add up to at
-//! most `C`.
-//!
-//! The rules, each with the test that fails without it:
-//! - `e` is the less of two measures of every request the tenant makes,
-//!   admitted or not, read when it asks, before the request counts. How
-//!   far ahead: a GCRA at its share's interval `T_t` with its share's
-//!   depth `d = max(2 T_t, H / 2)`, counting how far past `d` ahead it is,
-//!   in parts of `d`, held within `2 d` (a tenant asking within its share
-//!   and bursting its depth stays at 0; a hog stays at 1:
-//!   `light_tenants_are_served_at_every_capacity`). A tenant starts `d`
-//!   ahead, so that a hog is seen from its second request
-//!   (`light_tenants_arriving_with_many_others_are_served`). Read as it
-//!   was at the tenant's request before, it kept a tenant asking every
-//!   4 s half a depth ahead (`the_cases_seen_hold_on_both_backends`, in
-//!   the fair model's tests).
-//! - How fast: `4/3 (1 − s / T_t)`, at most 1, `s` its mean spacing
-//!   (each spacing at most `2 T_t`): a tenant asking 1.2 times its share
-//!   counts 0.22, twice 0.67, 4 times or more 1, a hog
-//!   (`a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`). Hogs
-//!   so meet as equals within their shares
-//!   (`critical_requests_past_their_share_cost_every_share_alike` fails
-//!   with `1 − s / T_t`). `s` is the mean of the spacings so far up to 8,
-//!   then an exponential mean moved by an eighth of each, known from the
-//!   second request (a mean from 0 took 8 to 16 requests to tell a
-//!   tenant at 2.35 times its share from a hog: the fair model's cases
-//!   seen). A tenant that is no hog leaves at least one request more room
-//!   than a hog: `H` is 6 requests at the least, and a part of it smaller
-//!   than one request is no priority (a tenant at 3.5 times its share
-//!   beside 8 hogs at 5/s got 76% of it: the cases seen).
-//! - A request past its share needs room below `θ − 3 H / 2`, not
-//!   `θ − H`: the requests within the shares of tenants asking more than
-//!   theirs keep half a headroom of their own above all borrowing
-//!   (`two_hogs_share_by_weight`). A lone tenant so bursts its share's
-//!   depth, then about a third of the capacity's.
-//! - Tenants new to the capacity share one place (inside it, by weight):
-//!   made-up tenant ids dilute only that place. The place weighs 1, and
-//!   one more every [`POOL_GROWTH_WINDOWS`] windows it stays occupied, up
-//!   to its newcomers' weights. A newcomer becomes a tenant of its own a
-//!   quarter window after it arrived, if the place holds at most
-//!   [`SMALL_POOL`] tenants or it asks at least [`BUSY_TIMES`] the
-//!   newcomers' mean rate (at most `SMALL_POOL` at once, then one a
-//!   window). A newcomer's `e` is at least a third, so that made-up ids
-//!   coming back with their shares saved stay behind established tenants
-//!   asking within theirs (`made_up_tenants_dilute_nobody`).
-//! - Critical requests up to the critical reserve's part of `C` (20% by
-//!   default, a GCRA of its own) count as within a share whatever their
-//!   tenant's share; those past their shares, counted over the depth's
-//!   whole windows, are taken out of what the shares divide
-//!   (`critical_requests_past_their_share_cost_every_share_alike`).
-//! - A tenant's time of arrival at its share counts at most `d` ahead:
-//!   borrowing leaves it at most a full share behind. A tenant is active
-//!   while it asked within the last `max(2 W, 2 D)` (at most
-//!   [`EXPIRE_AT_ONCE`] expired tenants leave per decision).
+//! A capacity's decision: the shares, the classes and the critical
+//! reserve.
 
-use std::collections::{BTreeSet, HashMap};
-
-/// At most this many expired tenants leave per decision: a bounded cost.
-pub(crate) const EXPIRE_AT_ONCE: usize = 64;
-
-/// A tenant's weight is at most this (larger ones count as it).
-pub(crate) const MAX_WEIGHT: u32 = 1_000;
+use super::counted::Counted;
+use super::newcomers::{Newcomer, Pool};
+use super::pace::{Demand, Pace};
+use super::settings::Settings;
+use super::tenants::Tenants;
+use super::{Ask, Verdict};
 
 /// A tenant's interval is at most this, µs (35 years: a tenant whose
 /// share rounds to nothing). Every number stays below 2^53, where the
 /// Redis script's doubles are exact.
 pub(crate) const MAX_TENANT_INTERVAL: u64 = 1 << 50;
 
-/// The longest window a capacity may have: with [`MAX_WEIGHT`] it keeps
-/// `interval · weight` exact in doubles.
-pub(crate) const MAX_WINDOW_US: u64 = 86_400_000_000;
-
-/// The capacity's depth holds at least this many requests, so that the
-/// classes' thresholds and the headroom are whole requests apart at any
-/// capacity.
-pub(crate) const MIN_DEPTH_REQUESTS: u64 = 20;
-
-/// Newcomers graduate as soon as their first window ends while at most
-/// this many share the newcomers' place; at most this many graduate at
-/// once, then one a window.
-pub(crate) const SMALL_POOL: u64 = 8;
-
-/// A newcomer is judged busy on at least this many requests of its last
-/// window.
-pub(crate) const BUSY_SAMPLE: u64 = 8;
-
-/// A newcomer asking this many times the newcomers' mean rate is busy: a
-/// tenant of its own, not one of many made-up ids (which ask alike, and
-/// twice the mean by chance now and then).
-pub(crate) const BUSY_TIMES: u64 = 4;
-
-/// The newcomers' place weighs one more every this many windows it stays
-/// occupied (up to its newcomers' weights, at most [`MAX_POOL_WEIGHT`]).
-pub(crate) const POOL_GROWTH_WINDOWS: u64 = 8;
-
-/// The newcomers' place weighs at most this: `weight · MAX_WEIGHT` stays
-/// well below 2^53 in every product.
-pub(crate) const MAX_POOL_WEIGHT: u64 = 10_000;
-
-/// A tenant, as the capacity knows it: 16 bytes of a hash of its key.
-pub(crate) type TenantId = [u8; 16];
-
-/// The tenant every tenant past the cap is counted as.
-pub(crate) const OVERFLOW: TenantId = [0xff; 16];
-
-/// A capacity's numbers, fixed when it is built.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Settings {
-    /// `T`: µs between admissions at the full capacity.
-    pub interval: u64,
-    /// `D`: the capacity's depth, µs.
-    pub depth: u64,
-    /// How long a tenant stays active after it last asked, µs.
-    pub active_for: u64,
-    /// Each class's threshold of the depth, µs: critical, default,
-    /// sheddable.
-    pub thresholds: [u64; 3],
-    /// `H`: a request within its tenant's share finds room below its
-    /// class's threshold less `H` times how far its tenant asks past its
-    /// share, one past its share below the threshold less `3 H / 2`.
-    pub headroom: u64,
-    /// The critical reserve's interval and depth, µs (an interval of 0:
-    /// no reserve).
-    pub reserve_interval: u64,
-    pub reserve_depth: u64,
-    /// How many tenants are told apart; the rest share [`OVERFLOW`].
-    pub max_tenants: usize,
-    /// The percent of the depth each class may fill, as given.
-    pub fills: [u8; 3],
-    /// The capacity per window, and the window in µs (for headers).
-    pub limit: u32,
-    pub window: u64,
-}
-
-impl Settings {
-    /// `limit` per `window` µs, each class filling at most its percent of
-    /// the depth (critical, default, sheddable).
-    pub(crate) fn new(limit: u32, window: u64, fills: [u8; 3], max_tenants: usize) -> Self {
-        let interval = window.div_ceil(u64::from(limit.max(1))).max(1);
-        let depth = (window / 10).max(interval * MIN_DEPTH_REQUESTS);
-        let fill = |percent: u8| (depth * u64::from(percent.min(100)) / 100).max(interval);
-        let thresholds = fills.map(fill);
-        // Six requests at least: whole requests apart at any capacity.
-        let headroom = (depth * 3 / 10).max(6 * interval);
-        let reserve = u64::from(100u8.saturating_sub(fills[1]));
-        let (reserve_interval, reserve_depth) = if reserve == 0 {
-            (0, 0)
-        } else {
-            let reserve_interval = (interval * 100).div_ceil(reserve);
-            (
-                reserve_interval,
-                (depth * reserve / 100).max(2 * reserve_interval),
-            )
-        };
-        Self {
-            interval,
-            depth,
-            // A tenant asking once per its share's interval stays active at
-            // small capacities too.
-            active_for: (window * 2).max(depth * 2),
-            thresholds,
-            headroom,
-            reserve_interval,
-            reserve_depth,
-            max_tenants: max_tenants.max(1),
-            fills,
-            limit,
-            window,
-        }
-    }
-
-    /// Over how many windows the critical requests past their shares are
-    /// counted: the depth's, at least one (below 20 requests a window, one
-    /// window holds too few of them to tell their rate).
-    pub(crate) fn reserved_windows(&self) -> u64 {
-        self.depth.div_ceil(self.window).max(1)
-    }
-}
-
-/// What one request asks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ask {
-    pub tenant: TenantId,
-    pub weight: u32,
-    /// The request's class: its index in [`Settings::thresholds`]
-    /// (0 critical, 1 default, 2 sheddable).
-    pub class: usize,
-    pub now: u64,
-}
-
-/// What was decided.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    pub admitted: bool,
-    /// The tenant's share now, per window.
-    pub share: u32,
-    /// When a refused request could be admitted, µs from now.
-    pub retry_after: u64,
-    /// Tenants active now.
-    pub active: u32,
-}
-
-/// Requests counted in whole windows (`k = now / W`), the current one's
-/// and the one before: a sliding estimate of a rate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Counted {
-    k: u64,
-    current: u64,
-    previous: u64,
-}
-
-impl Counted {
-    /// One more at `now`.
-    fn count(&mut self, now: u64, window: u64) {
-        let k = now / window;
-        // A caller whose clock was read before another's counts in the
-        // window it finds.
-        if k > self.k {
-            self.previous = if k == self.k + 1 { self.current } else { 0 };
-            self.current = 0;
-            self.k = k;
-        }
-        self.current += 1;
-    }
-
-    /// The requests of the last window, times 1024: the current window's
-    /// and the part of the one before that the last window still covers.
-    fn last_window(&self, now: u64, window: u64) -> u64 {
-        let k = now / window;
-        let (current, previous) = match k.saturating_sub(self.k) {
-            0 => (self.current, self.previous),
-            1 => (0, self.current),
-            _ => (0, 0),
-        };
-        let left = (window - now % window) * 1024 / window;
-        current * 1024 + previous * left
-    }
-}
-
-/// Where a tenant stands with the capacity.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Standing {
-    /// Not seen yet.
-    #[default]
-    New,
-    /// In the newcomers' place, since it entered.
-    Pooled,
-    /// A tenant of its own.
-    Established,
-}
-
 /// A tenant's own state: its time of arrival at its share, how far ahead
-/// of its share it asks, where it stands, since when, the weight it
-/// counts for in the newcomers' place, and its requests as a newcomer.
+/// of its share it asks, and where it stands as a newcomer.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Own {
     tat: u64,
     demand: Demand,
-    standing: Standing,
-    since: u64,
-    pooled_weight: u64,
-    asked: Counted,
-}
-
-/// The newcomers' place: how many, their weights, their requests, and
-/// since when it is occupied.
-#[derive(Clone, Copy, Debug, Default)]
-struct Pool {
-    members: u64,
-    weights: u64,
-    asked: Counted,
-    since: u64,
-}
-
-impl Pool {
-    /// What the place weighs at `now`: 1, and one more every
-    /// [`POOL_GROWTH_WINDOWS`] windows occupied, up to its newcomers'
-    /// weights (nothing while empty).
-    fn weight(&self, now: u64, window: u64) -> u64 {
-        if self.members == 0 {
-            return 0;
-        }
-        let grown = 1 + now.saturating_sub(self.since) / (POOL_GROWTH_WINDOWS * window);
-        grown.min(self.weights).min(MAX_POOL_WEIGHT)
-    }
+    newcomer: Newcomer,
 }
 
 /// A capacity's state: its own time of arrival, the critical reserve's,
-/// the critical requests it admitted past their shares, the
-/// graduations', the newcomers' place, and each active tenant's.
+/// the critical requests it admitted past their shares, the newcomers'
+/// place, and each active tenant's.
 #[derive(Debug, Default)]
 pub(crate) struct Shares {
     tat: u64,
     reserve_tat: u64,
     reserved: Counted,
-    graduated_tat: u64,
     pool: Pool,
     tenants: Tenants<Own>,
 }
@@ -330,29 +48,28 @@ impl Shares {
             settings.active_for,
             now,
             |_| false,
-            |gone| {
-                if gone.own.standing == Standing::Pooled {
-                    pool.members -= 1;
-                    pool.weights -= gone.own.pooled_weight;
-                }
-            },
+            |gone| pool.leave(&gone.own.newcomer),
         );
         let (id, mut tenant, active) = self.tenants.enter(&ask, settings.max_tenants);
         let weight = u64::from(tenant.weight);
         let own = &mut tenant.own;
-        self.stand(settings, own, weight, now);
+        if self.pool.stand(settings, &mut own.newcomer, weight, now) {
+            // A tenant of its own from now: no debt from its share as a
+            // newcomer (how far ahead it asks stays).
+            own.tat = now;
+        }
 
         // The tenant's share: of the capacity over the established
         // tenants and the newcomers' place, and of that place over its
         // newcomers.
         let place = self.pool.weight(now, settings.window);
-        let top = self.tenants.weights() - self.pool.weights + place;
+        let top = self.tenants.weights() - self.pool.weights() + place;
         let (shared, limit) = self.shared(settings, now);
-        let pooled = own.standing == Standing::Pooled;
+        let pooled = own.newcomer.pooled();
         let (interval, share) = if pooled {
             (
-                tenant_interval(shared, top * self.pool.weights, place * weight),
-                limit * place / top * weight / self.pool.weights,
+                tenant_interval(shared, top * self.pool.weights(), place * weight),
+                limit * place / top * weight / self.pool.weights(),
             )
         } else {
             (tenant_interval(shared, top, weight), limit * weight / top)
@@ -428,324 +145,6 @@ impl Shares {
         let interval = (settings.window * 1024).div_ceil(limit - reserved);
         (interval.max(settings.interval), (limit - reserved) / 1024)
     }
-
-    /// Where `own` (of `weight`) stands now: a new tenant joins the
-    /// newcomers' place; a newcomer is counted there, and graduates when
-    /// it may.
-    fn stand(&mut self, settings: &Settings, own: &mut Own, weight: u64, now: u64) {
-        match own.standing {
-            Standing::New => {
-                own.standing = Standing::Pooled;
-                own.since = now;
-                if self.pool.members == 0 {
-                    self.pool.since = now;
-                }
-                self.pool.members += 1;
-            }
-            Standing::Pooled => self.pool.weights -= own.pooled_weight,
-            Standing::Established => return,
-        }
-        own.pooled_weight = weight;
-        self.pool.weights += weight;
-        own.asked.count(now, settings.window);
-        self.pool.asked.count(now, settings.window);
-        if now.saturating_sub(own.since) >= settings.window / 4
-            && self.graduates(settings, own, now)
-        {
-            // A tenant of its own from now: no debt from its share as a
-            // newcomer (how far ahead it asks stays).
-            own.standing = Standing::Established;
-            own.tat = now;
-            self.pool.members -= 1;
-            self.pool.weights -= weight;
-        }
-    }
-
-    /// Whether `own`, a newcomer for a quarter window now, becomes a
-    /// tenant of its own: while the newcomers' place is small or it asks
-    /// at least [`BUSY_TIMES`] their mean rate, within the graduations'
-    /// budget.
-    fn graduates(&mut self, settings: &Settings, own: &Own, now: u64) -> bool {
-        let window = settings.window;
-        // Its rate (its requests over the part of the last window it has
-        // been here, in 64ths) against the newcomers' mean (theirs over
-        // the part the place has been occupied), in doubles, as the script
-        // computes them, so that both round alike.
-        let here = |since: u64| now.saturating_sub(since).min(window) * 64 / window;
-        let asked = own.asked.last_window(now, window);
-        let busy = asked >= BUSY_SAMPLE * 1024
-            && asked as f64 * self.pool.members as f64 * here(self.pool.since) as f64
-                >= BUSY_TIMES as f64
-                    * self.pool.asked.last_window(now, window) as f64
-                    * here(own.since) as f64;
-        let graduated_tat = self.graduated_tat.max(now) + window;
-        let graduates =
-            (self.pool.members <= SMALL_POOL || busy) && graduated_tat - now <= SMALL_POOL * window;
-        if graduates {
-            self.graduated_tat = graduated_tat;
-        }
-        graduates
-    }
-}
-
-/// One request against a GCRA: its time of arrival after the request,
-/// and whether that is within the depth.
-#[derive(Clone, Copy, Debug)]
-struct Pace {
-    tat: u64,
-    depth: u64,
-    now: u64,
-    within: bool,
-}
-
-impl Pace {
-    /// At `interval` µs a request with `depth` µs of tolerance, from
-    /// `tat`: a debt counts at most the depth (one left from a smaller
-    /// share, or from borrowing).
-    fn new(interval: u64, depth: u64, tat: u64, now: u64) -> Self {
-        let tat = tat.clamp(now, now + depth) + interval;
-        Self {
-            tat,
-            depth,
-            now,
-            within: tat - now <= depth,
-        }
-    }
-
-    /// Its time of arrival once admitted, at most the depth ahead.
-    fn kept(&self) -> u64 {
-        self.tat.min(self.now + self.depth)
-    }
-}
-
-/// How far ahead of its share a tenant asks, admitted or not: a GCRA of
-/// every request at the share's interval, its level in
-/// [`DEPTH`](Self::DEPTH)ths of the share's depth (so that it means the
-/// same when the share changes), held at most two depths ahead; and how
-/// fast it asks, the mean spacing of its requests.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Demand {
-    level: u64,
-    at: u64,
-    /// The mean spacing, in parts of the share's interval (`interval /
-    /// unit` of them make one, see [`unit`](Self::unit)), at most two
-    /// intervals, over `spacings` of them (at most
-    /// [`SPACINGS`](Self::SPACINGS)); 0 before the tenant's second request.
-    spacing: u64,
-    spacings: u64,
-}
-
-impl Demand {
-    /// A depth, in the level's units.
-    const DEPTH: u64 = 1024;
-
-    /// A tenant asking this many times its share or more asks like a
-    /// hog: hogs are equals within their shares (each floor holds alike,
-    /// however far past it each asks), while one asking less far past is
-    /// served first.
-    const HOG: u64 = 4;
-
-    /// The mean spacing is over the spacings so far up to this many, then
-    /// moves by `1 / SPACINGS` of each new one (an exponential mean):
-    /// enough that spacings moved by a fifth at random move it by less
-    /// than a tenth, few enough that a tenant that speeds up is seen
-    /// within about 8 requests.
-    const SPACINGS: u64 = 8;
-
-    /// How far ahead of its share the tenant asks: the less of how far
-    /// past a depth ahead it is (0 while it asks within its share and its
-    /// depth's burst, all a further depth ahead) and how much faster than
-    /// its share it asks (`4/3 (1 − spacing / interval)`: a tenant at
-    /// twice its share two thirds, at [`HOG`](Self::HOG) times or more
-    /// all). A newcomer counts at least a third: made-up ids silent a
-    /// while, their shares saved, come back behind established tenants
-    /// asking within theirs.
-    fn ahead(&self, interval: u64, pooled: bool) -> Ahead {
-        let past = self.level.saturating_sub(Self::DEPTH).min(Self::DEPTH);
-        let whole = (interval / Self::unit(interval)).max(1);
-        let faster = Self::DEPTH - Self::DEPTH * self.spacing.min(whole) / whole;
-        let faster = faster * Self::HOG / (Self::HOG - 1);
-        let part = past.min(faster).min(Self::DEPTH);
-        Ahead {
-            part: if pooled {
-                part.max(Self::DEPTH / 3)
-            } else {
-                part
-            },
-            hog: faster >= Self::DEPTH,
-        }
-    }
-
-    /// The spacing's unit at `interval`: about a 1024th of it, whole µs
-    /// (products stay below 2^53: the script computes in doubles).
-    fn unit(interval: u64) -> u64 {
-        interval.div_ceil(Self::DEPTH).max(1)
-    }
-
-    /// One more request at `now`, at a share of `interval` µs and `depth`
-    /// µs: how far ahead the tenant asks ([`ahead`](Self::ahead)) at
-    /// `now`, with this request's spacing and before it counts. A tenant
-    /// starts a depth ahead: a hog is past the depth from its third
-    /// request, and one asking within its share never reaches it.
-    fn ask(&mut self, interval: u64, depth: u64, now: u64, pooled: bool) -> Ahead {
-        let step = depth.div_ceil(Self::DEPTH);
-        let unit = Self::unit(interval);
-        if self.at == 0 {
-            self.level = Self::DEPTH;
-        } else {
-            let since = now.saturating_sub(self.at);
-            self.level = self.level.saturating_sub(since.min(2 * depth) / step);
-            let spacing = since.min(2 * interval) / unit;
-            let n = (self.spacings + 1).min(Self::SPACINGS);
-            self.spacing = (self.spacing * (n - 1) + spacing) / n;
-            self.spacings = n;
-        }
-        let ahead = self.ahead(interval, pooled);
-        self.level = (self.level + interval / step).min(2 * Self::DEPTH);
-        self.at = self.at.max(now);
-        ahead
-    }
-}
-
-/// How far ahead of its share a tenant asks ([`Demand::ask`]).
-#[derive(Clone, Copy, Debug)]
-struct Ahead {
-    /// In [`Demand::DEPTH`]ths: how much of the headroom its requests
-    /// within its share leave.
-    part: u64,
-    /// Whether it asks [`Demand::HOG`] times its share or more.
-    hog: bool,
-}
-
-impl Ahead {
-    /// The room a request within its share leaves below the threshold,
-    /// `H · e`: less one request at most for a tenant asking less than
-    /// [`HOG`](Demand::HOG) times its share, ahead of the hogs by at least
-    /// that (`H` is 6 requests at the least, where less than one apart is
-    /// no priority at all).
-    fn room(&self, settings: &Settings) -> u64 {
-        let room = settings.headroom * self.part / Demand::DEPTH;
-        if self.hog {
-            room
-        } else {
-            room.min(settings.headroom - settings.interval)
-        }
-    }
-}
-
-/// A capacity's active tenants — the rate's (`Shares`, each tenant's own
-/// state its time of arrival) and the capacity in flight's (`Flights`) —
-/// with their weights' sum and who was seen longest ago (the first to
-/// leave).
-#[derive(Debug)]
-pub(crate) struct Tenants<T> {
-    members: HashMap<TenantId, Member<T>>,
-    /// By when they were last seen.
-    seen: BTreeSet<(u64, TenantId)>,
-    weights: u64,
-}
-
-impl<T> Default for Tenants<T> {
-    fn default() -> Self {
-        Self {
-            members: HashMap::new(),
-            seen: BTreeSet::new(),
-            weights: 0,
-        }
-    }
-}
-
-/// One active tenant: its weight, when it was last seen, and what its
-/// capacity keeps for it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Member<T> {
-    pub weight: u32,
-    pub seen: u64,
-    pub own: T,
-}
-
-impl<T: Copy + Default> Tenants<T> {
-    /// Tenants active now.
-    pub(crate) fn len(&self) -> usize {
-        self.members.len()
-    }
-
-    /// The active tenants' weights together.
-    pub(crate) fn weights(&self) -> u64 {
-        self.weights
-    }
-
-    pub(crate) fn get(&self, id: &TenantId) -> Option<Member<T>> {
-        self.members.get(id).copied()
-    }
-
-    /// `ask`'s tenant — [`OVERFLOW`] once `max` others are active — seen
-    /// now at its weight (1 to [`MAX_WEIGHT`]): its id, its state (new if
-    /// it was not active), and how many are active counting it. The state
-    /// goes back with [`put`](Self::put).
-    pub(crate) fn enter(&mut self, ask: &Ask, max: usize) -> (TenantId, Member<T>, u32) {
-        let id = if self.members.contains_key(&ask.tenant) || self.members.len() < max {
-            ask.tenant
-        } else {
-            OVERFLOW
-        };
-        let known = self.get(&id);
-        let mut member = known.unwrap_or(Member {
-            weight: 0,
-            seen: ask.now,
-            own: T::default(),
-        });
-        let weight = ask.weight.clamp(1, MAX_WEIGHT);
-        self.weights = self.weights - u64::from(member.weight) + u64::from(weight);
-        member.weight = weight;
-        self.touch(id, &mut member, ask.now);
-        let active = self.members.len() + usize::from(known.is_none());
-        (id, member, u32::try_from(active).unwrap_or(u32::MAX))
-    }
-
-    pub(crate) fn put(&mut self, id: TenantId, member: Member<T>) {
-        self.members.insert(id, member);
-    }
-
-    /// `member`, the tenant `id`, was seen at `now`.
-    pub(crate) fn touch(&mut self, id: TenantId, member: &mut Member<T>, now: u64) {
-        self.seen.remove(&(member.seen, id));
-        member.seen = now;
-        self.seen.insert((now, id));
-    }
-
-    /// Tenants not seen for more than `active_for` leave, oldest first, at
-    /// most [`EXPIRE_AT_ONCE`]: each is handed to `left`, unless `stays`
-    /// keeps it (seen again now).
-    pub(crate) fn expire(
-        &mut self,
-        active_for: u64,
-        now: u64,
-        stays: impl Fn(&T) -> bool,
-        mut left: impl FnMut(&Member<T>),
-    ) {
-        for _ in 0..EXPIRE_AT_ONCE {
-            let Some(&(seen, id)) = self.seen.first() else {
-                return;
-            };
-            if seen + active_for >= now {
-                return;
-            }
-            self.seen.pop_first();
-            match self.members.get_mut(&id) {
-                Some(member) if stays(&member.own) => {
-                    member.seen = now;
-                    self.seen.insert((now, id));
-                }
-                Some(member) => {
-                    self.weights -= u64::from(member.weight);
-                    left(member);
-                    self.members.remove(&id);
-                }
-                None => {}
-            }
-        }
-    }
 }
 
 /// `⌈interval · weights / weight⌉`, at most [`MAX_TENANT_INTERVAL`],
@@ -764,6 +163,8 @@ fn tenant_interval(interval: u64, weights: u64, weight: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::fair_share::settings::MAX_WINDOW_US;
+    use crate::algorithm::fair_share::tenants::MAX_WEIGHT;
 
     const SECOND: u64 = 1_000_000;
 
@@ -952,7 +353,7 @@ mod tests {
     /// 1,000 or 5,000 made-up tenant ids: the made-up ids share the
     /// newcomers' place, the light tenant keeps what it asks. One arriving
     /// with the flood is one of the newcomers only until it has asked
-    /// [`BUSY_SAMPLE`] times (at most its first half window).
+    /// `BUSY_SAMPLE` times (at most its first half window).
     #[test]
     fn made_up_tenants_dilute_nobody() {
         let settings = capacity(200);
@@ -1331,6 +732,6 @@ mod tests {
         shares.decide(&settings, ask(0, 1, DEFAULT, 4 * SECOND));
         assert_eq!(shares.active(), 1, "the idle ones left");
         assert_eq!(shares.tenants.weights(), 1);
-        assert_eq!((shares.pool.members, shares.pool.weights), (1, 1));
+        assert_eq!(shares.pool.weights(), 1);
     }
 }
