@@ -5,7 +5,7 @@ use super::window::ServiceHealth;
 /// Chooses the next factor of an adaptive limit from the current one and
 /// what the last window saw. The [`Adaptive`](super::Adaptive) around it
 /// applies the bounds, the minimum of responses, and the pace of recovery.
-pub trait Controller: Send + Sync + 'static {
+pub trait HealthController: Send + Sync + 'static {
     /// The factor to apply next, in `(0, 1]`.
     fn next(&self, factor: f64, health: &ServiceHealth) -> f64;
 
@@ -25,7 +25,7 @@ pub trait Controller: Send + Sync + 'static {
 /// quarters, otherwise the whole limit.
 ///
 /// ```
-/// use tower_ratelimit::layer::adaptive::{Controller, ServiceHealth, Steps};
+/// use tower_ratelimit::layer::adaptive::{HealthController, ServiceHealth, Steps};
 ///
 /// let steps = Steps::default();
 /// let sick = ServiceHealth { responses: 100.0, failures: 20.0, ..Default::default() };
@@ -66,7 +66,7 @@ impl Steps {
     }
 }
 
-impl Controller for Steps {
+impl HealthController for Steps {
     fn next(&self, _factor: f64, health: &ServiceHealth) -> f64 {
         let rate = health.failure_rate();
         self.table
@@ -95,7 +95,7 @@ impl Controller for Steps {
 /// `increase`.
 ///
 /// ```
-/// use tower_ratelimit::layer::adaptive::{AimdLimits, Controller, ServiceHealth};
+/// use tower_ratelimit::layer::adaptive::{AimdLimits, HealthController, ServiceHealth};
 ///
 /// let aimd = AimdLimits::default(); // over 5%: × 0.5; else + 0.1
 /// assert_eq!(aimd.next(1.0, &ServiceHealth { responses: 50.0, failures: 10.0, ..Default::default() }), 0.5);
@@ -138,7 +138,7 @@ impl AimdLimits {
     }
 }
 
-impl Controller for AimdLimits {
+impl HealthController for AimdLimits {
     fn next(&self, factor: f64, health: &ServiceHealth) -> f64 {
         if health.failure_rate() > self.threshold {
             factor * self.decrease

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::classify::Classifier;
-use super::controller::Controller;
+use super::controller::HealthController;
 use super::window::ServiceHealth;
 
 use super::window::{ClientId, Window};
@@ -33,7 +33,7 @@ use crate::{key::RequestHead, Live, Policy};
 ///   effective capacity changes — on every backend. The quota headers show
 ///   the effective limit.
 /// * Every tenth of a window, once the window holds
-///   [`min_responses`](Self::min_responses), the [`Controller`] ([`Steps`](super::Steps)
+///   [`min_responses`](Self::min_responses), the [`HealthController`] ([`Steps`](super::Steps)
 ///   by default; [`AimdLimits`](super::AimdLimits)) chooses the next factor. A decrease applies at
 ///   once; an increase at most once a window, a step at a time, so a limit
 ///   never jumps from the floor to the full in one window (unless the
@@ -85,7 +85,7 @@ use crate::{key::RequestHead, Live, Policy};
 /// where the cap `c` is the largest level at which no client counts more
 /// than `s` of all that is counted: `c = s × Σⱼ min(rⱼ, c)` (water-filling:
 /// only the clients above the level are cut, each to it). The failure rate
-/// the [`Controller`](super::Controller) sees is the counted failures over
+/// the [`HealthController`](super::HealthController) sees is the counted failures over
 /// the counted responses ([`ServiceHealth`]), and the factor moves only
 /// once the counted responses reach [`min_responses`](Self::min_responses).
 ///
@@ -123,7 +123,7 @@ pub struct Adaptive {
 
 pub(super) struct Inner {
     name: Arc<str>,
-    controller: Box<dyn Controller>,
+    controller: Box<dyn HealthController>,
     pub(super) classifier: Classifier,
     length: Duration,
     min_responses: u64,
@@ -214,7 +214,7 @@ const MAX_SCALED: usize = 64;
 impl Adaptive {
     /// An adaptive limit following `controller`: a window of 10 s, at least
     /// 20 responses before it acts, a factor of at least 0.1.
-    pub fn new(controller: impl Controller) -> Self {
+    pub fn new(controller: impl HealthController) -> Self {
         let length = Duration::from_secs(10);
         let inner = Inner {
             name: "adaptive".into(),

@@ -5,7 +5,7 @@
 //! [`Adaptive`] holds the factor and applies it to a resolver's policies
 //! ([`Adaptive::policies`], an [`AdaptivePolicies`]); its [`Observer`]
 //! layer, inside the rate limit, shows it each response; a [`Classifier`]
-//! says which failed, a [`Controller`] ([`Steps`] by default, or
+//! says which failed, a [`HealthController`] ([`Steps`] by default, or
 //! [`AimdLimits`]) moves the factor, and [`ServiceHealth`] is what a window
 //! saw. `Adaptive`'s page has the whole app and the rules.
 //!
@@ -29,7 +29,7 @@ mod service;
 mod window;
 
 pub use classify::Classifier;
-pub use controller::{AimdLimits, Controller, Steps};
+pub use controller::{AimdLimits, HealthController, Steps};
 pub use future::ObservedFuture;
 pub use layer::Observer;
 pub use limits::{Adaptive, AdaptivePolicies, FactorChange};

@@ -6,7 +6,7 @@ use std::time::Duration;
 /// Moves a limit of requests in flight after each response, from its
 /// latency and how many requests were in flight. Bounds are applied by
 /// [`AdaptiveConcurrency`](super::AdaptiveConcurrency).
-pub trait Controller: Send + 'static {
+pub trait LatencyController: Send + 'static {
     /// The limit after a response that took `latency` (`failed`: an error,
     /// which counts as overload), with `in_flight` requests in flight
     /// (itself included) under `limit`.
@@ -45,7 +45,7 @@ impl Baseline {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::concurrency::{AimdConcurrency, Controller};
+/// use tower_ratelimit::layer::concurrency::{AimdConcurrency, LatencyController};
 ///
 /// let mut aimd = AimdConcurrency::default();
 /// let ms = Duration::from_millis;
@@ -90,7 +90,7 @@ impl AimdConcurrency {
     }
 }
 
-impl Controller for AimdConcurrency {
+impl LatencyController for AimdConcurrency {
     fn next(&mut self, limit: f64, latency: Duration, in_flight: usize, failed: bool) -> f64 {
         let sample = latency.as_secs_f64();
         let base = self.baseline.update(sample);
@@ -124,7 +124,7 @@ impl Controller for AimdConcurrency {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_ratelimit::layer::concurrency::{Controller, Gradient};
+/// use tower_ratelimit::layer::concurrency::{LatencyController, Gradient};
 ///
 /// let mut gradient = Gradient::default();
 /// let ms = Duration::from_millis;
@@ -175,7 +175,7 @@ impl Gradient {
     }
 }
 
-impl Controller for Gradient {
+impl LatencyController for Gradient {
     fn next(&mut self, limit: f64, latency: Duration, in_flight: usize, failed: bool) -> f64 {
         let sample = latency.as_secs_f64();
         let long = self.baseline.update(sample);

@@ -8,14 +8,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tower_layer::Layer;
 
-use super::controller::Controller;
+use super::controller::LatencyController;
 use crate::key::RequestHead;
 use crate::layer::{Class, Reserves};
 
 use super::service::ConcurrencyLimited;
 
 /// A limit of requests in flight to the service it wraps, for every client
-/// together, between `min` and `max`, moved by a [`Controller`]
+/// together, between `min` and `max`, moved by a [`LatencyController`]
 /// ([`Gradient`](super::Gradient) or [`AimdConcurrency`](super::AimdConcurrency)) after each response from its latency: it
 /// rises while the service answers as fast as unloaded, and falls once
 /// requests start to queue in it — so the service stays below the knee of
@@ -51,13 +51,13 @@ type ClassOf = Box<dyn Fn(&RequestHead<'_>) -> Class + Send + Sync>;
 
 struct State {
     limit: f64,
-    controller: Box<dyn Controller>,
+    controller: Box<dyn LatencyController>,
 }
 
 impl AdaptiveConcurrency {
     /// A limit moved by `controller`, from 10, between 1 and 1000, without
     /// a queue.
-    pub fn new(controller: impl Controller) -> Self {
+    pub fn new(controller: impl LatencyController) -> Self {
         Self {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {

@@ -23,6 +23,6 @@ mod controller;
 mod layer;
 mod service;
 
-pub use controller::{AimdConcurrency, Controller, Gradient};
+pub use controller::{AimdConcurrency, Gradient, LatencyController};
 pub use layer::AdaptiveConcurrency;
 pub use service::{ConcurrencyFuture, ConcurrencyLimited};

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use http::{Request, Response, StatusCode};
 use tower::{service_fn, Layer, ServiceExt};
 use tower_ratelimit::layer::concurrency::{
-    AdaptiveConcurrency, AimdConcurrency, Controller, Gradient,
+    AdaptiveConcurrency, AimdConcurrency, Gradient, LatencyController,
 };
 
 /// The service's concurrency: past it, every request is slower in proportion.
@@ -95,7 +95,7 @@ fn run_for(unloaded: Duration) -> Duration {
     unloaded * ROUND_TRIPS + Duration::from_secs(5)
 }
 
-async fn run(controller: impl Controller, run_for: Duration) -> Run {
+async fn run(controller: impl LatencyController, run_for: Duration) -> Run {
     let limiter = AdaptiveConcurrency::new(controller).bounds(5, 1000);
     let svc = limiter.layer(service());
     let start = Instant::now();
@@ -134,7 +134,7 @@ async fn run(controller: impl Controller, run_for: Duration) -> Run {
 }
 
 /// A run of `controller` checked against the service alone.
-async fn converges<K: Controller>(name: &str, controller: K) {
+async fn converges<K: LatencyController>(name: &str, controller: K) {
     let alone = baseline().await;
     let run = run(controller, run_for(alone.0)).await;
     assert_converges(name, &run, alone);
