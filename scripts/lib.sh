@@ -28,3 +28,7 @@ need() {
     as_root apt-get install -y -q "$2" >/dev/null ||
         { as_root apt-get update -q >/dev/null && as_root apt-get install -y -q "$2" >/dev/null; }
 }
+
+# Where cargo builds (relative to the checkout, where each script runs):
+# CARGO_TARGET_DIR when set, so that nothing lands in the checkout then.
+target=${CARGO_TARGET_DIR:-target}
