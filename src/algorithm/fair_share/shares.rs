@@ -580,6 +580,50 @@ mod tests {
         assert!(short.is_empty(), "{} short: {short:?}", short.len());
     }
 
+    /// The guide's bound on made-up tenants: graduations are paced, so
+    /// after `t` s at most `N = 8 + t / W` made-up ids are tenants of
+    /// their own, and a real tenant of weight `w` keeps a share of at
+    /// least `C · w / (Σw + N + 1 + t / (8 W))`. Made-up ids arriving one
+    /// every `W / 2`, `W` and `2 W`, each asking like a real tenant, at
+    /// 1000/s for 30 s beside one light tenant.
+    #[test]
+    fn made_up_tenants_graduate_at_most_one_a_window() {
+        let settings = capacity(1000);
+        for every in [0.5, 1.0, 2.0] {
+            let mut shares = Shares::default();
+            let seconds = 30.0;
+            let mut events: Vec<(u64, u8)> = Vec::new();
+            for id in 1..=(seconds / every) as u8 {
+                let from = f64::from(id) * every;
+                let mut at = from;
+                while at < seconds {
+                    events.push(((at * SECOND as f64) as u64, id));
+                    at += 0.2;
+                }
+            }
+            for n in 0..(seconds * 10.0) as u64 {
+                events.push((n * SECOND / 10 + 1, 0));
+            }
+            events.sort();
+            let mut lowest = u32::MAX;
+            for (at, id) in events {
+                let verdict = shares.decide(&settings, ask(id, 1, DEFAULT, SECOND + at));
+                if id == 0 && at > SECOND {
+                    let t = at as f64 / SECOND as f64;
+                    let bound = 1000.0 / (1.0 + 8.0 + t + 1.0 + t / 8.0);
+                    assert!(
+                        f64::from(verdict.share) >= bound.floor(),
+                        "made-up ids every {every} s, at {t:.1} s: share {} < {bound:.1}",
+                        verdict.share
+                    );
+                    lowest = lowest.min(verdict.share);
+                }
+            }
+            // They do dilute it: the bound is no formality.
+            assert!(lowest < 200, "every {every} s: {lowest}");
+        }
+    }
+
     /// At larger capacities a newcomer asking more than the newcomers'
     /// place gives it (`p = C / (hogs + 1) / 2` here: the place weighs one
     /// against each hog, and two newcomers share it) loses at most what
