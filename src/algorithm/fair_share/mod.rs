@@ -34,9 +34,11 @@
 //!   the fair model's tests).
 //! - How fast: `4/3 (1 − s / T_t)`, at most 1, `s` its mean spacing
 //!   (each spacing at most `2 T_t`): a tenant asking 1.2 times its share
-//!   counts 0.22, twice 0.67, 4 times or more 1, a hog
-//!   (`a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`). Hogs
-//!   so meet as equals within their shares
+//!   counts 0.22, twice 0.67, 4 times or more 1, a hog (the rules before,
+//!   the depth measure alone read at the request before, failed
+//!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`; with the
+//!   depth measure read at the request itself, no test fails without this
+//!   one). Hogs so meet as equals within their shares
 //!   (`critical_requests_past_their_share_cost_every_share_alike` fails
 //!   with `1 − s / T_t`). `s` is the mean of the spacings so far up to 8,
 //!   then an exponential mean moved by an eighth of each, known from the
@@ -44,8 +46,9 @@
 //!   tenant at 2.35 times its share from a hog: the fair model's cases
 //!   seen). A tenant that is no hog leaves at least one request more room
 //!   than a hog: `H` is 6 requests at the least, and a part of it smaller
-//!   than one request is no priority (a tenant at 3.5 times its share
-//!   beside 8 hogs at 5/s got 76% of it: the cases seen).
+//!   than one request is no priority (with the rate measure in place, a
+//!   tenant at 3.5 times its share beside 8 hogs at 5/s got 76% of it
+//!   without this: the cases seen).
 //! - A request past its share needs room below `θ − 3 H / 2`, not
 //!   `θ − H`: the requests within the shares of tenants asking more than
 //!   theirs keep half a headroom of their own above all borrowing

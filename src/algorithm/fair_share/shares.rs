@@ -536,7 +536,7 @@ mod tests {
 
     /// A tenant asking a little past its share beside many hogs gets its
     /// share: 1.2 to 2.4 times it beside 7 hogs asking 5 times the
-    /// capacity, all arriving together at 5/s and 20/s, over the 22 s
+    /// capacity, all arriving together at 5/s (85 s) and 20/s (22 s),
     /// after the first 3 (at least 90% of it, less the two requests of its
     /// depth it may take before). Counted only by whether it asks past its
     /// share at all, it met the hogs at their priority: 74% at 20/s (a case
@@ -545,7 +545,9 @@ mod tests {
     fn a_tenant_a_little_past_its_share_gets_it_beside_many_hogs() {
         let weights = [4, 5, 10, 6, 10, 2, 9];
         let mut short = Vec::new();
-        for per_second in [5u32, 20] {
+        // Long enough for about 9 requests of its share after the first
+        // 3 s (at 5/s over 22 s, 2: a floor no rule could miss).
+        for (per_second, seconds) in [(5u32, 88u64), (20, 25)] {
             let settings = capacity(per_second);
             let c = f64::from(per_second);
             let share = c / 47.0;
@@ -565,9 +567,9 @@ mod tests {
                     let seed = 0x9e37_79b9_7f4a_7c15 ^ run.wrapping_mul(0x1234_5678_9abc);
                     // Evenly spaced, or each request moved by a fifth.
                     let jitter = if run % 2 == 0 { 5.0 } else { 1e9 };
-                    let seen = play_seeded(&settings, &clients, 25, seed, jitter);
-                    assert_within_capacity(&settings, &seen, 25);
-                    let floor = 0.9 * share * 22.0 - 2.0;
+                    let seen = play_seeded(&settings, &clients, seconds, seed, jitter);
+                    assert_within_capacity(&settings, &seen, seconds);
+                    let floor = 0.9 * share * (seconds - 3) as f64 - 2.0;
                     if (seen[7].0 as f64) < floor {
                         short.push(format!(
                             "{per_second}/s {times}×: {:?} < {floor:.1}",
