@@ -61,6 +61,10 @@ pub struct Config {
     /// before the capacity: what one client inventing tenant ids can ask
     /// at most.
     pub shared_per_ip: u32,
+    /// `SHARED_TENANTS_PER_IP`: tenants one client address may bring to
+    /// `/api/shared` every 2 s (default 4; see `tenants.rs`): what bounds
+    /// the made-up tenant ids one address dilutes the shares with.
+    pub shared_tenants_per_ip: u32,
     /// `IDS_PER_IP`: requests per second one client address may send to
     /// the routes keyed by an id it chooses (default 200): what bounds how
     /// fast it can make new keys.
@@ -122,6 +126,7 @@ impl Default for Config {
             redis_batch: true,
             shared_capacity: 200,
             shared_per_ip: 100,
+            shared_tenants_per_ip: 4,
             ids_per_ip: 200,
             connections: ConnectionLimits::default(),
             max_keys: MemoryBackend::DEFAULT_MAX_KEYS,
@@ -158,6 +163,14 @@ fn per_second(name: &str, default: u32) -> Result<u32, String> {
     let valid = |n: &u32| tower_ratelimit::Quota::per_second(*n).is_ok();
     env_or(name, default, |v| v.parse().ok().filter(valid))
         .map_err(|e| format!("{e} (a rate a second: 1 to 1000000)"))
+}
+
+/// A number of tenants each 2 s, `name` in the environment.
+fn tenants_per_period(name: &str, default: u32) -> Result<u32, String> {
+    env_or(name, default, |v| {
+        v.parse().ok().filter(|n| (1..=1_000_000).contains(n))
+    })
+    .map_err(|e| format!("{e} (tenants each 2 s: 1 to 1000000)"))
 }
 
 impl Config {
@@ -225,6 +238,7 @@ impl Config {
                 .map(Into::into),
             shared_capacity: per_second("SHARED_CAPACITY", 200)?,
             shared_per_ip: per_second("SHARED_PER_IP", 100)?,
+            shared_tenants_per_ip: tenants_per_period("SHARED_TENANTS_PER_IP", 4)?,
             ids_per_ip: per_second("IDS_PER_IP", 200)?,
             redis_key_format: env_or("REDIS_KEY_FORMAT", RedisKeyFormat::Compact, |v| match v {
                 "compact" => Some(RedisKeyFormat::Compact),

@@ -57,7 +57,7 @@
 //! | `GET /api/quota` | the caller's remaining budget on each route, read in one store call (60/min per user) |
 //! | `POST /api/login` | form `user=<name>&password=<pw>` (`demo` is right for everyone): 5 failures per 15 minutes per client IP and user, and 50 per client IP whatever the user (so that one address cannot make thousands of lockouts to push out the one it wants lifted at `MAX_KEYS`); successes never count |
 //! | `GET /api/slow?ms=<n>` | a body streamed over n ms (n ≤ 10000): at most 2 in flight per user (`x-user-id`, else client IP), each until its body is sent; a third gets 429 at once |
-//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier, resolved as for `/api/key` (`x-api-key`: the free tier 1, pro 4, enterprise 10, no key 1; a key no tier knows is 401, counted with the failed key checks); `x-priority: sheddable` is refused first, `critical` last (only for the enterprise tier); `SHARED_PER_IP` requests a second per client address (default 100) checked first |
+//! | `GET /api/shared` | one capacity of `SHARED_CAPACITY` a second (default 200) for every tenant together, by weight: the tenant is `x-user-id` (else client IP), its weight its API key's tier, resolved as for `/api/key` (`x-api-key`: the free tier 1, pro 4, enterprise 10, no key 1; a key no tier knows is 401, counted with the failed key checks); `x-priority: sheddable` is refused first, `critical` last (only for the enterprise tier); `SHARED_PER_IP` requests a second per client address (default 100) and `SHARED_TENANTS_PER_IP` tenants per client address each 2 s (default 4: a tenant counts when it first asks from the address and again each 2 s it keeps asking; one more is 429) checked first |
 //! | `GET /api/tokens?n=<k>` | reports `x-tokens-used: k` (k ≤ 10000): 1000 tokens per minute per user, each request reserving 100 and settled to what it used |
 //!
 //! `/api/ip` also has a penalty box: a client denied 10 times within a
@@ -106,6 +106,8 @@ mod routes;
 mod shared;
 #[path = "slow.rs"]
 mod slow;
+#[path = "tenants.rs"]
+mod tenants;
 #[path = "tokens.rs"]
 mod tokens;
 

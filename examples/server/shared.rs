@@ -1,11 +1,13 @@
 //! `GET /api/shared`: one capacity of `SHARED_CAPACITY` a second shared by
 //! every tenant (`x-user-id`), weighted by its API key's tier, its requests
 //! classed by `x-priority` where the key's tier allows; behind a limit per
-//! client address (`SHARED_PER_IP` a second). The tier is the one
+//! client address (`SHARED_PER_IP` a second) and one on the tenants each
+//! address brings (`SHARED_TENANTS_PER_IP`, `tenants.rs`). The tier is the one
 //! [`authenticate`] resolves for every route: a key the limits file does
 //! not list (or no longer lists) is a 401, counted with every failed key
 //! check; a request without a key is a tenant of weight 1.
 
+use super::tenants::{bring, TenantsPerAddress};
 use super::*;
 use axum::routing::MethodRouter;
 use tower_ratelimit::config::Limits;
@@ -47,8 +49,8 @@ fn class(req: &RequestHead<'_>) -> Class {
 
 /// The route: `SHARED_PER_IP` requests a second per client address (in
 /// this server's memory) before anything else, so that one client inventing
-/// tenant ids asks at most that; then the failed key checks, the tier, and
-/// the capacity.
+/// tenant ids asks at most that; then the failed key checks, the tier, the
+/// tenants each address brings, and the capacity.
 pub(super) fn route<S: Clone + Send + Sync + 'static>(
     config: &Config,
     capacity: FairShare,
@@ -59,6 +61,8 @@ pub(super) fn route<S: Clone + Send + Sync + 'static>(
         .parse()
         .expect("SHARED_PER_IP is checked when read");
     let per_ip = RateLimitLayer::new(per_ip).key(client_ip(config));
+    let tenants = TenantsPerAddress::new(config, config.shared_tenants_per_ip)
+        .expect("SHARED_TENANTS_PER_IP is checked when read");
     let callers = Callers {
         limits: limits.clone(),
         anonymous: true,
@@ -66,6 +70,7 @@ pub(super) fn route<S: Clone + Send + Sync + 'static>(
     // Innermost first: the capacity, then what stands in front of it.
     get(|| async { "ok: /api/shared\n" })
         .layer::<_, std::convert::Infallible>(capacity)
+        .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(tenants, bring))
         .layer::<_, std::convert::Infallible>(middleware::from_fn_with_state(callers, authenticate))
         .layer::<_, std::convert::Infallible>(key_checks)
         .layer(per_ip)

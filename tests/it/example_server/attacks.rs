@@ -619,4 +619,66 @@ fn a_rate_too_fine_is_named_at_start() {
         );
         assert!(!said.contains("panicked"), "{said}");
     }
+    for count in ["0", "1000001", "four"] {
+        let said = crate::support::example::refusal(&[("SHARED_TENANTS_PER_IP", count)]);
+        assert!(
+            said.contains("SHARED_TENANTS_PER_IP") && said.contains("1 to 1000000"),
+            "{said}"
+        );
+    }
+}
+
+/// One address inventing tenant ids for `/api/shared` brings at most
+/// `SHARED_TENANTS_PER_IP` of them each 2 s (4, then one each half second
+/// it took); a refused id stays new, so asking again does not get it in;
+/// one it brought is served again; another address brings its own.
+/// Without the limit 15 of the 20 were served, each diluting the real
+/// tenants' shares.
+#[test]
+fn an_address_brings_few_tenants_to_the_shared_capacity() {
+    let server = ExampleServer::start(&[]);
+    let ask = |from: &mut KeptAlive, id: &str| {
+        from.status(&format!(
+            "GET /api/shared HTTP/1.1\r\nhost: x\r\nx-user-id: {id}\r\n\r\n"
+        ))
+    };
+    let mut inventor = KeptAlive::from(2, server.port);
+    let started = Instant::now();
+    let first: Vec<u16> = (0..20)
+        .map(|i| ask(&mut inventor, &format!("made-up-{i}")))
+        .collect();
+    let again: Vec<u16> = (0..20)
+        .map(|i| ask(&mut inventor, &format!("made-up-{i}")))
+        .collect();
+    // The 4 of the burst, and one more each half second the asking took.
+    let most = 4 + (started.elapsed().as_secs_f64() / 0.5) as usize;
+    let brought = |statuses: &[u16]| statuses.iter().filter(|s| **s == 200).count();
+    assert!(first.iter().all(|s| *s == 200 || *s == 429), "{first:?}");
+    assert!(
+        (4..=most).contains(&brought(&first)),
+        "{first:?}, at most {most}"
+    );
+    // A refused id asking again is new again: only the ids brought before,
+    // and as many new ones as the period let in, are served.
+    let served_again = first
+        .iter()
+        .zip(&again)
+        .filter(|(before, now)| **before == 429 && **now == 200)
+        .count();
+    assert!(
+        brought(&first) + served_again <= most,
+        "first {first:?}, again {again:?}, at most {most}"
+    );
+    assert!(
+        first
+            .iter()
+            .zip(&again)
+            .all(|(before, now)| *before != 200 || *now == 200),
+        "first {first:?}, again {again:?}"
+    );
+    let mut other = KeptAlive::from(3, server.port);
+    assert!(
+        (0..4).all(|i| ask(&mut other, &format!("other-{i}")) == 200),
+        "another address brings its own"
+    );
 }
