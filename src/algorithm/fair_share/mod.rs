@@ -14,41 +14,31 @@
 //! 1, is how far its tenant asks past its share. So, within a class, every
 //! request within a share comes before every request past one, and a
 //! tenant asking no more than its share (`e = 0`) comes before every
-//! tenant asking more, the one asking less far past before the one asking
-//! further (a hog's `e` is 1): it is refused only when tenants asking no
-//! more than theirs fill the room above — and their shares add up to at
-//! most `C`.
+//! tenant asking more, the one less far ahead of its share before the
+//! one further ahead: it is refused only when tenants asking no more
+//! than theirs fill the room above — and their shares add up to at most
+//! `C`. Tenants asking steadily past their shares reach `e = 1` and meet
+//! as equals within their shares.
 //!
 //! The rules, each with the test that fails without it:
-//! - `e` is the less of two measures of every request the tenant makes,
-//!   admitted or not, read when it asks, before the request counts. How
-//!   far ahead: a GCRA at its share's interval `T_t` with its share's
-//!   depth `d = max(2 T_t, H / 2)`, counting how far past `d` ahead it is,
-//!   in parts of `d`, held within `2 d` (a tenant asking within its share
-//!   and bursting its depth stays at 0; a hog stays at 1:
-//!   `light_tenants_are_served_at_every_capacity`). A tenant starts `d`
+//! - `e` counts every request the tenant makes, admitted or not: a GCRA
+//!   at its share's interval `T_t` with its share's depth
+//!   `d = max(2 T_t, H / 2)`, and `e` how far past `d` ahead it is, in
+//!   parts of `d` (a tenant asking within its share and bursting its
+//!   depth stays at 0; one asking at spacing `s < T_t` reaches 1 within
+//!   `d / (T_t − s)` requests: `light_tenants_are_served_at_every_capacity`).
+//!   The GCRA is held within `2 d`, so that a tenant that slows to its
+//!   share is back at 0 within a depth (held within `4 d`, a tenant a
+//!   little past its share beside hogs fell short of it:
+//!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`). A tenant starts `d`
 //!   ahead, so that a hog is seen from its second request
-//!   (`light_tenants_arriving_with_many_others_are_served`). Read as it
-//!   was at the tenant's request before, it kept a tenant asking every
-//!   4 s half a depth ahead (`the_cases_seen_hold_on_both_backends`, in
-//!   the fair model's tests).
-//! - How fast: `4/3 (1 − s / T_t)`, at most 1, `s` its mean spacing
-//!   (each spacing at most `2 T_t`): a tenant asking 1.2 times its share
-//!   counts 0.22, twice 0.67, 4 times or more 1, a hog (the rules before,
-//!   the depth measure alone read at the request before, failed
-//!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`; with the
-//!   depth measure read at the request itself, no test fails without this
-//!   one). Hogs so meet as equals within their shares
-//!   (`critical_requests_past_their_share_cost_every_share_alike` fails
-//!   with `1 − s / T_t`). `s` is the mean of the spacings so far up to 8,
-//!   then an exponential mean moved by an eighth of each, known from the
-//!   second request (a mean from 0 took 8 to 16 requests to tell a
-//!   tenant at 2.35 times its share from a hog: the fair model's cases
-//!   seen). A tenant that is no hog leaves at least one request more room
-//!   than a hog: `H` is 6 requests at the least, and a part of it smaller
-//!   than one request is no priority (with the rate measure in place, a
-//!   tenant at 3.5 times its share beside 8 hogs at 5/s got 76% of it
-//!   without this: the cases seen).
+//!   (`light_tenants_arriving_with_many_others_are_served`). `e` is read
+//!   when the tenant asks, drained to that time, before the request
+//!   counts: read as it was at the tenant's request before, it kept a
+//!   tenant asking every 4 s half a depth ahead, and a tenant at 2.35
+//!   times its share beside 7 hogs got 74% of it
+//!   (`a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`, and
+//!   `the_cases_seen_hold_on_both_backends` in the fair model's tests).
 //! - A request past its share needs room below `θ − 3 H / 2`, not
 //!   `θ − H`: the requests within the shares of tenants asking more than
 //!   theirs keep half a headroom of their own above all borrowing

@@ -538,9 +538,9 @@ mod tests {
     /// share: 1.2 to 2.4 times it beside 7 hogs asking 5 times the
     /// capacity, all arriving together at 5/s (85 s) and 20/s (22 s),
     /// after the first 3 (at least 90% of it, less the two requests of its
-    /// depth it may take before). Counted only by whether it asks past its
-    /// share at all, it met the hogs at their priority: 74% at 20/s (a case
-    /// of the fair model).
+    /// depth it may take before). With how far ahead of its share it asks
+    /// read as it was at its request before, it got 74% at 20/s (a case of
+    /// the fair model).
     #[test]
     fn a_tenant_a_little_past_its_share_gets_it_beside_many_hogs() {
         let weights = [4, 5, 10, 6, 10, 2, 9];

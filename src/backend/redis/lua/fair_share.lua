@@ -6,9 +6,9 @@
 -- windows), `gtat` (the graduations'), `w` (the active weights), the
 -- newcomers' place (`pm` members, `pw` weights, `ps` since, `pk` `pc` `pp`
 -- its requests by window) and `t<tenant>` = "tat:weight:seen:level:at:
--- standing:since:pooled_weight:k:current:previous:spacing:spacings" each
--- (level, at, spacing and spacings: how far ahead of its share it asks
--- and how fast; standing 1: a newcomer, 2: a tenant of its own). Every number is an integer in microseconds
+-- standing:since:pooled_weight:k:current:previous" each (level and at:
+-- how far ahead of its share it asks; standing 1: a newcomer, 2: a
+-- tenant of its own). Every number is an integer in microseconds
 -- (integers.lua comes first); a field that does not parse counts as
 -- absent.
 local H, Z = KEYS[1], KEYS[2]
@@ -43,10 +43,9 @@ local function tenant(key)
   if not v then return nil end
   local f = {}
   for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
-  if #f ~= 13 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
+  if #f ~= 11 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
   return { tat = f[1], weight = f[2], level = f[4], at = f[5], standing = f[6],
-    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11],
-    spacing = f[12], spacings = f[13] }
+    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11] }
 end
 
 local weights = field('w')
@@ -81,7 +80,7 @@ local active = count
 if not own then
   active = count + 1
   own = { tat = 0, weight = 0, level = 0, at = 0, standing = 0, since = 0,
-    pooled_weight = 0, k = 0, current = 0, previous = 0, spacing = 0, spacings = 0 }
+    pooled_weight = 0, k = 0, current = 0, previous = 0 }
 end
 weights = weights - own.weight + weight
 own.weight = weight
@@ -187,27 +186,16 @@ share = math.max(share, 1)
 local t_depth = math.max(2 * t_interval, idiv(headroom, 2))
 local p = pace(t_interval, t_depth, own.tat)
 local step = ceil_div(t_depth, 1024)
-local unit = math.max(ceil_div(t_interval, 1024), 1)
--- This request's spacing and the time since the last: a GCRA of every
--- request at the share's interval, in 1024ths of its depth, at most two
--- depths (a tenant starts one ahead); and its mean spacing (each at most
--- two intervals), over the spacings so far up to 8, then each moving it
--- by an eighth.
+-- A GCRA of every request at the share's interval, in 1024ths of its
+-- depth, at most two depths (a tenant starts one ahead), drained to now.
 local level = 1024
 if own.at > 0 then
-  local since = math.max(now - own.at, 0)
-  level = math.max(own.level - idiv(math.min(since, 2 * t_depth), step), 0)
-  local n = math.min(own.spacings + 1, 8)
-  own.spacing = idiv(own.spacing * (n - 1) + idiv(math.min(since, 2 * t_interval), unit), n)
-  own.spacings = n
+  level = math.max(own.level - idiv(math.min(math.max(now - own.at, 0), 2 * t_depth), step), 0)
 end
 -- How far ahead of its share it asks, in 1024ths (at most one), before
--- this request counts: the less of how far past a depth ahead and 4/3 of
--- how much faster than its share; a newcomer at least a third.
-local whole = math.max(idiv(t_interval, unit), 1)
-local faster = idiv((1024 - idiv(1024 * math.min(own.spacing, whole), whole)) * 4, 3)
-local hog = faster >= 1024
-local ahead = math.min(math.max(level - 1024, 0), faster, 1024)
+-- this request counts: how far past a depth ahead; a newcomer at least a
+-- third.
+local ahead = math.min(math.max(level - 1024, 0), 1024)
 if pooled then ahead = math.max(ahead, 341) end
 own.level = math.min(level + idiv(t_interval, step), 2048)
 own.at = math.max(own.at, now)
@@ -217,11 +205,7 @@ local in_reserve = critical and not p.within and reserve_interval > 0 and reserv
 if in_reserve then
   -- the class's threshold
 elseif p.within then
-  -- A tenant asking less than 4 times its share at least one request
-  -- ahead of the hogs.
-  local room = idiv(headroom * ahead, 1024)
-  if not hog then room = math.min(room, headroom - interval) end
-  threshold = threshold - room
+  threshold = threshold - idiv(headroom * ahead, 1024)
 else
   threshold = threshold - idiv(headroom * 3, 2)
 end
@@ -246,7 +230,7 @@ redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
   't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.level),
     num(own.at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
-    num(own.current), num(own.previous), num(own.spacing), num(own.spacings) }, ':'))
+    num(own.current), num(own.previous) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)

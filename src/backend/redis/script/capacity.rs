@@ -74,10 +74,10 @@ impl RedisBackend {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        // `fair5`: the state's layout with how far ahead of its share
-        // each tenant asks and how fast; a capacity's keys of the layouts
-        // before are left to expire.
-        let hash = self.capacity_key("fair5", name);
+        // `fair6`: the state's layout with how far ahead of its share
+        // each tenant asks; a capacity's keys of the layouts before are
+        // left to expire.
+        let hash = self.capacity_key("fair6", name);
         let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(fair_share_script().get_hash())
