@@ -6,7 +6,7 @@ use std::future::{ready, Ready};
 use std::sync::Arc;
 
 use super::memory::bucket::Tat;
-use super::memory::decide;
+use super::memory::decide::{self, PermitChange, Settlement};
 use super::memory::shard::{Entries, Shard, TimedLog};
 use super::memory::table::{Expires, KEPT};
 use super::{AtCapacity, Backend, BackendError, Reset};
@@ -128,7 +128,7 @@ impl KeyStates {
             &mut self.shard.logs.limits,
         ];
         for few in limits {
-            *few = (room, retry_at);
+            *few = Room { room, retry_at };
         }
     }
 
@@ -159,15 +159,24 @@ impl fmt::Debug for KeyStates {
 /// A key's few entries, by fingerprint.
 struct Few<V> {
     entries: Vec<(u64, V)>,
-    /// Whether a new entry may be added, and when room is likely if not.
-    limits: (bool, Micros),
+    limits: Room,
+}
+
+/// Whether a new entry may be added, and when room is likely if not.
+#[derive(Clone, Copy)]
+struct Room {
+    room: bool,
+    retry_at: Micros,
 }
 
 impl<V> Default for Few<V> {
     fn default() -> Self {
         Self {
             entries: Vec::new(),
-            limits: (true, Micros::ZERO),
+            limits: Room {
+                room: true,
+                retry_at: Micros::ZERO,
+            },
         }
     }
 }
@@ -194,10 +203,10 @@ impl<V> Entries<V> for Few<V> {
         self.entries[slot].0 |= KEPT;
     }
     fn has_room(&mut self, _: u64, _: usize, _: Micros) -> bool {
-        self.limits.0
+        self.limits.room
     }
     fn soonest_expiry_near(&self, _: u64) -> Micros {
-        self.limits.1
+        self.limits.retry_at
     }
 }
 
@@ -305,7 +314,7 @@ impl<S: StateStore, C: Clock> Backend for StoreBackend<S, C> {
     }
 
     fn settle(&self, key: &Key, policy: &Policy, reserved: u32, actual: u32) -> Self::Future {
-        let amounts = (reserved, actual);
+        let amounts = Settlement { reserved, actual };
         ready(Ok(self.decide(key, |shard, now| {
             decide::settle(shard, policy, 0, amounts, now)
         })))
@@ -313,13 +322,23 @@ impl<S: StateStore, C: Clock> Backend for StoreBackend<S, C> {
 
     fn release(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         ready(Ok(self.decide(key, |shard, now| {
-            decide::permit(shard, policy, 0, (permit, cost, false), now)
+            let release = PermitChange {
+                taken: permit,
+                cost,
+                renew: false,
+            };
+            decide::permit(shard, policy, 0, release, now)
         })))
     }
 
     fn renew(&self, key: &Key, policy: &Policy, permit: Micros, cost: u32) -> Self::Future {
         ready(Ok(self.decide(key, |shard, now| {
-            decide::permit(shard, policy, 0, (permit, cost, true), now)
+            let renewal = PermitChange {
+                taken: permit,
+                cost,
+                renew: true,
+            };
+            decide::permit(shard, policy, 0, renewal, now)
         })))
     }
 

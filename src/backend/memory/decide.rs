@@ -193,6 +193,22 @@ where
     decision
 }
 
+/// A request counted at `reserved` that cost `actual`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Settlement {
+    pub(crate) reserved: u32,
+    pub(crate) actual: u32,
+}
+
+/// A permit of a limit of requests in flight, taken at `taken` for
+/// `cost`: given back, or renewed when `renew`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PermitChange {
+    pub(crate) taken: Micros,
+    pub(crate) cost: u32,
+    pub(crate) renew: bool,
+}
+
 /// Correct a request counted at `reserved` to its `actual` cost: give the
 /// difference back, or charge all of it, past each limit's capacity if need
 /// be (the work is done; later requests wait the debt out). Permits are
@@ -201,7 +217,7 @@ pub(crate) fn settle<S, L, B>(
     shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
-    (reserved, actual): (u32, u32),
+    Settlement { reserved, actual }: Settlement,
     now: Micros,
 ) -> Decision
 where
@@ -226,7 +242,7 @@ pub(crate) fn permit<S, L, B>(
     shard: &mut Shard<S, L, B>,
     policy: &Policy,
     base: u64,
-    (permit, cost, renew): (Micros, u32, bool),
+    PermitChange { taken, cost, renew }: PermitChange,
     now: Micros,
 ) -> Decision
 where
@@ -241,7 +257,7 @@ where
         };
         let found = shard.logs.find(fp).is_some_and(|i| {
             shard.logs.at_mut(i).change(log, |log, s| {
-                let found = log.release(s, now, permit, cost);
+                let found = log.release(s, now, taken, cost);
                 if found && renew {
                     // Into the place the permit left: no growth.
                     log.consume(s, now, cost);

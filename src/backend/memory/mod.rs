@@ -89,6 +89,7 @@ use std::future::{ready, Ready};
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use self::decide::{PermitChange, Settlement};
 use self::shard::{LogBytes, Shard};
 use super::{Backend, BackendError, Reset};
 use crate::algorithm::{Form, Gcra};
@@ -243,7 +244,7 @@ impl<C: Clock> MemoryBackend<C> {
     ) -> Decision {
         self.inner
             .store
-            .settle(key, policy, (reserved, actual), now)
+            .settle(key, policy, Settlement { reserved, actual }, now)
     }
 
     /// Give back (`renew`: false) or renew a permit at `now`: see
@@ -263,9 +264,16 @@ impl<C: Clock> MemoryBackend<C> {
         renew: bool,
         now: Micros,
     ) -> Decision {
-        self.inner
-            .store
-            .permit(key, policy, (permit, cost, renew), now)
+        self.inner.store.permit(
+            key,
+            policy,
+            PermitChange {
+                taken: permit,
+                cost,
+                renew,
+            },
+            now,
+        )
     }
 
     /// States held (fixed-size states plus sliding logs).
@@ -374,7 +382,7 @@ impl Store {
         decide::check(&mut shard, policy, base, cost, now, at_capacity)
     }
 
-    fn settle(&self, key: &Key, policy: &Policy, amounts: (u32, u32), now: Micros) -> Decision {
+    fn settle(&self, key: &Key, policy: &Policy, amounts: Settlement, now: Micros) -> Decision {
         let policy = self.local(policy);
         let (base, lock) = self.locate(key);
         self.marked(decide::settle(
@@ -386,13 +394,7 @@ impl Store {
         ))
     }
 
-    fn permit(
-        &self,
-        key: &Key,
-        policy: &Policy,
-        permit: (Micros, u32, bool),
-        now: Micros,
-    ) -> Decision {
+    fn permit(&self, key: &Key, policy: &Policy, permit: PermitChange, now: Micros) -> Decision {
         let policy = self.local(policy);
         let (base, lock) = self.locate(key);
         self.marked(decide::permit(&mut write(lock), &policy, base, permit, now))
@@ -479,7 +481,7 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         ready(Ok(self.inner.store.settle(
             key,
             policy,
-            (reserved, actual),
+            Settlement { reserved, actual },
             now,
         )))
     }
@@ -489,7 +491,11 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         ready(Ok(self.inner.store.permit(
             key,
             policy,
-            (permit, cost, false),
+            PermitChange {
+                taken: permit,
+                cost,
+                renew: false,
+            },
             now,
         )))
     }
@@ -499,7 +505,11 @@ impl<C: Clock> Backend for MemoryBackend<C> {
         ready(Ok(self.inner.store.permit(
             key,
             policy,
-            (permit, cost, true),
+            PermitChange {
+                taken: permit,
+                cost,
+                renew: true,
+            },
             now,
         )))
     }

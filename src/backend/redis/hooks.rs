@@ -77,7 +77,9 @@ impl RedisBackend {
         &self,
         key: &Key,
         policy: &Policy,
-        (cost, want, back): (u32, u32, u32),
+        cost: u32,
+        want: u32,
+        back: u32,
         now: Micros,
     ) -> Result<(Decision, u64), BackendError> {
         let ask = Ask::Lease { cost, want, back };

@@ -95,7 +95,7 @@ impl RedisBackend {
         let top_up = async move {
             if let Some(leases) = &this.leases {
                 // A failure leaves the lease as it is.
-                let _ = this.lease(leases, &key, &policy, (0, want, 0)).await;
+                let _ = this.lease(leases, &key, &policy, 0, want, 0).await;
             }
         };
         match tokio::runtime::Handle::try_current() {
@@ -142,9 +142,7 @@ impl RedisBackend {
             other => other,
         };
         match spend {
-            Spend::Lease { want, back } => {
-                self.lease(leases, key, policy, (cost, want, back)).await
-            }
+            Spend::Lease { want, back } => self.lease(leases, key, policy, cost, want, back).await,
             _ => self.decide(key, policy, Ask::Check(cost), None).await,
         }
     }
@@ -156,7 +154,9 @@ impl RedisBackend {
         leases: &Leases,
         key: &Key,
         policy: &Policy,
-        (cost, want, back): (u32, u32, u32),
+        cost: u32,
+        want: u32,
+        back: u32,
     ) -> Result<Decision, BackendError> {
         let ask = Ask::Lease { cost, want, back };
         let taking = leases.taking(key, policy, cost == 0);

@@ -103,11 +103,11 @@ where
         // moved into the branch taken, it would be copied again.
         let state = match callee::answer::<B, S>(check, inner) {
             Answer::Now(answer, inner) => {
-                Pending::new(inner, ask, backend, asks_again, (retry, place))
+                Pending::new(inner, ask, backend, asks_again, retry, place)
                     .answered(req, &config, answer)
             }
             Answer::Later(check, inner) => {
-                Pending::new(inner, ask, backend, asks_again, (retry, place)).wait_for(check, req)
+                Pending::new(inner, ask, backend, asks_again, retry, place).wait_for(check, req)
             }
         };
         Self::at(state, config)

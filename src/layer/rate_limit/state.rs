@@ -184,7 +184,8 @@ where
         ask: Ask,
         backend: &B,
         asks_again: bool,
-        (retry, place): (Option<Box<Retry>>, Place),
+        retry: Option<Box<Retry>>,
+        place: Place,
     ) -> Self {
         Pending {
             inner,

@@ -288,7 +288,7 @@ proptest! {
                 }
             };
             let (actual, granted) =
-                rt.block_on(redis.lease_at(&key, &policy, (cost, want, back), at)).unwrap();
+                rt.block_on(redis.lease_at(&key, &policy, cost, want, back, at)).unwrap();
             prop_assert_eq!(observed(&actual), observed(&expected), "lease {} at {}", i, now);
             prop_assert_eq!(granted, u64::from(taken), "units taken, lease {}", i);
         }
