@@ -9,22 +9,18 @@ use std::task::{ready, Context, Poll};
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 use tower_service::Service;
 
-use super::decide::{mark, Refusal};
 use super::layer::Config;
 use super::observe;
-use super::settle::Place;
-use super::state::{Ask, Pending, Retry, State, StateProj};
+use super::service::Start;
+use super::state::{State, StateProj};
 use crate::backend::Backend;
-use crate::decision::Origin;
 use crate::layer::answer::body::ResponseBody;
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::layer::answer::headers::{self, HeaderStyle};
 use crate::layer::answer::permit::Held;
 use crate::layer::answer::RefusedByLimit;
-use crate::layer::callee::{self, Answer};
 use crate::{Decision, Policy};
 
 pin_project! {
@@ -44,79 +40,26 @@ pin_project! {
     }
 }
 
-/// What the service knows of a request when its future starts.
-pub(super) enum Start {
-    /// Ask the backend.
-    Check(Ask),
-    /// Call the inner service unlimited, marked with how it got there (an
-    /// allow-listed client, no policy or no key, let through).
-    Pass(Origin),
-    /// Refuse at once (a deny-listed client, no policy or no key, refused).
-    Refuse(Refusal),
-}
-
 impl<S, ReqB, B, O> ResponseFuture<S, ReqB, B, O>
 where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
     /// The one entry: a request the service has looked at, with the ready
-    /// inner service. A decision known at once is acted on here; one still
-    /// to come waits in `Check` with a ready copy taken from `inner`.
+    /// inner service, in the state [`Start::state`] takes it to.
     #[inline(always)]
     pub(super) fn new(
         backend: &B,
         start: Start,
         inner: &mut S,
-        mut req: Request<ReqB>,
+        req: Request<ReqB>,
         config: Arc<Config>,
     ) -> Self
     where
         S: Clone,
     {
-        let ask = match start {
-            Start::Check(ask) => ask,
-            Start::Pass(origin) => {
-                mark(req.extensions_mut(), origin);
-                let state = State::unlimited(inner.call(req));
-                return Self::at(state, config);
-            }
-            Start::Refuse(refusal) => {
-                let state = State::respond(refusal.response(config.refusals(), &req, None));
-                return Self::at(state, config);
-            }
-        };
-        let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
-        let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
-        let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
-        let retry = config.shaping.as_ref().map(|shaping| {
-            Box::new(Retry {
-                deadline: Instant::now() + shaping.max_wait,
-                waiting: None,
-            })
-        });
-        let asks_again = retry.is_some()
-            || config.settlement.is_some()
-            || config.demotion.is_some()
-            || in_flight;
-        // A `Pending` is built on each path, not once before the branch:
-        // moved into the branch taken, it would be copied again.
-        let state = match callee::answer::<B, S>(check, inner) {
-            Answer::Now(answer, inner) => {
-                Pending::new(inner, ask, backend, asks_again, retry, place)
-                    .answered(req, &config, answer)
-            }
-            Answer::Later(check, inner) => {
-                Pending::new(inner, ask, backend, asks_again, retry, place).wait_for(check, req)
-            }
-        };
-        Self::at(state, config)
-    }
-
-    #[inline(always)]
-    fn at(state: State<S, ReqB, B>, config: Arc<Config>) -> Self {
         Self {
-            state,
+            state: start.state(backend, inner, req, &config),
             config,
             body: PhantomData,
         }

@@ -3,9 +3,11 @@
 //!
 //! `layer.rs` is the builder and the settings it shares with every request;
 //! `service.rs` picks the policy, key and cost, or knows at once what to do
-//! (a listed client, no policy, no key); `future.rs` runs one request from
-//! there through the states `state.rs` defines, with every step between
-//! them (the backend's answer is turned into an `Action` by `decide.rs`).
+//! (a listed client, no policy, no key), a [`Start`](service::Start), and
+//! takes the request to its first state; `future.rs` polls it through the
+//! states `state.rs` defines, with every step between them (the backend's
+//! answer is turned into an `Action` by `decide.rs`), to its quota headers
+//! and the body that holds a permit.
 //! The rest are the settings a request meets on the way: who is listed
 //! (`lists.rs`), which policy (`select.rs`), what it costs (`cost.rs`),
 //! waiting (`shaping.rs`), soft shedding (`soft_shed.rs`), settling by the

@@ -6,22 +6,25 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::cost::Cost;
-use super::decide::Refusal;
-use super::future::{ResponseFuture, Start};
+use super::decide::{mark, Refusal};
+use super::future::ResponseFuture;
 use super::layer::{Config, OnKeyError, RateLimitLayer};
 use super::lists::Listed;
 use super::observe;
 use super::observe::Report;
 use super::select::{NoPolicy, PolicyResolver};
-use super::state::Ask;
+use super::settle::Place;
+use super::state::{Ask, Pending, Retry, State};
 use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
+use crate::layer::callee::{self, Answer};
 use crate::{key::RequestHead, Decision, Live, Policy};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
@@ -243,3 +246,67 @@ impl<K: KeyExtractor, P: PolicyResolver, B, C, O> RateLimitLayer<K, P, B, C, O> 
 /// request of cost 0 would get now, if the layer would check the request.
 pub type Peek =
     Pin<Box<dyn Future<Output = Result<Option<(Policy, Decision)>, BackendError>> + Send>>;
+
+/// What the service knows of a request when its future starts.
+pub(super) enum Start {
+    /// Ask the backend.
+    Check(Ask),
+    /// Call the inner service unlimited, marked with how it got there (an
+    /// allow-listed client, no policy or no key, let through).
+    Pass(Origin),
+    /// Refuse at once (a deny-listed client, no policy or no key, refused).
+    Refuse(Refusal),
+}
+
+impl Start {
+    /// The request's first state, with the ready inner service.
+    #[inline(always)]
+    pub(super) fn state<S, ReqB, B>(
+        self,
+        backend: &B,
+        inner: &mut S,
+        mut req: Request<ReqB>,
+        config: &Config,
+    ) -> State<S, ReqB, B>
+    where
+        S: Service<Request<ReqB>> + Clone,
+        B: Backend,
+    {
+        let ask = match self {
+            Start::Check(ask) => ask,
+            Start::Pass(origin) => {
+                mark(req.extensions_mut(), origin);
+                let state = State::unlimited(inner.call(req));
+                return state;
+            }
+            Start::Refuse(refusal) => {
+                let state = State::respond(refusal.response(config.refusals(), &req, None));
+                return state;
+            }
+        };
+        let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
+        let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
+        let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
+        let retry = config.shaping.as_ref().map(|shaping| {
+            Box::new(Retry {
+                deadline: Instant::now() + shaping.max_wait,
+                waiting: None,
+            })
+        });
+        let asks_again = retry.is_some()
+            || config.settlement.is_some()
+            || config.demotion.is_some()
+            || in_flight;
+        // A `Pending` is built on each path, not once before the branch:
+        // moved into the branch taken, it would be copied again.
+        match callee::answer::<B, S>(check, inner) {
+            Answer::Now(answer, inner) => {
+                Pending::new(inner, ask, backend, asks_again, retry, place)
+                    .answered(req, config, answer)
+            }
+            Answer::Later(check, inner) => {
+                Pending::new(inner, ask, backend, asks_again, retry, place).wait_for(check, req)
+            }
+        }
+    }
+}
