@@ -18,6 +18,27 @@ while True:
         s.close()' 2>/dev/null || shuf -i 20000-32767 -n 1
 }
 
+# A redis-server of its own on port $1, on loopback, without persistence;
+# its pid in $redis_pid, answering when this returns (or 1 after 30 s).
+# Words after the port up to `--` are a command it runs under
+# (`taskset -c 1`, `valgrind --tool=callgrind ...`); after `--`, more
+# options of redis-server's own.
+start_redis() {
+    local port=$1 wrap=()
+    shift
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do wrap+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    "${wrap[@]}" redis-server --port "$port" --bind 127.0.0.1 --save '' \
+        --appendonly no "$@" >/dev/null 2>&1 &
+    redis_pid=$!
+    for _ in $(seq 300); do
+        redis-cli -p "$port" PING >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "redis-server on port $port did not answer within 30 s" >&2
+    return 1
+}
+
 # A command as root (directly when already root).
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
