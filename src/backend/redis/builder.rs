@@ -1,7 +1,6 @@
 //! [`RedisBackendBuilder`]: where Redis is, and how to reach it.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -11,6 +10,7 @@ use super::connection::{connection_info, Connection, Open};
 #[cfg(feature = "config")]
 use super::control::Listen;
 use super::leases::Leases;
+use super::link::Link;
 use super::script::{KeyFormat, KeyNames};
 use super::RedisBackend;
 use crate::backend::denials::Denials;
@@ -433,7 +433,7 @@ impl RedisBackendBuilder {
         let backend = self.finish(conn);
         #[cfg(feature = "redis-cluster")]
         backend.learn_slots().await;
-        backend.check_format().await?;
+        backend.link.check_format().await?;
         Ok(backend)
     }
 
@@ -595,23 +595,17 @@ impl RedisBackendBuilder {
         #[cfg(feature = "redis-cluster")]
         let nodes = matches!(conn, Connection::Cluster(_))
             .then(|| super::cluster::Nodes::new(crate::backend::circuit::Settings::default()));
+        let names = KeyNames {
+            prefix: self.prefix.into(),
+            format: self.key_format,
+        };
+        let health = HealthTracker::new("redis", self.on_health_change);
         RedisBackend {
-            conn,
-            scripts: Arc::new(std::array::from_fn(|_| OnceLock::new())),
+            link: Link::new(conn, names, self.timeout, health),
             batches: (self.max_batch > 1)
                 .then(|| Arc::new(Batches::new(self.max_batch, self.timeout / 5))),
-            names: KeyNames {
-                prefix: self.prefix.into(),
-                format: self.key_format,
-            },
-            timeout: self.timeout,
             denials: Denials::new(self.cached_denials).map(Arc::new),
             leases: self.leased_by.map(|servers| Arc::new(Leases::new(servers))),
-            health: Arc::new(HealthTracker::new("redis", self.on_health_change)),
-            runs_format: Arc::new(AtomicBool::new(!matches!(
-                self.key_format,
-                KeyFormat::Packed { .. }
-            ))),
             #[cfg(feature = "redis-cluster")]
             nodes,
             #[cfg(feature = "config")]

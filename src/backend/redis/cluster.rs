@@ -129,7 +129,7 @@ impl RedisBackend {
     /// Which node holds which slots, for the circuits; asked again whenever
     /// a call fails.
     pub(super) async fn learn_slots(&self) {
-        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) {
+        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.link.conn) {
             let _ = nodes.load(&mut conn.clone()).await;
         }
     }
@@ -145,10 +145,10 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Option<Result<(Decision, u64), BackendError>> {
-        let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.conn) else {
+        let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.link.conn) else {
             return None;
         };
-        let circuit = nodes.circuit(script::key_slot(&self.names, key));
+        let circuit = nodes.circuit(script::key_slot(&self.link.names, key));
         let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
         match pass {
             Pass::Closed => {
@@ -167,7 +167,7 @@ impl RedisBackend {
                 tokio::spawn(async move {
                     let result = this.call_now(&key, &policy, Ask::Check(0), None).await;
                     if let (Err(_), Some(nodes), Connection::Cluster(conn)) =
-                        (&result, &this.nodes, &this.conn)
+                        (&result, &this.nodes, &this.link.conn)
                     {
                         nodes.refresh(conn);
                     }

@@ -44,13 +44,13 @@ impl RedisBackend {
             .as_ref()
             .map(|_| ())
             .map_err(|e| BackendError::from(e.clone()));
-        self.conn.followed(&followed);
+        self.link.conn.followed(&followed);
         Ok(::redis::from_redis_value(answer?)?)
     }
 
     async fn on_holder_of(&self, key: &str, cmd: &Cmd) -> Result<::redis::Value, RedisError> {
         #[cfg(feature = "redis-cluster")]
-        if let super::connection::Connection::Cluster(conn) = &self.conn {
+        if let super::connection::Connection::Cluster(conn) = &self.link.conn {
             use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
             let slot = super::script::slot::slot(key.as_bytes());
             let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
@@ -60,7 +60,7 @@ impl RedisBackend {
                 .await;
         }
         let _ = key;
-        self.conn.query(cmd).await
+        self.link.conn.query(cmd).await
     }
 
     /// The servers to subscribe to now, each with a name that tells them
@@ -70,7 +70,7 @@ impl RedisBackend {
         match &self.listen {
             Listen::Servers(servers) => servers.to_vec(),
             #[cfg(feature = "redis-sentinel")]
-            Listen::Master => match &self.conn {
+            Listen::Master => match &self.link.conn {
                 super::connection::Connection::Sentinel(sentinel) => {
                     sentinel.master_client().into_iter().collect()
                 }
@@ -82,6 +82,6 @@ impl RedisBackend {
 
     /// Which topology: `standalone`, `cluster` or `sentinel`.
     pub(crate) fn topology(&self) -> &'static str {
-        self.conn.kind()
+        self.link.conn.kind()
     }
 }

@@ -108,13 +108,20 @@ impl RedisBackend {
     pub fn evalsha_command(&self, key: &Key, policy: &Policy, cost: u32) -> Vec<String> {
         let (ask, shape) = (
             Ask::Check(cost),
-            Shape::of(policy, Ask::Check(cost), self.names.format),
+            Shape::of(policy, Ask::Check(cost), self.link.names.format),
         );
         let mut command = vec![
             "EVALSHA".to_owned(),
-            self.script(shape).get_hash().to_owned(),
+            self.link.script(shape).get_hash().to_owned(),
         ];
-        invocation(&self.names, key, policy, (ask, shape), None, &mut command);
+        invocation(
+            &self.link.names,
+            key,
+            policy,
+            (ask, shape),
+            None,
+            &mut command,
+        );
         command
     }
 }

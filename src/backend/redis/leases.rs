@@ -125,10 +125,13 @@ impl RedisBackend {
             // The lease another request is taking, rather than a call of
             // this request's own: at most one timeout.
             Spend::Wait(arrived) => {
-                tokio::time::timeout(self.timeout, arrived)
+                tokio::time::timeout(self.link.timeout, arrived)
                     .await
                     .map_err(|_| {
-                        BackendError::new(format!("no lease from Redis within {:?}", self.timeout))
+                        BackendError::new(format!(
+                            "no lease from Redis within {:?}",
+                            self.link.timeout
+                        ))
                     })?;
                 match leases.spend(key, policy, cost) {
                     Spend::Spent(spent) => return Ok(spent),

@@ -9,6 +9,7 @@ mod control;
 #[cfg(feature = "test-hooks")]
 mod hooks;
 mod leases;
+mod link;
 mod repair;
 mod script;
 #[cfg(feature = "redis-sentinel")]
@@ -19,21 +20,19 @@ mod url;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use ::redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 
-use self::batch::{Batches, Call};
-use self::connection::Connection;
+use self::batch::{Batches, Call, Lane};
 use self::leases::Leases;
+use self::link::Link;
 #[cfg(feature = "fair-share")]
-pub(crate) use self::script::capacity::FlightPermit;
+pub(crate) use self::script::capacity::{Capacities, FlightPermit};
 pub use self::script::KeyFormat;
-use self::script::{decision_from, invocation, limit_keys, Ask, KeyNames, Shape};
+use self::script::{decision_from, invocation, limit_keys, Ask, Shape};
 use super::denials::Denials;
-use super::health::HealthTracker;
 use super::{Backend, BackendError, Cause, Peeks, Reset, StoreHealth};
 use crate::key::Key;
 use crate::{clock::Micros, Decision, Limit, Policy};
@@ -80,22 +79,11 @@ pub use self::builder::RedisBackendBuilder;
 #[derive(Clone)]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct RedisBackend {
-    conn: Connection,
-    /// The script of each policy shape, made when first needed: one
-    /// decision's, then a batch's.
-    scripts: Arc<[OnceLock<Script>; 2 * Shape::COUNT]>,
+    link: Link,
     /// Decisions in flight at once, sent together (`None`: each alone).
     batches: Option<Arc<Batches>>,
-    names: KeyNames,
-    timeout: Duration,
     denials: Option<Arc<Denials>>,
     leases: Option<Arc<Leases>>,
-    health: Arc<HealthTracker>,
-    /// Whether the server is known to run every command the key format's
-    /// scripts make: always under the compact format; under
-    /// the packed format once a probe was answered (by `connect`, or by the
-    /// first call of a backend that connected lazily).
-    runs_format: Arc<AtomicBool>,
     /// On a cluster: a circuit per node.
     #[cfg(feature = "redis-cluster")]
     nodes: Option<Arc<cluster::Nodes>>,
@@ -116,7 +104,7 @@ impl RedisBackend {
     /// Whether Redis is deciding now, and if not, why
     /// ([`RedisBackendBuilder::on_health_change`] is told of each change).
     pub fn health(&self) -> StoreHealth {
-        self.health.health()
+        self.link.health.health()
     }
 
     /// Denials remembered now (see
@@ -131,13 +119,20 @@ impl RedisBackend {
         self.leases.as_ref().map_or(0, |l| l.held())
     }
 
+    /// The shared capacities (`layer::fair_share`) on this backend's
+    /// connection.
+    #[cfg(feature = "fair-share")]
+    pub(crate) fn capacities(&self) -> Capacities<'_> {
+        Capacities(&self.link)
+    }
+
     /// The Redis keys a `key` under `limit` occupies (one, or two for a
     /// sliding log). Under [`KeyFormat::Packed`] a fixed-size limit's key
     /// is a hash shared with other clients, and the state is the field
     /// [`redis_field`](Self::redis_field) of it.
     pub fn redis_keys(&self, key: &Key, limit: &Limit) -> Vec<String> {
         let mut keys = Vec::with_capacity(2);
-        limit_keys(&self.names, key, limit, |k| {
+        limit_keys(&self.link.names, key, limit, |k| {
             keys.push(String::from_utf8_lossy(k).into_owned());
         });
         keys
@@ -146,48 +141,8 @@ impl RedisBackend {
     /// The field `key`'s states take in packed hashes, under
     /// [`KeyFormat::Packed`] (`None` under the other formats).
     pub fn redis_field(&self, key: &Key) -> Option<String> {
-        script::packed_field(&self.names, key).map(|f| String::from_utf8_lossy(&f).into_owned())
-    }
-
-    /// Whether the server runs what the key format's scripts need: under
-    /// the packed format `PEXPIRE … GT` (Redis 7.0 or later), asked by
-    /// `connect` and before every call until a server answers it (after
-    /// `connect_lazy`, the first). On an older server every decision would
-    /// fail with the script's own error, which names no command, and a
-    /// layer that allows when no decision can be had would limit nothing.
-    pub(super) async fn check_format(&self) -> Result<(), BackendError> {
-        if self.runs_format.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        // A key no state takes: PEXPIRE of a missing key changes nothing.
-        let mut probe = ::redis::cmd("PEXPIRE");
-        probe
-            .arg(format!("{}4:probe", self.names.prefix))
-            .arg(1)
-            .arg("GT");
-        let refused = |e: RedisError| match cause_of(&e) {
-            Cause::Other | Cause::UnknownCommand => BackendError::new(format!(
-                "the packed key format needs `PEXPIRE … GT` (Redis 7.0 or later), \
-                 which the server refused ({e}); KeyFormat::Compact needs no such command"
-            ))
-            .with_cause(Cause::UnknownCommand),
-            _ => e.into(),
-        };
-        self.answered_as(self.conn.query::<i64>(&probe), refused)
-            .await?;
-        self.runs_format.store(true, Ordering::Release);
-        Ok(())
-    }
-
-    /// The script of `shape`, made the first time it is needed.
-    fn script(&self, shape: Shape) -> &Script {
-        self.scripts[shape.index()].get_or_init(|| Script::new(&shape.source()))
-    }
-
-    /// The script of a batch of `shape`, made the first time it is needed.
-    fn batch_script(&self, shape: Shape) -> &Script {
-        self.scripts[Shape::COUNT + shape.index()]
-            .get_or_init(|| Script::new(&shape.batch_source()))
+        script::packed_field(&self.link.names, key)
+            .map(|f| String::from_utf8_lossy(&f).into_owned())
     }
 
     /// `ask` (a settlement or a permit) as a boxed future, forgetting any
@@ -221,11 +176,16 @@ impl RedisBackend {
         })
     }
 
-    /// How a call ended: told to the health tracker, and to a connection
-    /// that follows a master.
-    fn report<T>(&self, result: &Result<T, BackendError>) {
-        self.health.record(result);
-        self.conn.followed(result);
+    /// The lane of a decision of `shape` on `key`: on a cluster, one per
+    /// slot.
+    fn lane(&self, shape: Shape, key: &Key) -> Lane {
+        #[cfg(feature = "redis-cluster")]
+        if self.nodes.is_some() {
+            let slot = script::key_slot(&self.link.names, key);
+            return Lane { shape, slot };
+        }
+        let _ = key;
+        Lane { shape, slot: 0 }
     }
 
     /// One script call, through the circuit of the cluster node that holds
@@ -255,52 +215,22 @@ impl RedisBackend {
         ask: Ask,
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
-        self.check_format().await?;
+        self.link.check_format().await?;
         // Numbers written as numbers: no string per argument.
-        let shape = Shape::of(policy, ask, self.names.format);
+        let shape = Shape::of(policy, ask, self.link.names.format);
         let mut call = Call::default();
-        invocation(&self.names, key, policy, (ask, shape), now, &mut call);
+        invocation(&self.link.names, key, policy, (ask, shape), now, &mut call);
         let reply = match &self.batches {
-            Some(batches) => {
-                let lane = self.lane(shape, key);
-                self.batched(batches, lane, call).await
-            }
-            None => self.send_alone(shape, &call).await,
+            Some(batches) => batches.send(&self.link, self.lane(shape, key), call).await,
+            None => self.link.send_alone(shape, &call).await,
         };
         let reply = match reply {
-            Err(error) if error.is_about_one_key() => Err(self.repaired(key, policy, error).await),
+            Err(error) if error.is_about_one_key() => {
+                Err(self.link.repaired(key, policy, error).await)
+            }
             reply => reply,
         };
         decision_from(policy, &reply?)
-    }
-
-    /// `call`'s answer within the timeout, its failure given a cause, and
-    /// how it went reported (health, and Sentinel's following).
-    async fn answered<T>(
-        &self,
-        call: impl Future<Output = Result<T, RedisError>>,
-    ) -> Result<T, BackendError> {
-        self.answered_as(call, BackendError::from).await
-    }
-
-    /// [`answered`](Self::answered), with Redis's errors told as `error`
-    /// tells them.
-    async fn answered_as<T>(
-        &self,
-        call: impl Future<Output = Result<T, RedisError>>,
-        error: impl FnOnce(RedisError) -> BackendError,
-    ) -> Result<T, BackendError> {
-        let answer = tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| self.timed_out())
-            .and_then(|answer| answer.map_err(error));
-        self.report(&answer);
-        answer
-    }
-
-    fn timed_out(&self) -> BackendError {
-        BackendError::new(format!("no answer from Redis within {:?}", self.timeout))
-            .with_cause(Cause::Timeout)
     }
 }
 
@@ -350,7 +280,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             this.forget_local(&key, &policy);
             let (mut pipe, mut own, mut owned) = (::redis::pipe(), ::redis::cmd("DEL"), false);
-            script::policy_keys(&this.names, &key, &policy, |k, field| match field {
+            script::policy_keys(&this.link.names, &key, &policy, |k, field| match field {
                 None => {
                     own.arg(k);
                     owned = true;
@@ -363,7 +293,9 @@ impl Backend for RedisBackend {
             if owned {
                 pipe.add_command(own).ignore();
             }
-            this.answered(this.conn.query_pipeline(&pipe)).await
+            this.link
+                .answered(this.link.conn.query_pipeline(&pipe))
+                .await
         })
     }
 
@@ -382,7 +314,7 @@ impl Backend for RedisBackend {
     fn peek_many(&self, asks: Vec<(Key, Policy)>) -> Peeks {
         let this = self.clone();
         Box::pin(async move {
-            let Some(conn) = this.conn.one_server().map_err(BackendError::from)? else {
+            let Some(conn) = this.link.conn.one_server().map_err(BackendError::from)? else {
                 let mut decisions = Vec::with_capacity(asks.len());
                 for (key, policy) in &asks {
                     decisions.push(this.decide(key, policy, Ask::Check(0), None).await?);
@@ -392,10 +324,10 @@ impl Backend for RedisBackend {
             let ask = Ask::Check(0);
             let mut pipe = ::redis::pipe();
             for (key, policy) in &asks {
-                let shape = Shape::of(policy, ask, this.names.format);
+                let shape = Shape::of(policy, ask, this.link.names.format);
                 let mut cmd = ::redis::Cmd::with_capacity(16, 256);
-                cmd.arg("EVALSHA").arg(this.script(shape).get_hash());
-                invocation(&this.names, key, policy, (ask, shape), None, &mut cmd);
+                cmd.arg("EVALSHA").arg(this.link.script(shape).get_hash());
+                invocation(&this.link.names, key, policy, (ask, shape), None, &mut cmd);
                 pipe.add_command(cmd);
             }
             let call = async {
@@ -403,19 +335,19 @@ impl Backend for RedisBackend {
                     Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                         let mut shapes: Vec<Shape> = asks
                             .iter()
-                            .map(|(_, p)| Shape::of(p, ask, this.names.format))
+                            .map(|(_, p)| Shape::of(p, ask, this.link.names.format))
                             .collect();
                         shapes.sort_by_key(|shape| shape.index());
                         shapes.dedup_by_key(|shape| shape.index());
                         for shape in shapes {
-                            this.conn.load(this.script(shape)).await?;
+                            this.link.conn.load(this.link.script(shape)).await?;
                         }
                         pipe.query_async(&mut conn.clone()).await
                     }
                     replies => replies,
                 }
             };
-            let replies: Vec<Value> = this.answered(call).await?;
+            let replies: Vec<Value> = this.link.answered(call).await?;
             if replies.len() != asks.len() {
                 return Err(BackendError::new(format!(
                     "Redis answered {} of {} reads",
@@ -434,10 +366,10 @@ impl Backend for RedisBackend {
 impl std::fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisBackend")
-            .field("kind", &self.conn.kind())
-            .field("prefix", &self.names.prefix)
-            .field("key_format", &self.names.format)
-            .field("timeout", &self.timeout)
+            .field("kind", &self.link.conn.kind())
+            .field("prefix", &self.link.names.prefix)
+            .field("key_format", &self.link.names.format)
+            .field("timeout", &self.link.timeout)
             .field("cached_denials", &self.denials.as_ref().map(|d| d.len()))
             .finish()
     }

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use ::redis::{Script, Value};
 
+use super::link::Link;
 use super::script::policy_keys;
-use super::RedisBackend;
 use crate::backend::{BackendError, Cause};
 use crate::key::Key;
 use crate::Policy;
@@ -21,7 +21,7 @@ fn repair_script() -> &'static Script {
     SCRIPT.get_or_init(|| Script::new(include_str!("lua/repair.lua")))
 }
 
-impl RedisBackend {
+impl Link {
     /// `error`, a decision of `key` under `policy` that failed as one
     /// key's trouble would, checked on every key that decision read (its
     /// limits', a sliding log's, the penalty box's strikes and bans). When

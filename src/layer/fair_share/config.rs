@@ -171,11 +171,15 @@ impl Config {
     ) -> Result<(Verdict, Option<Holding>), crate::backend::BackendError> {
         match &self.capacity {
             Capacity::Rate(settings) => {
-                let verdict = redis.fair_share(&self.name, settings, ask, now).await?;
+                let verdict = redis
+                    .capacities()
+                    .fair_share(&self.name, settings, ask, now)
+                    .await?;
                 Ok((verdict, None))
             }
             Capacity::InFlight(flight) => {
                 let (verdict, permit) = redis
+                    .capacities()
                     .fair_flight_acquire(&self.name, flight, ask, self.lease, now)
                     .await?;
                 Ok((verdict, permit.map(Holding::Redis)))

@@ -117,6 +117,7 @@ async fn release(
                 (&config.store, &config.capacity)
             {
                 redis
+                    .capacities()
                     .fair_flight_release(&config.name, flight, &permit, config.lease, now)
                     .await?;
                 config.freed.notify_waiters();

@@ -40,7 +40,7 @@ impl Call {
     }
 
     /// `EVALSHA <sha>` of this call alone (the shape's own script).
-    pub(super) fn alone(&self, sha: &str) -> Cmd {
+    pub(in crate::backend::redis) fn alone(&self, sha: &str) -> Cmd {
         let mut cmd = Cmd::with_capacity(self.ends.len() + 3, self.bytes.len() + 64);
         cmd.arg("EVALSHA").arg(sha).arg(self.key_count());
         for word in self.words() {

@@ -46,8 +46,8 @@ pub(super) type Answer = Result<Value, BackendError>;
 /// cluster one slot's (a call's keys never cross slots).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(in crate::backend::redis) struct Lane {
-    pub(super) shape: Shape,
-    pub(super) slot: u16,
+    pub(in crate::backend::redis) shape: Shape,
+    pub(in crate::backend::redis) slot: u16,
 }
 
 /// A decision waiting in its lane.

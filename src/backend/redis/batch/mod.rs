@@ -32,16 +32,18 @@ pub(super) use self::call::{Call, MAX_BATCH};
 use self::lanes::{Answer, CallId, Turn, Waiting};
 pub(super) use self::lanes::{Batches, Lane};
 use super::cause_in_script;
+use std::sync::Arc;
+
+use super::link::Link;
 use super::script::Shape;
-use super::RedisBackend;
 use crate::backend::{BackendError, Cause};
-use crate::key::Key;
 
 /// A call of a lane in flight, handed on when it ends or is dropped: the
 /// decisions that came meanwhile go next, on a task of their own, so no
 /// caller's future carries another's call.
 struct Sending {
-    backend: RedisBackend,
+    link: Link,
+    batches: Arc<Batches>,
     lane: Lane,
     /// The call in flight.
     id: CallId,
@@ -50,9 +52,10 @@ struct Sending {
 }
 
 impl Sending {
-    fn new(backend: &RedisBackend, lane: Lane, id: CallId) -> Self {
+    fn new(link: &Link, batches: &Arc<Batches>, lane: Lane, id: CallId) -> Self {
         Self {
-            backend: backend.clone(),
+            link: link.clone(),
+            batches: Arc::clone(batches),
             lane,
             id,
             done: false,
@@ -61,13 +64,10 @@ impl Sending {
 
     /// `batch` sent as call `id` by a task of its own, then what gathers
     /// meanwhile.
-    fn spawn(backend: &RedisBackend, lane: Lane, (batch, id): (Vec<Waiting>, CallId)) {
-        let Some(batches) = &backend.batches else {
-            return;
-        };
+    fn spawn(link: &Link, batches: &Arc<Batches>, lane: Lane, batch: Vec<Waiting>, id: CallId) {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(Sending::new(backend, lane, id).send(batch));
+                runtime.spawn(Sending::new(link, batches, lane, id).send(batch));
             }
             // No runtime to send on (it is shutting down): these decisions
             // fail, and so do any that follow, until the call is done.
@@ -88,12 +88,12 @@ impl Sending {
 
 impl Drop for Sending {
     fn drop(&mut self) {
-        let Some(batches) = self.backend.batches.as_ref().filter(|_| !self.done) else {
+        if self.done {
             return;
-        };
-        let next = batches.next(self.lane, self.id);
-        if !next.0.is_empty() {
-            Sending::spawn(&self.backend, self.lane, next);
+        }
+        let (batch, id) = self.batches.next(self.lane, self.id);
+        if !batch.is_empty() {
+            Sending::spawn(&self.link, &self.batches, self.lane, batch, id);
         }
     }
 }
@@ -102,10 +102,10 @@ impl Sending {
     /// Send `batch`, and the ones that gather meanwhile, until the lane
     /// has nothing left.
     async fn send(mut self, mut batch: Vec<Waiting>) {
-        let backend = self.backend.clone();
         loop {
-            let answers = backend
-                .send_batch(self.lane.shape, batch.iter().map(|w| &w.call))
+            let answers = self
+                .batches
+                .send_batch(&self.link, self.lane.shape, batch.iter().map(|w| &w.call))
                 .await;
             match answers {
                 Ok(replies) if replies.len() == batch.len() => {
@@ -123,10 +123,7 @@ impl Sending {
                 }
                 Err(error) => fail(batch.drain(..), &error),
             }
-            let Some(batches) = &backend.batches else {
-                return;
-            };
-            (batch, self.id) = batches.next(self.lane, self.id);
+            (batch, self.id) = self.batches.next(self.lane, self.id);
             if batch.is_empty() {
                 self.done = true;
                 return;
@@ -177,49 +174,28 @@ fn fail(batch: impl Iterator<Item = Waiting>, error: &BackendError) {
     }
 }
 
-impl RedisBackend {
-    /// The lane of a decision of `shape` on `key`.
-    pub(super) fn lane(&self, shape: Shape, key: &Key) -> Lane {
-        #[cfg(feature = "redis-cluster")]
-        if self.nodes.is_some() {
-            let slot = super::script::key_slot(&self.names, key);
-            return Lane { shape, slot };
-        }
-        let _ = key;
-        Lane { shape, slot: 0 }
-    }
-
-    /// One decision's call alone, on the shape's own script.
-    pub(super) async fn send_alone(
-        &self,
-        shape: Shape,
-        call: &Call,
-    ) -> Result<Value, BackendError> {
-        let script = self.script(shape);
-        let cmd = call.alone(script.get_hash());
-        self.answered(self.conn.run(script, &cmd)).await
-    }
-
+impl Batches {
     /// A batch's calls, in one call of the shape's batch script (or of its
     /// own, for one): each decision's reply, in order.
     async fn send_batch<'a>(
         &self,
+        link: &Link,
         shape: Shape,
         calls: impl ExactSizeIterator<Item = &'a Call> + Clone,
     ) -> Result<Vec<Value>, BackendError> {
         let mut first = calls.clone();
         if let (Some(call), None) = (first.next(), first.next()) {
-            return Ok(vec![self.send_alone(shape, call).await?]);
+            return Ok(vec![link.send_alone(shape, call).await?]);
         }
-        let script = self.batch_script(shape);
-        let whole = match self.batches.as_ref().is_some_and(|b| b.first_sent(shape)) {
+        let script = link.batch_script(shape);
+        let whole = match self.first_sent(shape) {
             true => Some(shape.batch_source()),
             false => None,
         };
         let call = async {
             if let Some(source) = &whole {
                 let eval = Call::together((script.get_hash(), Some(source)), shape, calls.clone());
-                match self.conn.query::<Value>(&eval).await {
+                match link.conn.query::<Value>(&eval).await {
                     // A user held to EVALSHA and SCRIPT LOAD (the guide's
                     // ACL) loads it instead.
                     Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) => {}
@@ -227,9 +203,9 @@ impl RedisBackend {
                 }
             }
             let cmd = Call::together((script.get_hash(), None), shape, calls);
-            self.conn.run(script, &cmd).await
+            link.conn.run(script, &cmd).await
         };
-        match self.answered(call).await? {
+        match link.answered(call).await? {
             Value::Array(replies) if shape.is_lean() => lean_replies(replies),
             Value::Array(replies) => Ok(replies),
             other => Err(BackendError::new(format!(
@@ -239,49 +215,49 @@ impl RedisBackend {
     }
 
     /// One decision's reply, batched with the others of its lane.
-    pub(super) async fn batched(
-        &self,
-        batches: &Batches,
+    pub(super) async fn send(
+        self: &Arc<Self>,
+        link: &Link,
         lane: Lane,
         call: Call,
     ) -> Result<Value, BackendError> {
-        let deadline = Instant::now() + self.timeout;
-        let (mut answer, flush) = match batches.join(lane, call) {
+        let deadline = Instant::now() + link.timeout;
+        let (mut answer, flush) = match self.join(lane, call) {
             Turn::Lead(call, id) => {
-                let _sending = Sending::new(self, lane, id);
-                return self.send_alone(lane.shape, &call).await;
+                let _sending = Sending::new(link, self, lane, id);
+                return link.send_alone(lane.shape, &call).await;
             }
             Turn::Wait { answer, flush } => (answer, flush),
             Turn::Second { answer, batch, id } => {
-                Sending::spawn(self, lane, (batch, id));
+                Sending::spawn(link, self, lane, batch, id);
                 (answer, None)
             }
         };
         if let Some((at, taken)) = flush {
             if let Ok(answer) = tokio::time::timeout_at(at.min(deadline), &mut answer).await {
-                return self.waited(answer);
+                return waited(answer);
             }
-            let flushed = batches.flush(lane, taken);
-            if !flushed.0.is_empty() {
-                Sending::spawn(self, lane, flushed);
+            let (batch, id) = self.flush(lane, taken);
+            if !batch.is_empty() {
+                Sending::spawn(link, self, lane, batch, id);
             }
         }
         match tokio::time::timeout_at(deadline, answer).await {
-            Ok(answer) => self.waited(answer),
+            Ok(answer) => waited(answer),
             Err(_) => {
-                let answer = Err(self.timed_out());
-                self.report(&answer);
+                let answer = Err(link.timed_out());
+                link.report(&answer);
                 answer
             }
         }
     }
+}
 
-    /// What a waiting decision was told.
-    fn waited(&self, answer: Result<Answer, oneshot::error::RecvError>) -> Answer {
-        answer.unwrap_or_else(|_| {
-            Err(BackendError::new(
-                "the batch of this decision ended unanswered",
-            ))
-        })
-    }
+/// What a waiting decision was told.
+fn waited(answer: Result<Answer, oneshot::error::RecvError>) -> Answer {
+    answer.unwrap_or_else(|_| {
+        Err(BackendError::new(
+            "the batch of this decision ended unanswered",
+        ))
+    })
 }

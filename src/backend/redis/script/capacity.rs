@@ -9,7 +9,7 @@ use ::redis::{ErrorKind, Script, ServerErrorKind};
 
 use crate::algorithm::fair_flight::{FlightSettings, ASK_AGAIN_US};
 use crate::algorithm::fair_share::{Ask, Settings, TenantId, Verdict, OVERFLOW};
-use crate::backend::redis::RedisBackend;
+use crate::backend::redis::link::Link;
 use crate::backend::BackendError;
 
 /// A script of `integers.lua` and `body`, made once in `cell`.
@@ -40,7 +40,11 @@ fn at(now: Option<u64>) -> String {
     now.map_or_else(String::new, |now| now.to_string())
 }
 
-impl RedisBackend {
+/// The shared capacities on a backend's [`Link`]
+/// ([`RedisBackend::capacities`](crate::backend::RedisBackend::capacities)).
+pub(crate) struct Capacities<'a>(pub(in crate::backend::redis) &'a Link);
+
+impl Capacities<'_> {
     /// `script` called as `cmd` (an `EVALSHA` of it), loaded first if
     /// Redis does not have it, within the backend's timeout.
     async fn scripted(
@@ -49,19 +53,19 @@ impl RedisBackend {
         cmd: &::redis::Cmd,
     ) -> Result<Vec<u64>, BackendError> {
         let call = async {
-            match self.conn.query::<Vec<u64>>(cmd).await {
+            match self.0.conn.query::<Vec<u64>>(cmd).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    self.conn.load(script).await?;
-                    self.conn.query::<Vec<u64>>(cmd).await
+                    self.0.conn.load(script).await?;
+                    self.0.conn.query::<Vec<u64>>(cmd).await
                 }
                 reply => reply,
             }
         };
-        self.answered(call).await
+        self.0.answered(call).await
     }
 
     fn capacity_key(&self, kind: &str, name: &str) -> String {
-        format!("{}{kind}{{{name}}}", self.names.prefix)
+        format!("{}{kind}{{{name}}}", self.0.names.prefix)
     }
 
     /// Decide `ask` on the capacity `name` (letters, digits, `_-.:`),
