@@ -432,7 +432,9 @@ impl RedisBackendBuilder {
         };
         let backend = self.finish(conn);
         #[cfg(feature = "redis-cluster")]
-        backend.learn_slots().await;
+        if let Some(nodes) = &backend.nodes {
+            nodes.learn_slots(&backend.link.conn).await;
+        }
         backend.link.check_format().await?;
         Ok(backend)
     }

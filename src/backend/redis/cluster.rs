@@ -125,56 +125,59 @@ pub(super) async fn connect(
     Ok(Connection::Cluster(connection.map_err(BackendError::from)?))
 }
 
-impl RedisBackend {
+/// The circuits in a call's way, on the backend's cluster connection.
+impl Nodes {
     /// Which node holds which slots, for the circuits; asked again whenever
     /// a call fails.
-    pub(super) async fn learn_slots(&self) {
-        if let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.link.conn) {
-            let _ = nodes.load(&mut conn.clone()).await;
+    pub(super) async fn learn_slots(&self, conn: &Connection) {
+        if let Connection::Cluster(conn) = conn {
+            let _ = self.load(&mut conn.clone()).await;
         }
     }
 
-    /// On a cluster with a circuit per node: the call, through the circuit
-    /// of the node that holds the key. While it is open the call fails at
-    /// once, and one probe at a time (a check of cost 0, on a task of its
-    /// own) asks the node again. `None` on any other connection.
-    pub(super) async fn call_through_circuit(
-        &self,
+    /// The call, through the circuit of the node that holds the key (a
+    /// call `backend` makes). While it is open the call fails at once, and
+    /// one probe at a time (a check of cost 0, on a task of its own) asks
+    /// the node again.
+    pub(super) async fn call_through(
+        self: &Arc<Self>,
+        backend: &RedisBackend,
         key: &Key,
         policy: &Policy,
         ask: Ask,
         now: Option<Micros>,
-    ) -> Option<Result<(Decision, u64), BackendError>> {
-        let (Some(nodes), Connection::Cluster(conn)) = (&self.nodes, &self.link.conn) else {
-            return None;
+    ) -> Result<(Decision, u64), BackendError> {
+        let Connection::Cluster(conn) = &backend.link.conn else {
+            return backend.call_now(key, policy, ask, now).await;
         };
-        let circuit = nodes.circuit(script::key_slot(&self.link.names, key));
+        let circuit = self.circuit(script::key_slot(&backend.link.names, key));
         let pass = circuit.as_ref().map_or(Pass::Closed, |c| c.pass());
-        match pass {
-            Pass::Closed => {
-                let result = self.call_now(key, policy, ask, now).await;
+        match (pass, circuit) {
+            (Pass::Closed, circuit) => {
+                let result = backend.call_now(key, policy, ask, now).await;
                 if let Some(circuit) = &circuit {
                     circuit.record(&result, false);
                 }
                 if result.as_ref().is_err_and(|e| !e.is_about_one_key()) {
-                    nodes.refresh(conn);
+                    self.refresh(conn);
                 }
-                Some(result)
+                result
             }
-            Pass::Open => circuit.map(|c| Err(c.refusal())),
-            Pass::Probe(probe) => {
-                let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+            (Pass::Probe(probe), Some(circuit)) => {
+                let (this, backend) = (Arc::clone(self), backend.clone());
+                let (key, policy) = (key.clone(), policy.clone());
                 tokio::spawn(async move {
-                    let result = this.call_now(&key, &policy, Ask::Check(0), None).await;
-                    if let (Err(_), Some(nodes), Connection::Cluster(conn)) =
-                        (&result, &this.nodes, &this.link.conn)
-                    {
-                        nodes.refresh(conn);
+                    let result = backend.call_now(&key, &policy, Ask::Check(0), None).await;
+                    if let (Err(_), Connection::Cluster(conn)) = (&result, &backend.link.conn) {
+                        this.refresh(conn);
                     }
                     probe.finished(&result);
                 });
-                circuit.map(|c| Err(c.refusal()))
+                Err(circuit.refusal())
             }
+            (_, Some(circuit)) => Err(circuit.refusal()),
+            // No circuit, no pass but Closed.
+            (_, None) => backend.call_now(key, policy, ask, now).await,
         }
     }
 }

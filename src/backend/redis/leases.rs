@@ -58,26 +58,26 @@ const SHARDS: usize = 16;
 const MAX_LEASES: usize = 100_000;
 
 /// The lease flow of a check: spend from the lease, top it up in the
-/// background, take the next share, or ask Redis alone.
-impl RedisBackend {
+/// background, take the next share, or ask Redis alone; what Redis is
+/// asked, `backend` asks.
+impl Leases {
     /// A check of `cost` against this server's lease: answered at once
     /// (`Err`: spent from the lease, perhaps with a top-up started), or what
     /// Redis must be asked.
-    pub(super) fn spend_leased(
-        &self,
+    pub(super) fn spend_or_answer(
+        self: &Arc<Self>,
+        backend: &RedisBackend,
         key: &Key,
         policy: &Policy,
         cost: u32,
     ) -> Result<Spend, Deciding> {
-        match &self.leases {
-            Some(leases) if cost > 0 && Leases::eligible(policy) => {
-                match leases.spend(key, policy, cost) {
-                    Spend::Spent(spent) => Err(Box::pin(std::future::ready(Ok(spent)))),
-                    Spend::Refill { want, spent } => Err(self.top_up(key, policy, want, spent)),
-                    other => Ok(other),
-                }
-            }
-            _ => Ok(Spend::Alone),
+        if cost == 0 || !Leases::eligible(policy) {
+            return Ok(Spend::Alone);
+        }
+        match self.spend(key, policy, cost) {
+            Spend::Spent(spent) => Err(Box::pin(std::future::ready(Ok(spent)))),
+            Spend::Refill { want, spent } => Err(self.top_up(backend, key, policy, want, spent)),
+            other => Ok(other),
         }
     }
 
@@ -85,18 +85,18 @@ impl RedisBackend {
     /// lease up on its own, so that no request waits for it (nor for a Redis
     /// that is down). Outside a runtime, the request waits.
     fn top_up(
-        &self,
+        self: &Arc<Self>,
+        backend: &RedisBackend,
         key: &Key,
         policy: &Policy,
         want: u32,
         spent: Decision,
-    ) -> Pin<Box<dyn Future<Output = Result<Decision, BackendError>> + Send>> {
-        let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
+    ) -> Deciding {
+        let (this, backend) = (Arc::clone(self), backend.clone());
+        let (key, policy) = (key.clone(), policy.clone());
         let top_up = async move {
-            if let Some(leases) = &this.leases {
-                // A failure leaves the lease as it is.
-                let _ = this.lease(leases, &key, &policy, 0, want, 0).await;
-            }
+            // A failure leaves the lease as it is.
+            let _ = this.lease(&backend, &key, &policy, 0, want, 0).await;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -112,31 +112,25 @@ impl RedisBackend {
 
     /// What Redis is asked when the lease did not simply admit the request.
     pub(super) async fn after_spend(
-        &self,
+        self: &Arc<Self>,
+        backend: &RedisBackend,
         spend: Spend,
         key: &Key,
         policy: &Policy,
         cost: u32,
     ) -> Result<Decision, BackendError> {
-        let (Some(leases), spend) = (&self.leases, spend) else {
-            return self.decide(key, policy, Ask::Check(cost), None).await;
-        };
+        let timeout = backend.link.timeout;
         let spend = match spend {
             // The lease another request is taking, rather than a call of
             // this request's own: at most one timeout.
             Spend::Wait(arrived) => {
-                tokio::time::timeout(self.link.timeout, arrived)
-                    .await
-                    .map_err(|_| {
-                        BackendError::new(format!(
-                            "no lease from Redis within {:?}",
-                            self.link.timeout
-                        ))
-                    })?;
-                match leases.spend(key, policy, cost) {
+                tokio::time::timeout(timeout, arrived).await.map_err(|_| {
+                    BackendError::new(format!("no lease from Redis within {timeout:?}"))
+                })?;
+                match self.spend(key, policy, cost) {
                     Spend::Spent(spent) => return Ok(spent),
                     Spend::Refill { want, spent } => {
-                        return self.top_up(key, policy, want, spent).await;
+                        return self.top_up(backend, key, policy, want, spent).await;
                     }
                     Spend::Wait(_) => Spend::Alone,
                     other => other,
@@ -145,16 +139,16 @@ impl RedisBackend {
             other => other,
         };
         match spend {
-            Spend::Lease { want, back } => self.lease(leases, key, policy, cost, want, back).await,
-            _ => self.decide(key, policy, Ask::Check(cost), None).await,
+            Spend::Lease { want, back } => self.lease(backend, key, policy, cost, want, back).await,
+            _ => backend.decide(key, policy, Ask::Check(cost), None).await,
         }
     }
 
     /// Decide a request of `cost` taking a lease of `want` units, giving
-    /// `back` back (see [`Leases`]); keep what it leaves to spend.
+    /// `back` back; keep what it leaves to spend.
     async fn lease(
         &self,
-        leases: &Leases,
+        backend: &RedisBackend,
         key: &Key,
         policy: &Policy,
         cost: u32,
@@ -162,8 +156,8 @@ impl RedisBackend {
         back: u32,
     ) -> Result<Decision, BackendError> {
         let ask = Ask::Lease { cost, want, back };
-        let taking = leases.taking(key, policy, cost == 0);
-        let result = self.call(key, policy, ask, None).await;
+        let taking = self.taking(key, policy, cost == 0);
+        let result = backend.call(key, policy, ask, None).await;
         let left = |(decision, granted): &(Decision, u64)| {
             let left = u32::try_from(*granted).unwrap_or(0).saturating_sub(cost);
             (left, decision.is_allowed().then(|| decision.clone()))

@@ -200,8 +200,8 @@ impl RedisBackend {
         now: Option<Micros>,
     ) -> Result<(Decision, u64), BackendError> {
         #[cfg(feature = "redis-cluster")]
-        if let Some(result) = self.call_through_circuit(key, policy, ask, now).await {
-            return result;
+        if let Some(nodes) = &self.nodes {
+            return nodes.call_through(self, key, policy, ask, now).await;
         }
         self.call_now(key, policy, ask, now).await
     }
@@ -241,17 +241,33 @@ impl Backend for RedisBackend {
         "redis"
     }
 
+    // One check, by the first stage that can answer it: a denial
+    // remembered here (`denials`), this server's lease (`leases.rs`), or
+    // one script call (`call`): through the circuit of the cluster node
+    // holding the key (`cluster.rs`), in a batch with its lane's decisions
+    // in flight (`batch/`), on the `Link` (`link.rs`), its keys checked
+    // when it failed as one key's trouble would (`repair.rs`).
     fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
         if let Some(denied) = self.denials.as_ref().and_then(|d| d.get(key, policy, cost)) {
             return Box::pin(std::future::ready(Ok(denied)));
         }
-        let spend = match self.spend_leased(key, policy, cost) {
-            Ok(spend) => spend,
-            Err(answered) => return answered,
+        let spend = match &self.leases {
+            Some(leases) => match leases.spend_or_answer(self, key, policy, cost) {
+                Ok(spend) => Some((Arc::clone(leases), spend)),
+                Err(answered) => return answered,
+            },
+            None => None,
         };
         let (this, key, policy) = (self.clone(), key.clone(), policy.clone());
         Box::pin(async move {
-            let decision = this.after_spend(spend, &key, &policy, cost).await?;
+            let decision = match spend {
+                Some((leases, spend)) => {
+                    leases
+                        .after_spend(&this, spend, &key, &policy, cost)
+                        .await?
+                }
+                None => this.decide(&key, &policy, Ask::Check(cost), None).await?,
+            };
             if let Some(denials) = &this.denials {
                 denials.remember(&key, &policy, cost, &decision);
             }
