@@ -458,7 +458,11 @@ fn a_rotated_api_key_loses_its_tier_on_every_route() {
     let file = dir.join("limits.toml");
     let demo = std::fs::read_to_string("examples/limits.toml").unwrap();
     std::fs::write(&file, &demo).unwrap();
-    let mut server = ExampleServer::start(&[("LIMITS_FILE", file.to_str().unwrap())]);
+    // Seven tenants from one address: more than it may bring at once.
+    let mut server = ExampleServer::start(&[
+        ("LIMITS_FILE", file.to_str().unwrap()),
+        ("SHARED_TENANTS_PER_IP", "100"),
+    ]);
     // The share a tenant of `key` is given (q of the capacity's policy), or
     // the status when it is refused.
     let share = |server: &ExampleServer, key: &str, tenant: &str| -> Result<u32, String> {

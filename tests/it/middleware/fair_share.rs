@@ -402,9 +402,14 @@ fn figures(ports: &[u16], store: &str) {
     }
 }
 
+/// The example without its limit on the tenants an address brings: the
+/// made-up ids of `figures` reach the capacity, whose own newcomers' place
+/// is what holds them.
+const TENANTS_UNLIMITED: (&str, &str) = ("SHARED_TENANTS_PER_IP", "1000000");
+
 #[test]
 fn over_http_in_memory_shares_follow_weights_and_classes() {
-    let server = ExampleServer::start(&[]);
+    let server = ExampleServer::start(&[TENANTS_UNLIMITED]);
     figures(&[server.port], "memory");
 }
 
@@ -433,7 +438,7 @@ fn redis_decided(servers: &[ExampleServer]) {
 #[test]
 fn over_http_two_servers_on_one_redis_share_one_capacity() {
     let redis = RedisServer::start();
-    let servers = two_servers_on(&redis.url(), &[]);
+    let servers = two_servers_on(&redis.url(), &[TENANTS_UNLIMITED]);
     figures(&[servers[0].port, servers[1].port], "redis, two servers");
     redis_decided(&servers);
 }

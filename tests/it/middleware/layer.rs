@@ -988,5 +988,24 @@ async fn axum_body_answers_as_the_layers_own_body_does() {
     assert_eq!(axum[1].2, "hi");
     let refused_by = axum[0].1["ratelimit-policy"].to_str().unwrap();
     assert!(refused_by.contains("in-flight"), "{refused_by}");
+    // The legacy reset is a wall-clock second: the two runs, one after
+    // the other, may fall on either side of one. The rest is equal.
+    let resets = |seen: &mut Vec<(StatusCode, HeaderMap, String)>| -> Vec<i64> {
+        seen.iter_mut()
+            .map(|(_, headers, _)| {
+                let reset = headers.remove("x-ratelimit-reset").unwrap();
+                reset.to_str().unwrap().parse().unwrap()
+            })
+            .collect()
+    };
+    let (mut own, mut axum) = (own, axum);
+    let (own_resets, axum_resets) = (resets(&mut own), resets(&mut axum));
+    assert!(
+        own_resets
+            .iter()
+            .zip(&axum_resets)
+            .all(|(o, a)| (a - o).abs() <= 1),
+        "{own_resets:?} {axum_resets:?}"
+    );
     assert_eq!(own, axum);
 }
