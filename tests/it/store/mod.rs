@@ -12,6 +12,7 @@ mod leases;
 mod memory_backend;
 mod redis_backend;
 mod repair;
+mod resharding;
 mod sentinel;
 mod state_store;
 mod tls;

@@ -356,34 +356,7 @@ impl RedisCluster {
     fn try_start(replicas: usize, node_timeout_ms: u32) -> Option<Self> {
         let timeout = node_timeout_ms.to_string();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
-            .map(|i| {
-                let conf = format!("nodes-{i}.conf");
-                let args = [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--repl-diskless-sync",
-                    "yes",
-                    "--repl-diskless-sync-delay",
-                    "0",
-                    // A primary down stops only its own slots, not the
-                    // whole cluster, while its replica takes over.
-                    "--cluster-require-full-coverage",
-                    "no",
-                ];
-                // The cluster bus listens on port + 10000, free too.
-                loop {
-                    let port = cluster_port();
-                    if let Some(node) =
-                        RedisServer::try_spawn("redis-server", port, temp_dir("redis"), &args)
-                    {
-                        break node;
-                    }
-                }
-            })
+            .map(|i| Self::node(i, &timeout))
             .collect();
         let addrs: Vec<String> = nodes
             .iter()
@@ -429,7 +402,83 @@ impl RedisCluster {
         Some(Self { nodes })
     }
 
+    /// The `i`th node of a cluster, started, not yet part of it.
+    fn node(i: usize, node_timeout_ms: &str) -> RedisServer {
+        let conf = format!("nodes-{i}.conf");
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+            "--cluster-node-timeout",
+            node_timeout_ms,
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+            // A primary down stops only its own slots, not the
+            // whole cluster, while its replica takes over.
+            "--cluster-require-full-coverage",
+            "no",
+        ];
+        // The cluster bus listens on port + 10000, free too.
+        loop {
+            let port = cluster_port();
+            if let Some(node) =
+                RedisServer::try_spawn("redis-server", port, temp_dir("redis"), &args)
+            {
+                break node;
+            }
+        }
+    }
+
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The first node's address, `host:port`, as `redis-cli --cluster`
+    /// names a cluster.
+    pub fn first(&self) -> String {
+        format!("127.0.0.1:{}", self.nodes[0].port)
+    }
+
+    /// `redis-cli --cluster <args>`, to its end (moving slots and their
+    /// keys live); panics when it fails.
+    pub fn manage(&self, args: &[&str]) {
+        assert!(self.try_manage(args), "redis-cli --cluster {args:?} failed");
+    }
+
+    /// [`manage`](Self::manage), saying whether it succeeded.
+    pub fn try_manage(&self, args: &[&str]) -> bool {
+        Command::new("redis-cli")
+            .arg("--cluster")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The id of node `i`.
+    pub fn id(&self, i: usize) -> String {
+        self.nodes[i].cli(&["CLUSTER", "MYID"]).trim().to_owned()
+    }
+
+    /// A fourth primary, empty, joined to the cluster (no slots yet: a
+    /// rebalance gives it some).
+    pub fn add_primary(&mut self) {
+        let node = Self::node(self.nodes.len(), "5000");
+        let new = format!("127.0.0.1:{}", node.port);
+        self.manage(&["add-node", &new, &self.first()]);
+        self.nodes.push(node);
+        // Every node must agree on it before slots can move to it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.try_manage(&["check", &self.first()]) {
+            assert!(
+                Instant::now() < deadline,
+                "the nodes did not agree on the new one"
+            );
+            sleep(Duration::from_millis(100));
+        }
     }
 }
