@@ -11,7 +11,7 @@ use super::tenants::{bring, TenantsPerAddress};
 use super::*;
 use axum::routing::MethodRouter;
 use tower_ratelimit::config::Limits;
-use tower_ratelimit::key::{Header, RequestHead};
+use tower_ratelimit::key::{Header, Or, RequestHead};
 use tower_ratelimit::layer::fair_share::FairShare;
 use tower_ratelimit::layer::Class;
 
@@ -24,7 +24,7 @@ pub fn capacity(config: &Config) -> FairShare {
         .expect("a second's capacity")
         .named("api_shared")
         .expect("a valid name")
-        .tenant(Header::new("x-user-id").or(client_ip(config)))
+        .tenant(tenant(config))
         .weight(|req| match tier(req) {
             Some("enterprise") => 10,
             Some("pro") => 4,
@@ -32,6 +32,12 @@ pub fn capacity(config: &Config) -> FairShare {
         })
         .class(class)
         .servers(config.servers)
+}
+
+/// Who a request of `/api/shared` is counted against: `x-user-id`, else
+/// the client address (the capacity and the tenants per address alike).
+pub(super) fn tenant(config: &Config) -> Or<Header, ClientIp> {
+    Header::new("x-user-id").or(client_ip(config))
 }
 
 /// `x-priority: critical` only for the enterprise tier: what the client's

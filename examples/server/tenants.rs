@@ -10,8 +10,9 @@
 //! `SHARED_PER_IP` alone lets an address bring as many as it asks
 //! requests. Counted in each server's memory, as `SHARED_PER_IP` is.
 
+use super::shared::tenant;
 use super::*;
-use tower_ratelimit::key::Header;
+use tower_ratelimit::key::{Header, Or};
 use tower_ratelimit::quota::QuotaError;
 use tower_ratelimit::{Limiter, Quota};
 
@@ -22,7 +23,7 @@ const PERIOD: Duration = Duration::from_secs(2);
 #[derive(Clone)]
 pub(super) struct TenantsPerAddress {
     address: ClientIp,
-    tenant: tower_ratelimit::key::Or<Header, ClientIp>,
+    tenant: Or<Header, ClientIp>,
     /// One per (address, tenant) each period: spent, the tenant is known.
     brought: Limiter,
     /// `SHARED_TENANTS_PER_IP` per address each period.
@@ -43,7 +44,7 @@ impl TenantsPerAddress {
         let memory = MemoryBackend::builder().max_keys(config.max_keys).build();
         Ok(Self {
             address: client_ip(config),
-            tenant: Header::new("x-user-id").or(client_ip(config)),
+            tenant: tenant(config),
             brought: Limiter::new(gcra("tenant-brought", 1)?).backend(memory.clone()),
             bringing: Limiter::new(gcra("tenants-per-ip", per_period)?).backend(memory),
         })
@@ -60,7 +61,7 @@ pub(super) async fn bring(
 ) -> Response {
     let head = RequestHead::from(&req);
     let keys = tenants.address.extract(&head).and_then(|address| {
-        let pair = (tenants.address.clone(), tenants.tenant.clone()).extract(&head)?;
+        let pair = Key::composite(&[address.clone(), tenants.tenant.extract(&head)?]);
         Ok((address, pair))
     });
     // Without an address or a tenant the capacity decides as it does.
@@ -76,7 +77,13 @@ pub(super) async fn bring(
     if !known {
         let counted = tenants.bringing.check(&address, 1).await;
         if !counted.is_allowed() {
-            let wait = counted.retry_after().unwrap_or(PERIOD).as_secs().max(1);
+            // Whole seconds, rounded up: never sooner than it would fit.
+            let wait = counted
+                .retry_after()
+                .unwrap_or(PERIOD)
+                .as_secs_f64()
+                .ceil()
+                .max(1.0);
             return (
                 StatusCode::TOO_MANY_REQUESTS,
                 [("retry-after", wait.to_string())],
