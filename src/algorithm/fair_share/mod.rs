@@ -52,9 +52,16 @@
 //!   place holds at most [`SMALL_POOL`](newcomers::SMALL_POOL) tenants or
 //!   it asks at least [`BUSY_TIMES`](newcomers::BUSY_TIMES) the
 //!   newcomers' mean rate (at most `SMALL_POOL` at once, then one a
-//!   window). A newcomer's `e` is at least a third, so that made-up ids
-//!   coming back with their shares saved stay behind established tenants
-//!   asking within theirs (`made_up_tenants_dilute_nobody`).
+//!   window): sixteen, so that a crowd of twelve arriving together gets
+//!   its shares (`light_tenants_arriving_with_many_others_are_served`
+//!   and the fair model's crowds: at 8, 6 cases of 300 broke). In a place
+//!   holding more, a newcomer's `e` is at least a third, so that made-up
+//!   ids coming back with their shares saved stay behind established
+//!   tenants asking within theirs (`made_up_tenants_dilute_nobody`); in
+//!   a smaller one it is its own, so that a light newcomer is not put
+//!   behind a crowd of hogs whose `e` has not grown yet (with the third
+//!   there, `light_tenants_arriving_with_many_others_are_served` refused
+//!   a light tenant's first request in 18 runs of 100).
 //! - Critical requests up to the critical reserve's part of `C` (20% by
 //!   default, a GCRA of its own) count as within a share whatever their
 //!   tenant's share; those past their shares, counted over the depth's

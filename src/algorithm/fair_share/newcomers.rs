@@ -4,10 +4,11 @@
 use super::counted::Counted;
 use super::settings::Settings;
 
-/// Newcomers graduate as soon as their first window ends while at most
-/// this many share the newcomers' place; at most this many graduate at
-/// once, then one a window.
-pub(crate) const SMALL_POOL: u64 = 8;
+/// Newcomers graduate a quarter window after they came while at most this
+/// many share the newcomers' place (a crowd of tenants arriving together,
+/// as after a restart; more are taken for made-up ids); at most this many
+/// graduate at once, then one a window.
+pub(crate) const SMALL_POOL: u64 = 16;
 
 /// A newcomer is judged busy on at least this many requests of its last
 /// window.
@@ -67,6 +68,11 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
+    /// Whether it holds more newcomers than graduate together.
+    pub(crate) fn crowded(&self) -> bool {
+        self.members > SMALL_POOL
+    }
+
     /// Its newcomers' weights together.
     pub(crate) fn weights(&self) -> u64 {
         self.weights

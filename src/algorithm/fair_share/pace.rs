@@ -52,10 +52,11 @@ impl Demand {
     /// `now` and before this request counts (0 while it asks within its
     /// share and its depth's burst, all a further depth ahead). A tenant
     /// starts a depth ahead: a hog is past it from its second request,
-    /// and one asking within its share never reaches it. A newcomer
-    /// counts at least a third: made-up ids silent a while, their shares
-    /// saved, come back behind established tenants asking within theirs.
-    pub(super) fn ask(&mut self, interval: u64, depth: u64, now: u64, pooled: bool) -> Ahead {
+    /// and one asking within its share never reaches it. A newcomer in a
+    /// `crowded` place counts at least a third: made-up ids silent a
+    /// while, their shares saved, come back behind established tenants
+    /// asking within theirs.
+    pub(super) fn ask(&mut self, interval: u64, depth: u64, now: u64, crowded: bool) -> Ahead {
         let step = depth.div_ceil(Self::DEPTH);
         self.level = if self.at == 0 {
             Self::DEPTH
@@ -66,7 +67,7 @@ impl Demand {
         let past = self.level.saturating_sub(Self::DEPTH).min(Self::DEPTH);
         self.level = (self.level + interval / step).min(2 * Self::DEPTH);
         self.at = self.at.max(now);
-        Ahead(if pooled {
+        Ahead(if crowded {
             past.max(Self::DEPTH / 3)
         } else {
             past

@@ -80,7 +80,9 @@ impl Shares {
         // at its share, not at a multiple of its own spacing).
         let depth = (2 * interval).max(settings.headroom / 2);
         let pace = Pace::new(interval, depth, own.tat, now);
-        let ahead = own.demand.ask(interval, depth, now, pooled);
+        let ahead = own
+            .demand
+            .ask(interval, depth, now, pooled && self.pool.crowded());
         let reserve = Pace::new(
             settings.reserve_interval,
             settings.reserve_depth,
@@ -163,6 +165,7 @@ fn tenant_interval(interval: u64, weights: u64, weight: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::fair_share::newcomers::SMALL_POOL;
     use crate::algorithm::fair_share::settings::MAX_WINDOW_US;
     use crate::algorithm::fair_share::tenants::MAX_WEIGHT;
 
@@ -411,8 +414,9 @@ mod tests {
 
     /// A tenant asking its weighted share (weights 1, beside 1, 10 or 50
     /// hogs each asking three times the capacity's part, arriving once
-    /// they are there) is refused at most 1% at every capacity from 1/s;
-    /// one asking a tenth of it, never.
+    /// they are there) is refused at most 1% from a quarter window after
+    /// it came, at every capacity from 1/s; one asking a tenth of it,
+    /// never.
     #[test]
     fn light_tenants_are_served_at_every_capacity() {
         for per_second in [1u32, 5, 20, 200, 5_000] {
@@ -423,8 +427,12 @@ mod tests {
                 let hog = client(3.0 * f64::from(per_second).max(10.0) / f64::from(hogs));
                 let mut clients = vec![hog; hogs as usize];
                 let from = 2.0;
+                // Counted from its first quarter window's end, as the
+                // guarantee is: before, a newcomer loses at most what it
+                // asks past the newcomers' place (the test below).
                 clients.push(Client {
                     from,
+                    counted_from: from + 0.25,
                     ..client(share)
                 });
                 clients.push(Client {
@@ -583,7 +591,7 @@ mod tests {
     }
 
     /// The guide's bound on made-up tenants: graduations are paced, so
-    /// after `t` s at most `N = 8 + t / W` made-up ids are tenants of
+    /// after `t` s at most `N = 16 + t / W` made-up ids are tenants of
     /// their own, and a real tenant of weight `w` keeps a share of at
     /// least `C · w / (Σw + N + 1 + t / (8 W))`. Made-up ids arriving one
     /// every `W / 2`, `W` and `2 W`, each asking like a real tenant, at
@@ -612,7 +620,7 @@ mod tests {
                 let verdict = shares.decide(&settings, ask(id, 1, DEFAULT, SECOND + at));
                 if id == 0 && at > SECOND {
                     let t = at as f64 / SECOND as f64;
-                    let bound = 1000.0 / (1.0 + 8.0 + t + 1.0 + t / 8.0);
+                    let bound = 1000.0 / (1.0 + SMALL_POOL as f64 + t + 1.0 + t / 8.0);
                     assert!(
                         f64::from(verdict.share) >= bound.floor(),
                         "made-up ids every {every} s, at {t:.1} s: share {} < {bound:.1}",

@@ -493,10 +493,8 @@ fn over_http_a_small_capacity_serves_light_tenants_in_full() {
 /// demand: at 20/s in memory, ten tenants arriving together, each asking
 /// 3.5/s (2.1 times its share), beside two asking 0.8/s, each on an
 /// address of its own, for 40 s. Prints what the light ones got, and
-/// fails on a refusal of theirs. Twelve tenants arriving together is
-/// more than the newcomers' place lets graduate at once (RELIABILITY,
-/// "Not done yet"): `cargo test --all-features --test it -- --ignored
-/// over_http_ten_tenants_arriving --nocapture`
+/// fails on a refusal of theirs: `cargo test --all-features --test it --
+/// --ignored over_http_ten_tenants_arriving --nocapture`
 #[test]
 #[ignore = "40 s: a measurement, run on demand"]
 fn over_http_ten_tenants_arriving_beside_two_light_ones() {

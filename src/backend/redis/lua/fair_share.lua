@@ -26,7 +26,7 @@ local reserve_interval = tonumber(ARGV[11])
 local reserve_depth = tonumber(ARGV[12])
 local depth = tonumber(ARGV[14])
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
-local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 8, 8, 4, 8, 10000
+local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 16, 8, 4, 8, 10000
 local now
 if ARGV[13] ~= '' then
   now = tonumber(ARGV[13])
@@ -196,7 +196,7 @@ end
 -- this request counts: how far past a depth ahead; a newcomer at least a
 -- third.
 local ahead = math.min(math.max(level - 1024, 0), 1024)
-if pooled then ahead = math.max(ahead, 341) end
+if pooled and pm > SMALL_POOL then ahead = math.max(ahead, 341) end
 own.level = math.min(level + idiv(t_interval, step), 2048)
 own.at = math.max(own.at, now)
 local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
