@@ -46,27 +46,33 @@ pub trait Clock: Send + Sync + 'static {
 /// operating system's monotonic clock, spreading the correction over the
 /// next 131 ms: it never steps back, and it is off by at most the drift
 /// of the time since its last correction (26 µs at 200 ppm when read
-/// often).
+/// often). A reading between corrections is the raw counter scaled by two
+/// multiplications, with no conversion through `Duration`.
 #[derive(Clone, Debug)]
 pub struct MonotonicClock {
     clock: quanta::Clock,
-    started: quanta::Instant,
-    /// The operating system's monotonic clock when `started` was read:
-    /// what the counter is corrected to.
+    /// The operating system's monotonic clock when the counter's first
+    /// reading was taken: what the counter is corrected to.
     reference: std::time::Instant,
     start: Micros,
+    /// The counter's rate as calibrated, in µs per 2^40 of its ticks
+    /// (not corrected: the course's slews do that), and its ticks in
+    /// [`CORRECT_EVERY`] µs at that rate.
+    rate: u64,
+    period: u64,
     course: Arc<Course>,
 }
 
-/// How often the course is corrected, and how long a correction takes,
-/// in µs of the counter: about 131 ms (a power of two: a shift, not a
-/// division, on every reading).
-const CORRECT_EVERY_BITS: u32 = 17;
-const CORRECT_EVERY: u64 = 1 << CORRECT_EVERY_BITS;
+/// How often the course is corrected, in µs: about 131 ms.
+const CORRECT_EVERY: u64 = 1 << 17;
 
-/// The clock's µs since `start` as a line through the counter's: `at` when
-/// the counter read `from`, gaining `slew` (or losing, negative) over the
-/// `CORRECT_EVERY` after it, then at the counter's rate.
+/// A rate's fixed point: µs per 2^40 ticks of the counter.
+const RATE_BITS: u32 = 40;
+
+/// The clock's µs since `start` as a line through the counter's ticks:
+/// `at` when the counter read `from`, then at the counter's calibrated
+/// rate, gaining `slew` µs per 2^40 ticks (or losing, negative) over the
+/// first [`CORRECT_EVERY`] µs after it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Line {
     from: u64,
@@ -75,18 +81,25 @@ struct Line {
 }
 
 impl Line {
+    /// At the counter's reading `counted`, for a counter of `rate` µs per
+    /// 2^40 ticks, `period` ticks in `CORRECT_EVERY` µs.
     #[inline]
-    fn at(self, counted: u64) -> u64 {
+    fn at(self, counted: u64, rate: u64, period: u64) -> u64 {
         let since = counted.saturating_sub(self.from);
-        let spread = (since.min(CORRECT_EVERY) as i64 * self.slew) >> CORRECT_EVERY_BITS;
-        self.at.saturating_add(since).saturating_add_signed(spread)
+        // One sum, then one shift: two rounded terms could step back.
+        let gone = (i128::from(since) * i128::from(rate)
+            + i128::from(since.min(period)) * i128::from(self.slew))
+            >> RATE_BITS;
+        let gone = u64::try_from(gone.max(0)).unwrap_or(u64::MAX);
+        self.at.saturating_add(gone)
     }
 
     /// The line from `counted` on that heads for `truth`: continuous with
-    /// this one, at a rate between half and one and a half of the
-    /// counter's; a clock behind by more than that can make up jumps ahead.
-    fn corrected(self, counted: u64, truth: u64) -> Line {
-        let now = self.at(counted);
+    /// this one, gaining or losing what it is off over the next
+    /// `CORRECT_EVERY` µs, at most half of it; a clock behind by more than
+    /// that can make up jumps ahead.
+    fn corrected(self, counted: u64, truth: u64, rate: u64, period: u64) -> Line {
+        let now = self.at(counted, rate, period);
         let error = truth as i64 - now as i64;
         let most = CORRECT_EVERY as i64 / 2;
         if error > most {
@@ -96,10 +109,12 @@ impl Line {
                 slew: 0,
             };
         }
+        // At most half the rate either way: it fits.
+        let slew = i128::from(rate) * i128::from(error.max(-most)) / i128::from(CORRECT_EVERY);
         Line {
             from: counted,
             at: now,
-            slew: error.max(-most),
+            slew: i64::try_from(slew).unwrap_or(0),
         }
     }
 }
@@ -116,6 +131,15 @@ struct Course {
 }
 
 impl Course {
+    fn new(line: Line) -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            from: AtomicU64::new(line.from),
+            at: AtomicU64::new(line.at),
+            slew: AtomicI64::new(line.slew),
+        }
+    }
+
     #[inline]
     fn read(&self) -> Line {
         loop {
@@ -138,9 +162,11 @@ impl Course {
         }
     }
 
-    /// Heads the line for `truth` from the counter's reading `counted`,
-    /// unless another caller is correcting it, or has since `counted`.
-    fn correct(&self, counted: u64, truth: u64) {
+    /// Heads the line for `truth` from the counter's reading `counted`
+    /// (the counter's calibrated `rate`, `period` ticks between
+    /// corrections), unless another caller is correcting it, or has since
+    /// `counted`.
+    fn correct(&self, counted: u64, truth: u64, rate: u64, period: u64) {
         let seq = self.seq.load(Ordering::Relaxed);
         // Claimed only from an even number: an odd one is a write under way.
         if seq & 1 == 1
@@ -153,8 +179,8 @@ impl Course {
         }
         fence(Ordering::Release);
         let line = self.fields();
-        if counted >= line.from + CORRECT_EVERY {
-            let line = line.corrected(counted, truth);
+        if counted >= line.from.saturating_add(period) {
+            let line = line.corrected(counted, truth, rate, period);
             self.from.store(line.from, Ordering::Relaxed);
             self.at.store(line.at, Ordering::Relaxed);
             self.slew.store(line.slew, Ordering::Relaxed);
@@ -169,15 +195,26 @@ impl MonotonicClock {
         // Calibrates the counter (milliseconds, the first time in a
         // process) before the three readings, which are then taken together.
         let clock = quanta::Clock::new();
+        // The calibration, read back: 2^40 ticks in ns, so in µs.
+        let rate = (clock.delta_as_nanos(0, 1 << RATE_BITS) / 1_000).max(1);
+        let period = u64::try_from((u128::from(CORRECT_EVERY) << RATE_BITS) / u128::from(rate))
+            .unwrap_or(u64::MAX);
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
+        let reference = std::time::Instant::now();
+        let started = clock.raw();
         Self {
-            reference: std::time::Instant::now(),
-            started: clock.now(),
             clock,
+            reference,
             start: Micros::from(since_epoch),
-            course: Arc::default(),
+            rate,
+            period,
+            course: Arc::new(Course::new(Line {
+                from: started,
+                at: 0,
+                slew: 0,
+            })),
         }
     }
 
@@ -187,7 +224,7 @@ impl MonotonicClock {
     #[inline(never)]
     fn corrected(&self, counted: u64) -> Line {
         let truth = micros_in(self.reference.elapsed());
-        self.course.correct(counted, truth);
+        self.course.correct(counted, truth, self.rate, self.period);
         self.course.read()
     }
 }
@@ -206,12 +243,13 @@ impl Default for MonotonicClock {
 impl Clock for MonotonicClock {
     #[inline]
     fn now(&self) -> Micros {
-        let counted = micros_in(self.clock.now().saturating_duration_since(self.started));
+        let counted = self.clock.raw();
         let mut line = self.course.read();
-        if counted >= line.from + CORRECT_EVERY {
+        if counted >= line.from.saturating_add(self.period) {
             line = self.corrected(counted);
         }
-        Micros::new(self.start.as_u64().saturating_add(line.at(counted)))
+        let at = line.at(counted, self.rate, self.period);
+        Micros::new(self.start.as_u64().saturating_add(at))
     }
 }
 
@@ -251,14 +289,16 @@ mod tests {
     /// slow), read every `every` µs for 10 s and corrected as the clock
     /// does: the worst distance from the truth, and the largest step back.
     fn follow(ppm: i64, every: u64) -> (u64, i64) {
-        let (mut line, mut last) = (Line::default(), 0i64);
-        let (mut worst, mut back) = (0u64, 0i64);
+        // A tick a µs as calibrated.
+        let rate = 1 << RATE_BITS;
+        let mut line = Line::default();
+        let (mut worst, mut back, mut last) = (0u64, 0i64, 0i64);
         for truth in (0..10_000_000u64).step_by(every as usize) {
             let counted = (truth as i64 + truth as i64 * ppm / 1_000_000) as u64;
             if counted >= line.from + CORRECT_EVERY {
-                line = line.corrected(counted, truth);
+                line = line.corrected(counted, truth, rate, CORRECT_EVERY);
             }
-            let now = line.at(counted);
+            let now = line.at(counted, rate, CORRECT_EVERY);
             worst = worst.max(now.abs_diff(truth));
             back = back.max(last - now as i64);
             last = now as i64;
@@ -299,7 +339,7 @@ mod tests {
                     for n in 1..200_000u64 {
                         let from = (n * 2 + w) * CORRECT_EVERY;
                         // Truth at twice the counter: `at` is twice `from`.
-                        course.correct(from, 2 * from);
+                        course.correct(from, 2 * from, 0, CORRECT_EVERY);
                     }
                 })
             })
@@ -320,8 +360,9 @@ mod tests {
 
     #[test]
     fn a_counter_far_behind_catches_up_at_once() {
-        let line = Line::default().corrected(1_000_000, 3_000_000);
-        assert_eq!(line.at(1_000_000), 3_000_000);
+        let rate = 1 << RATE_BITS;
+        let line = Line::default().corrected(1_000_000, 3_000_000, rate, CORRECT_EVERY);
+        assert_eq!(line.at(1_000_000, rate, CORRECT_EVERY), 3_000_000);
     }
 
     #[test]
