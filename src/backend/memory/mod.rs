@@ -326,6 +326,7 @@ impl<C: Clock> MemoryBackend<C> {
 
 impl Store {
     /// `policy` as this backend enforces it: whole, or its share.
+    #[inline]
     fn local<'a>(&self, policy: &'a Policy) -> Cow<'a, Policy> {
         match &self.share {
             None => Cow::Borrowed(policy),
@@ -338,15 +339,42 @@ impl Store {
     #[inline]
     fn locate(&self, key: &Key) -> (u64, &RwLock<Shard>) {
         let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
-        // The high bits pick the shard; fingerprints mix all bits anew.
-        (
-            base,
-            &self.shards[((base >> 40) & self.shard_mask) as usize].0,
-        )
+        // The low bits pick the shard; a shard's table places keys by
+        // the high bits.
+        (base, &self.shards[(base & self.shard_mask) as usize].0)
     }
 
+    /// Decides, each decision marked as it is made: built where it is
+    /// returned (marking it after a call made a copy of it on every
+    /// request, a tenth of a hot key's time).
     fn check(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
-        self.marked(self.check_local(key, policy, cost, now))
+        let policy = self.local(policy);
+        let policy = &*policy;
+        let (base, lock) = self.locate(key);
+        if let Some((gcra, limit_id)) = lone_bucket(policy) {
+            // A known key under a lone bucket: one swap under the read lock.
+            let shard = read(lock);
+            if let Some(slot) = shard.buckets.find(shard::fingerprint(base, limit_id)) {
+                let outcome = shard.buckets.at(slot).check_and_consume(gcra, now, cost);
+                drop(shard);
+                return self.marked(Decision::one(outcome));
+            }
+        }
+        let mut shard = write(lock);
+        let at_capacity = self.at_capacity;
+        if let Some(outcome) = decide::check_one(&mut shard, policy, base, cost, now, at_capacity) {
+            // The decision is made once the lock is let go.
+            drop(shard);
+            return self.marked(Decision::one(outcome));
+        }
+        self.marked(decide::check(
+            &mut shard,
+            policy,
+            base,
+            cost,
+            now,
+            at_capacity,
+        ))
     }
 
     /// `decision`, marked with the number of servers whose share it was
@@ -357,29 +385,6 @@ impl Store {
             None => decision,
             Some(share) => decision.shared_by(share.servers),
         }
-    }
-
-    fn check_local(&self, key: &Key, policy: &Policy, cost: u32, now: Micros) -> Decision {
-        let policy = self.local(policy);
-        let policy = &*policy;
-        let (base, lock) = self.locate(key);
-        if let Some((gcra, limit_id)) = lone_bucket(policy) {
-            // A known key under a lone bucket: one swap under the read lock.
-            let shard = read(lock);
-            if let Some(slot) = shard.buckets.find(shard::fingerprint(base, limit_id)) {
-                let outcome = shard.buckets.at(slot).check_and_consume(gcra, now, cost);
-                drop(shard);
-                return Decision::one(outcome);
-            }
-        }
-        let mut shard = write(lock);
-        let at_capacity = self.at_capacity;
-        if let Some(outcome) = decide::check_one(&mut shard, policy, base, cost, now, at_capacity) {
-            // The decision is made once the lock is let go.
-            drop(shard);
-            return Decision::one(outcome);
-        }
-        decide::check(&mut shard, policy, base, cost, now, at_capacity)
     }
 
     fn settle(&self, key: &Key, policy: &Policy, amounts: Settlement, now: Micros) -> Decision {

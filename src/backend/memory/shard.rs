@@ -488,18 +488,14 @@ impl<S: Entries<State>, L: Entries<TimedLog>, B: Entries<Tat>> Shard<S, L, B> {
 /// are short: bounded work per request, like the cap's own reclaiming.
 const RECLAIM_FOR_BYTES: usize = 64;
 
-/// A limit's own fingerprint of a key: a mix of the key's base hash with
-/// the limit's identity, even (the low bit is [`KEPT`]'s) and never 0 (0
-/// marks an empty slot).
+/// A limit's own fingerprint of a key: the key's base hash (keyed
+/// SipHash, so nobody can aim one key at another's) told apart by the
+/// limit's identity (itself a hash), even (the low bit is [`KEPT`]'s) and
+/// never 0 (0 marks an empty slot). A table places it by its high bits,
+/// which the shard's choice (the low bits) leaves uniform.
 #[inline]
 pub(crate) fn fingerprint(base: u64, limit_id: u64) -> u64 {
-    let mut x = base ^ limit_id;
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    (x & !KEPT).max(2)
+    ((base ^ limit_id) & !KEPT).max(2)
 }
 
 /// Where a penalty box keeps a key's strikes and bans: two more
