@@ -967,25 +967,34 @@ proptest! {
     }
 }
 
+/// Cases for Redis: the small capacities, at most ~3,000 calls each.
+fn on_redis_case() -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![Just(0usize), Just(1usize), Just(2usize), Just(5usize)],
+        raw_case(),
+    )
+        .prop_map(|(capacity_at, (_, raw, classy))| build(capacity_at, &raw, classy, 3_000.0))
+}
+
+/// `case` decided on Redis.
+fn run_on_redis(case: &Case) -> Vec<Seen> {
+    runtime().block_on(async {
+        let backend = RedisBackend::builder(&RedisServer::per_thread_url())
+            .timeout(AGREE)
+            .connect()
+            .await
+            .unwrap();
+        run(case, capacity(case.quota).redis(backend)).await
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4, ..ProptestConfig::default() })]
 
     /// Redis, the small capacities (at most ~3,000 calls a case).
     #[test]
-    fn fair_share_follows_the_model_on_redis(
-        (capacity_at, raw, classy) in (prop_oneof![Just(0usize), Just(1usize), Just(2usize), Just(5usize)], raw_case().prop_map(|(_, r, c)| (r, c)))
-            .prop_map(|(k, (r, c))| (k, r, c))
-    ) {
-        let case = build(capacity_at, &raw, classy, 3_000.0);
-        let seen = runtime().block_on(async {
-            let backend = RedisBackend::builder(&RedisServer::per_thread_url())
-                .timeout(AGREE)
-                .connect()
-                .await
-                .unwrap();
-            run(&case, capacity(case.quota).redis(backend)).await
-        });
-        if let Err(failure) = check(&case, &seen, "redis") {
+    fn fair_share_follows_the_model_on_redis(case in on_redis_case()) {
+        if let Err(failure) = check(&case, &run_on_redis(&case), "redis") {
             prop_assert!(false, "{}", failure);
         }
     }
@@ -993,8 +1002,8 @@ proptest! {
 
 /// The model over many cases, on demand (`N` cases of each memory
 /// generator, 1,000 by default; `WHICH` one of `crowd`, `hogs`, `random`,
-/// all by default; `SEED` a byte for other draws): every break printed,
-/// and none allowed.
+/// all by default, or `redis`, the Redis test's cases on Redis; `SEED` a
+/// byte for other draws): every break printed, and none allowed.
 /// `N=4000 cargo test --all-features --test it -- --ignored
 /// fair_model::over_many_cases --nocapture`
 #[test]
@@ -1022,13 +1031,18 @@ fn over_many_cases() {
         None => TestRunner::deterministic(),
     };
     let mut broken = 0;
-    for generator in ["random", "hogs", "crowd"] {
-        if which.as_deref().is_some_and(|w| w != generator) {
+    for generator in ["random", "hogs", "crowd", "redis"] {
+        let picked = match which.as_deref() {
+            Some(w) => w == generator,
+            None => generator != "redis",
+        };
+        if !picked {
             continue;
         }
         for _ in 0..n {
             let case = match generator {
                 "crowd" => crowd(20_000.0).new_tree(&mut runner).unwrap().current(),
+                "redis" => on_redis_case().new_tree(&mut runner).unwrap().current(),
                 "hogs" => beside_hogs(20_000.0)
                     .new_tree(&mut runner)
                     .unwrap()
@@ -1038,8 +1052,15 @@ fn over_many_cases() {
                     build(c, &raw, classy, 20_000.0)
                 }
             };
-            let seen = runtime().block_on(run(&case, capacity(case.quota)));
-            if let Err(failure) = check(&case, &seen, "memory") {
+            let (seen, label) = if generator == "redis" {
+                (run_on_redis(&case), "redis")
+            } else {
+                (
+                    runtime().block_on(run(&case, capacity(case.quota))),
+                    "memory",
+                )
+            };
+            if let Err(failure) = check(&case, &seen, label) {
                 broken += 1;
                 println!("{generator}: {failure}");
             }
