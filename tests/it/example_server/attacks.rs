@@ -571,8 +571,9 @@ fn made_up_ids_fill_redis_no_faster_than_the_per_address_limit() {
 /// users, failing each 5 times and then once more: their lockouts pushed
 /// its own lockout on a real user out of memory, and the right password
 /// got in. Now one address fails at most 50 logins per 15 minutes whatever
-/// the user, so it makes at most 10 lockouts: its lockout holds (and
-/// another address's login of that user is its own).
+/// the user (and one more each 18 s the flood lasts), so it makes at most
+/// 10 lockouts: its lockout holds (and another address's login of that
+/// user is its own).
 #[test]
 fn made_up_login_users_do_not_lift_a_lockout() {
     let server = ExampleServer::start(&[("MAX_KEYS", "2000"), ("IDS_PER_IP", "1000000")]);
@@ -580,6 +581,7 @@ fn made_up_login_users_do_not_lift_a_lockout() {
         let body = format!("user={user}&password={password}");
         format!("POST /api/login HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{body}", body.len())
     };
+    let began = Instant::now();
     let statuses = server.statuses_kept_alive((0..6).map(|_| login("ann", "wrong")));
     assert_eq!(statuses, [401, 401, 401, 401, 401, 429]);
     let started = Instant::now();
@@ -591,7 +593,13 @@ fn made_up_login_users_do_not_lift_a_lockout() {
         "60,000 failing logins of made-up users in {:?}: {failed} answered 401",
         started.elapsed()
     );
-    assert_eq!(failed, 45, "the lockout itself is one of the 50: {failed}");
+    // The lockout itself is one of the 50; the limit gives one back each
+    // 18 s (50 per 15 minutes), which a loaded machine's flood may last.
+    let given_back = (began.elapsed().as_secs_f64() / 18.0).ceil() as usize;
+    assert!(
+        (45..=45 + given_back).contains(&failed),
+        "{failed} failures answered, 45 and {given_back} given back at most"
+    );
     let statuses = server.statuses_kept_alive([login("ann", "demo")]);
     assert_eq!(statuses, [429], "the lockout was lifted");
     let mut elsewhere = KeptAlive::from(2, server.port);
