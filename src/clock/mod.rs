@@ -55,11 +55,7 @@ pub struct MonotonicClock {
     /// reading was taken: what the counter is corrected to.
     reference: std::time::Instant,
     start: Micros,
-    /// The counter's rate as calibrated, in µs per 2^40 of its ticks
-    /// (not corrected: the course's slews do that), and its ticks in
-    /// [`CORRECT_EVERY`] µs at that rate.
-    rate: u64,
-    period: u64,
+    calibration: Calibration,
     course: Arc<Course>,
 }
 
@@ -68,6 +64,24 @@ const CORRECT_EVERY: u64 = 1 << 17;
 
 /// A rate's fixed point: µs per 2^40 ticks of the counter.
 const RATE_BITS: u32 = 40;
+
+/// The counter's rate as calibrated, in µs per 2^40 of its ticks (not
+/// corrected: the course's slews do that), and its ticks in
+/// [`CORRECT_EVERY`] µs at that rate.
+#[derive(Clone, Copy, Debug)]
+struct Calibration {
+    rate: u64,
+    period: u64,
+}
+
+impl Calibration {
+    fn new(rate: u64) -> Self {
+        let rate = rate.max(1);
+        let period = u64::try_from((u128::from(CORRECT_EVERY) << RATE_BITS) / u128::from(rate))
+            .unwrap_or(u64::MAX);
+        Self { rate, period }
+    }
+}
 
 /// The clock's µs since `start` as a line through the counter's ticks:
 /// `at` when the counter read `from`, then at the counter's calibrated
@@ -81,10 +95,10 @@ struct Line {
 }
 
 impl Line {
-    /// At the counter's reading `counted`, for a counter of `rate` µs per
-    /// 2^40 ticks, `period` ticks in `CORRECT_EVERY` µs.
+    /// At the counter's reading `counted`, for a counter of `calibration`.
     #[inline]
-    fn at(self, counted: u64, rate: u64, period: u64) -> u64 {
+    fn at(self, counted: u64, calibration: Calibration) -> u64 {
+        let Calibration { rate, period } = calibration;
         let since = counted.saturating_sub(self.from);
         // One sum, then one shift: two rounded terms could step back.
         let gone = (i128::from(since) * i128::from(rate)
@@ -98,8 +112,8 @@ impl Line {
     /// this one, gaining or losing what it is off over the next
     /// `CORRECT_EVERY` µs, at most half of it; a clock behind by more than
     /// that can make up jumps ahead.
-    fn corrected(self, counted: u64, truth: u64, rate: u64, period: u64) -> Line {
-        let now = self.at(counted, rate, period);
+    fn corrected(self, counted: u64, truth: u64, calibration: Calibration) -> Line {
+        let now = self.at(counted, calibration);
         let error = truth as i64 - now as i64;
         let most = CORRECT_EVERY as i64 / 2;
         if error > most {
@@ -110,7 +124,8 @@ impl Line {
             };
         }
         // At most half the rate either way: it fits.
-        let slew = i128::from(rate) * i128::from(error.max(-most)) / i128::from(CORRECT_EVERY);
+        let slew =
+            i128::from(calibration.rate) * i128::from(error.max(-most)) / i128::from(CORRECT_EVERY);
         Line {
             from: counted,
             at: now,
@@ -162,11 +177,9 @@ impl Course {
         }
     }
 
-    /// Heads the line for `truth` from the counter's reading `counted`
-    /// (the counter's calibrated `rate`, `period` ticks between
-    /// corrections), unless another caller is correcting it, or has since
-    /// `counted`.
-    fn correct(&self, counted: u64, truth: u64, rate: u64, period: u64) {
+    /// Heads the line for `truth` from the counter's reading `counted`,
+    /// unless another caller is correcting it, or has since `counted`.
+    fn correct(&self, counted: u64, truth: u64, calibration: Calibration) {
         let seq = self.seq.load(Ordering::Relaxed);
         // Claimed only from an even number: an odd one is a write under way.
         if seq & 1 == 1
@@ -179,8 +192,8 @@ impl Course {
         }
         fence(Ordering::Release);
         let line = self.fields();
-        if counted >= line.from.saturating_add(period) {
-            let line = line.corrected(counted, truth, rate, period);
+        if counted >= line.from.saturating_add(calibration.period) {
+            let line = line.corrected(counted, truth, calibration);
             self.from.store(line.from, Ordering::Relaxed);
             self.at.store(line.at, Ordering::Relaxed);
             self.slew.store(line.slew, Ordering::Relaxed);
@@ -196,9 +209,7 @@ impl MonotonicClock {
         // process) before the three readings, which are then taken together.
         let clock = quanta::Clock::new();
         // The calibration, read back: 2^40 ticks in ns, so in µs.
-        let rate = (clock.delta_as_nanos(0, 1 << RATE_BITS) / 1_000).max(1);
-        let period = u64::try_from((u128::from(CORRECT_EVERY) << RATE_BITS) / u128::from(rate))
-            .unwrap_or(u64::MAX);
+        let calibration = Calibration::new(clock.delta_as_nanos(0, 1 << RATE_BITS) / 1_000);
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
@@ -208,8 +219,7 @@ impl MonotonicClock {
             clock,
             reference,
             start: Micros::from(since_epoch),
-            rate,
-            period,
+            calibration,
             course: Arc::new(Course::new(Line {
                 from: started,
                 at: 0,
@@ -224,7 +234,7 @@ impl MonotonicClock {
     #[inline(never)]
     fn corrected(&self, counted: u64) -> Line {
         let truth = micros_in(self.reference.elapsed());
-        self.course.correct(counted, truth, self.rate, self.period);
+        self.course.correct(counted, truth, self.calibration);
         self.course.read()
     }
 }
@@ -245,10 +255,10 @@ impl Clock for MonotonicClock {
     fn now(&self) -> Micros {
         let counted = self.clock.raw();
         let mut line = self.course.read();
-        if counted >= line.from.saturating_add(self.period) {
+        if counted >= line.from.saturating_add(self.calibration.period) {
             line = self.corrected(counted);
         }
-        let at = line.at(counted, self.rate, self.period);
+        let at = line.at(counted, self.calibration);
         Micros::new(self.start.as_u64().saturating_add(at))
     }
 }
@@ -290,15 +300,15 @@ mod tests {
     /// does: the worst distance from the truth, and the largest step back.
     fn follow(ppm: i64, every: u64) -> (u64, i64) {
         // A tick a µs as calibrated.
-        let rate = 1 << RATE_BITS;
+        let calibration = Calibration::new(1 << RATE_BITS);
         let mut line = Line::default();
         let (mut worst, mut back, mut last) = (0u64, 0i64, 0i64);
         for truth in (0..10_000_000u64).step_by(every as usize) {
             let counted = (truth as i64 + truth as i64 * ppm / 1_000_000) as u64;
             if counted >= line.from + CORRECT_EVERY {
-                line = line.corrected(counted, truth, rate, CORRECT_EVERY);
+                line = line.corrected(counted, truth, calibration);
             }
-            let now = line.at(counted, rate, CORRECT_EVERY);
+            let now = line.at(counted, calibration);
             worst = worst.max(now.abs_diff(truth));
             back = back.max(last - now as i64);
             last = now as i64;
@@ -339,7 +349,11 @@ mod tests {
                     for n in 1..200_000u64 {
                         let from = (n * 2 + w) * CORRECT_EVERY;
                         // Truth at twice the counter: `at` is twice `from`.
-                        course.correct(from, 2 * from, 0, CORRECT_EVERY);
+                        let still = Calibration {
+                            rate: 0,
+                            period: CORRECT_EVERY,
+                        };
+                        course.correct(from, 2 * from, still);
                     }
                 })
             })
@@ -360,9 +374,9 @@ mod tests {
 
     #[test]
     fn a_counter_far_behind_catches_up_at_once() {
-        let rate = 1 << RATE_BITS;
-        let line = Line::default().corrected(1_000_000, 3_000_000, rate, CORRECT_EVERY);
-        assert_eq!(line.at(1_000_000, rate, CORRECT_EVERY), 3_000_000);
+        let calibration = Calibration::new(1 << RATE_BITS);
+        let line = Line::default().corrected(1_000_000, 3_000_000, calibration);
+        assert_eq!(line.at(1_000_000, calibration), 3_000_000);
     }
 
     #[test]
