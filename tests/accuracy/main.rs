@@ -1,20 +1,22 @@
 //! Accuracy under faults, measured end to end.
 //!
-//! k servers (the library as a service holds it: its own Redis
-//! connections, a breaker, a local fallback of its share, its own copy of
-//! the fleet's limits file) decide for many clients on many keys — one
-//! route per algorithm — while Redis is killed and restarted empty,
-//! frozen, failed over, slowed or cut off from one server, a limit changes
-//! and a server restarts. Every decision (when it was asked and answered,
-//! by which server, on which key, under which limit, admitted or not, by
-//! Redis or the fallback) and every fault is written to `decisions.csv`
-//! and `events.csv` in a folder per run; `scripts/accuracy-check`, which
+//! k example servers (`examples/server`, its binary run as a user runs
+//! it: its own Redis connections, a breaker, a local fallback of its
+//! share, the fleet's limits) decide over HTTP for many clients on many
+//! keys — one route per algorithm — while Redis is killed and restarted
+//! empty, frozen, failed over, slowed or cut off from one server, a limit
+//! changes and a server restarts. Every decision (when it was asked and
+//! answered, by which server, on which key, under which limit, admitted or
+//! not, by Redis or the fallback, as its status and `RateLimit-Policy`
+//! header say) and every fault is written to `decisions.csv` and
+//! `events.csv` in a folder per run; `scripts/accuracy-check`, which
 //! shares no code with `src/`, checks them against the documented bounds.
 //!
 //! Run by `scripts/accuracy` (`ACCURACY_SHORT=1`: standalone, 3 servers,
 //! one fault of each kind; `ACCURACY_RUNS=cluster-3,sentinel-10`: those
 //! runs of the full schedule):
-//! `cargo test --all-features --test accuracy -- OUT_DIR`.
+//! `cargo test --all-features --test accuracy -- OUT_DIR`, once the
+//! example is built (`cargo build --all-features --example server`).
 
 // The tests' Redis processes and proxy (their module allows what this
 // binary leaves unused).
@@ -31,8 +33,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use record::{Decided, Recorder};
-use servers::{Applied, Server, Servers, CHANGED, ROUTES, TIMEOUT};
+use servers::{Applied, Server, Servers, CHANGED, FILE, ROUTES, TIMEOUT};
 use store::{Fault, Store, Topology};
+use tower_ratelimit::backend::RedisBackend;
+use tower_ratelimit::config::LimitsFile;
+use tower_ratelimit::key::RequestHead;
 
 /// Clients at once, and the pause each makes between its requests: about
 /// 600 decisions a second in all, 25 a second on each of 24 keys.
@@ -92,32 +97,39 @@ fn main() {
 /// One run: the topology started, `servers` servers on it, the schedule
 /// of its faults `rounds` times under load; the history written to `dir`.
 async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> usize {
+    std::fs::create_dir_all(dir).expect("the run's folder");
+    let file = dir.join("limits.toml");
+    std::fs::write(&file, FILE).expect("the run's limits file");
+    let file = file.to_str().expect("a UTF-8 path").to_owned();
     let mut store = Store::start(topology, servers).await;
     let recorder = Arc::new(Recorder::new(&topology.to_string(), servers, TOLERANCE_US));
     let mut started = Vec::new();
     for i in 0..servers {
-        started.push(start(&store, i, servers).await);
+        started.push(start(&store, i, servers, &file).await);
     }
     let fleet = Arc::new(Servers::new(started));
-    let policies = fleet.get(0).unwrap().limits.current();
-    for route in &ROUTES {
-        let text = route_limits(&policies, route.path);
-        recorder.event_at(0, "policy", None, &text.event(route.prefix));
+    // Each route's limits the run may set, the first in force at the start.
+    let versions: Vec<_> = ROUTES.iter().map(servers::versions).collect();
+    let versions = Arc::new(versions);
+    for (route, versions) in ROUTES.iter().zip(versions.iter()) {
+        recorder.event_at(0, "policy", None, &versions[0].event(route.prefix));
     }
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
-        .map(|c| tokio::spawn(client(c, fleet.clone(), recorder.clone(), stop.clone())))
+        .map(|c| {
+            let (fleet, versions) = (fleet.clone(), versions.clone());
+            tokio::spawn(client(c, fleet, versions, recorder.clone(), stop.clone()))
+        })
         .collect();
 
-    let clocks = tokio::spawn(clocks(fleet.clone(), recorder.clone(), stop.clone()));
     tokio::time::sleep(QUIET).await;
     for round in 0..rounds {
         for fault in store.faults() {
             if fault == Fault::Failover && round > 0 {
                 continue; // the old primary is gone: one failover a run
             }
-            inject(fault, round, &mut store, &fleet, &recorder).await;
+            inject(fault, round, &mut store, &fleet, &recorder, &file).await;
             tokio::time::sleep(QUIET).await;
         }
     }
@@ -125,17 +137,24 @@ async fn run(topology: Topology, servers: usize, rounds: usize, dir: &Path) -> u
     for client in clients {
         client.await.unwrap();
     }
-    clocks.await.unwrap();
     recorder.write(dir).expect("the history is written");
     recorder.decisions()
 }
 
-/// Server `i` of `servers`, started on `store` (retried for a few
-/// seconds: a server may start while Redis recovers).
-async fn start(store: &Store, i: usize, servers: usize) -> Server {
+/// Server `i` of `servers`, started on `store` with the limits `file`
+/// (retried for a few seconds: a server may start while Redis recovers).
+async fn start(store: &Store, i: usize, servers: usize, file: &str) -> Server {
     let url = store.url_for(i);
     let what = format!("starting server {i}");
-    retried(&what, || Server::start(&url, &url, servers as u32)).await
+    retried(&what, || {
+        let (url, file) = (url.clone(), file.to_owned());
+        async move {
+            tokio::task::spawn_blocking(move || Server::start(&url, &file, servers as u32))
+                .await
+                .map_err(|e| e.to_string())?
+        }
+    })
+    .await
 }
 
 /// What `attempt` gives once it succeeds, tried 50 times at most, 100 ms
@@ -158,16 +177,23 @@ async fn retried<T, E: std::fmt::Display, F: std::future::Future<Output = Result
 
 /// One client: a request every `PACE` on a key of a route, each to the
 /// next running server, until told to stop.
-async fn client(c: usize, servers: Arc<Servers>, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
+async fn client(
+    c: usize,
+    servers: Arc<Servers>,
+    versions: Arc<Vec<Vec<Applied>>>,
+    recorder: Arc<Recorder>,
+    stop: Arc<AtomicBool>,
+) {
     let mut rng =
         XorShift(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
     let mut next = tokio::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let route = &ROUTES[rng.below(ROUTES.len())];
+        let r = rng.below(ROUTES.len());
+        let route = &ROUTES[r];
         let key = format!("{}:{}", route.prefix, rng.below(KEYS_PER_ROUTE));
         if let Some((server, s)) = servers.pick(rng.below(servers.len())) {
             let sent = recorder.now();
-            let answer = s.decide(route, &key).await;
+            let answer = s.decide(route, &key, &versions[r]).await;
             let received = recorder.now();
             recorder.decision(&Decided {
                 sent,
@@ -188,20 +214,6 @@ async fn client(c: usize, servers: Arc<Servers>, recorder: Arc<Recorder>, stop: 
     }
 }
 
-/// Each server's fallback clock against the wall clock, every second:
-/// the fallback's windows are aligned to its own clock.
-async fn clocks(servers: Arc<Servers>, recorder: Arc<Recorder>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::Relaxed) {
-        for i in 0..servers.len() {
-            if let Some(server) = servers.get(i) {
-                let detail = format!("offset_us={}", server.clock_offset());
-                recorder.event("clock", Some(i), &detail);
-            }
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
 /// Injects `fault`, records when it began and ended, and what it lost.
 async fn inject(
     fault: Fault,
@@ -209,6 +221,7 @@ async fn inject(
     store: &mut Store,
     servers: &Servers,
     recorder: &Recorder,
+    file: &str,
 ) {
     let kind = format!("kind={}", fault.name());
     // One server is hit by faults of one server, in turn.
@@ -231,7 +244,13 @@ async fn inject(
             store.thaw();
         }
         Fault::Failover => {
-            recorder.event("state_lost", None, "");
+            match failing_shard_keys(store).await {
+                None => recorder.event("state_lost", None, ""),
+                Some(keys) if keys.is_empty() => 0,
+                Some(keys) => {
+                    recorder.event("state_lost", None, &format!("keys={}", keys.join("|")))
+                }
+            };
             tokio::task::block_in_place(|| store.fail_over());
         }
         Fault::Latency => {
@@ -247,38 +266,70 @@ async fn inject(
             proxy.cut(false);
         }
         Fault::LimitChange => {
-            let (path, limits) = CHANGED;
-            let limits = limits[round % 2];
+            let limits = CHANGED.1[round % 2];
             let server = servers.pick(0).expect("a server runs").1;
-            let changed = retried("changing a limit", || {
-                server
-                    .fleet
-                    .change(|f| f.with_route_limits(None, path, limits))
+            retried("changing a limit", || {
+                let server = server.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || server.change(limits))
+                        .await
+                        .unwrap()
+                }
             })
             .await;
-            let route = ROUTES.iter().find(|r| r.path == path).unwrap();
-            let text = route_limits(&changed, path);
-            recorder.event("policy", None, &text.event(route.prefix));
+            let route = ROUTES.iter().find(|r| r.path == CHANGED.0).unwrap();
+            let changed = servers::changed_file(limits);
+            let applied = Applied::of(&servers::policy_of(&changed, route.path));
+            recorder.event("policy", None, &applied.event(route.prefix));
         }
         Fault::ServerRestart => {
             drop(servers.stop(one));
             tokio::time::sleep(Duration::from_secs(1)).await;
             recorder.event("state_lost", Some(one), "");
-            let server = start(store, one, servers.len()).await;
+            let server = start(store, one, servers.len(), file).await;
             servers.put(one, server);
         }
     }
     recorder.event("fault_end", on, &kind);
 }
 
-/// The limits `file` gives `path`, in the history's terms.
-fn route_limits(file: &tower_ratelimit::config::LimitsFile, path: &str) -> Applied {
-    let req = http::Request::get(path).body(()).unwrap();
-    let head = tower_ratelimit::key::RequestHead::from(&req);
-    let policy = file
-        .policy(&http::Method::GET, path, &head)
-        .expect("a route");
-    Applied::of(&policy)
+/// The clients' keys whose states a failover loses, when it loses one
+/// shard's (a cluster's first primary) and not every state: each client's
+/// Redis keys named as the example names them (its limits file's key and
+/// limit, the default key format), each name checked to be in Redis.
+async fn failing_shard_keys(store: &Store) -> Option<Vec<String>> {
+    if !store.failing_is_one_shard() {
+        return None;
+    }
+    let naming = RedisBackend::builder(&store.url_for(0))
+        .connect()
+        .await
+        .expect("the cluster answers");
+    let file = LimitsFile::parse(FILE).expect("the run's limits file");
+    let mut lost = Vec::new();
+    for route in &ROUTES {
+        let limit = servers::policy_of(&file, route.path).limits()[0].clone();
+        for n in 0..KEYS_PER_ROUTE {
+            let id = format!("{}:{n}", route.prefix);
+            let req = http::Request::get(route.path)
+                .header("x-user-id", id.as_str())
+                .body(())
+                .unwrap();
+            let key = file
+                .key_on(&http::Method::GET, route.path, &RequestHead::from(&req))
+                .expect("a keyed route")
+                .expect("a key");
+            let names = naming.redis_keys(&key, &limit);
+            assert!(
+                names.iter().any(|name| store.holds(name)),
+                "{id}: none of {names:?} is in Redis: the example names its keys otherwise"
+            );
+            if names.iter().any(|name| store.on_failing_primary(name)) {
+                lost.push(id);
+            }
+        }
+    }
+    Some(lost)
 }
 
 /// A small seeded generator: runs differ only by what the machine does.

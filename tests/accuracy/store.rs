@@ -182,6 +182,34 @@ impl Store {
         }
     }
 
+    /// Whether a failover loses one shard's states of several (a
+    /// cluster's), not every state.
+    pub fn failing_is_one_shard(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
+    /// Whether the Redis key `name` lives on the primary a failover
+    /// kills: it answers for the key itself, not with `MOVED`.
+    pub fn on_failing_primary(&self, name: &str) -> bool {
+        match self {
+            Self::Cluster(cluster) => !cluster.nodes[0].cli(&["EXISTS", name]).contains("MOVED"),
+            _ => true,
+        }
+    }
+
+    /// Whether the Redis key `name` holds a state, on whichever primary
+    /// (a cluster's) has its slot.
+    pub fn holds(&self, name: &str) -> bool {
+        match self {
+            Self::Cluster(cluster) => cluster
+                .nodes
+                .iter()
+                .any(|n| n.cli(&["EXISTS", name]) == "1"),
+            Self::Standalone { redis, .. } => redis.cli(&["EXISTS", name]) == "1",
+            Self::Sentinel(sentinels) => sentinels.primary.cli(&["EXISTS", name]) == "1",
+        }
+    }
+
     pub fn proxy(&self, i: usize) -> Option<&Proxy> {
         match self {
             Self::Standalone { proxies, .. } => proxies.get(i),

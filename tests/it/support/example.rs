@@ -50,6 +50,16 @@ impl ExampleServer {
     /// Started with `env` and, when given, at most `open_files` file
     /// descriptors (`ulimit -n`), once it says it serves.
     pub fn start_limited(env: &[(&str, &str)], open_files: Option<u32>) -> Self {
+        Self::try_start_limited(env, open_files).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Started with `env` on a free port, once it says it serves; or what
+    /// it printed if it stopped, or said nothing for 10 s, instead.
+    pub fn try_start(env: &[(&str, &str)]) -> Result<Self, String> {
+        Self::try_start_limited(env, None)
+    }
+
+    fn try_start_limited(env: &[(&str, &str)], open_files: Option<u32>) -> Result<Self, String> {
         let port = super::RedisServer::unused_port();
         let mut command = match open_files {
             Some(n) => {
@@ -71,7 +81,7 @@ impl ExampleServer {
         }
         let mut child = command
             .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", binary().display()));
+            .map_err(|e| format!("{}: {e}", binary().display()))?;
         let (sender, lines) = std::sync::mpsc::channel();
         let stdout = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -87,13 +97,17 @@ impl ExampleServer {
                 Err(_) => break false,
             }
         };
-        assert!(started, "{} did not start", binary().display());
-        Self {
+        let server = Self {
             child,
             lines,
             earlier: std::sync::Mutex::new(earlier),
             port,
+        };
+        if !started {
+            let said: Vec<_> = server.earlier.lock().unwrap().drain(..).collect();
+            return Err(format!("{} did not start: {said:?}", binary().display()));
         }
+        Ok(server)
     }
 
     /// Its next line, within 10 s.
