@@ -16,7 +16,9 @@
 //!
 //! The workloads: 2–8 tenants of random weights and classes at 1/s to
 //! 1,000/s, hogs among light tenants; and 2–8 hogs beside 1–3 tenants
-//! asking a little over their shares now and then (`beside_hogs`).
+//! asking a little over their shares now and then (`beside_hogs`); a crowd
+//! arriving together (`crowd`); tenants asking less often than the
+//! activity period beside hogs (`seldom`).
 //!
 //! Checked per case, after a warm-up of 3 windows and each tenant's first
 //! quarter window: the hard cap (over the whole run); a tenant asking at
@@ -381,6 +383,65 @@ fn crowd(budget: f64) -> impl Strategy<Value = Case> {
                     phase,
                 })
                 .collect();
+            Case {
+                jitter: 0.2,
+                ..Case::within(quota, cap, tenants, budget)
+            }
+        })
+}
+
+/// Beside 2 to 8 hogs asking 2 to 20 times `C` in all (within `budget`
+/// calls) and 0 to 2 tenants asking 30% to 90% of their shares, 1 or 2
+/// tenants asking once every 1.1 to 4 activity periods: each time it
+/// comes back its state has lapsed and it is new again, and it must be
+/// served in full. Each request moved by up to a fifth of its spacing.
+fn seldom(budget: f64) -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![Just(1usize), Just(2usize), Just(3usize), Just(6usize)],
+        prop::collection::vec((1u32..=10, 0.0f64..1.0), 2..=8),
+        2.0f64..20.0,
+        prop::collection::vec((1u32..=3, 0.3f64..0.9, 0.0f64..1.0), 0..=2),
+        prop::collection::vec((1u32..=10, 1.1f64..4.0, 0.0f64..1.0), 1..=2),
+    )
+        .prop_map(move |(capacity, hogs, times, light, seldom)| {
+            let (quota, c, w_us) = CAPACITIES[capacity];
+            let cap = model::Capacity { c, w_us };
+            let cf = c as f64;
+            let weights: Vec<u32> = hogs
+                .iter()
+                .map(|h| h.0)
+                .chain(light.iter().map(|l| l.0))
+                .chain(seldom.iter().map(|s| s.0))
+                .collect();
+            let shares = model::static_shares(cf, &weights);
+            let min_rate = 2.0 * w_us as f64 / cap.activity_us();
+            let light =
+                light
+                    .iter()
+                    .zip(&shares[hogs.len()..])
+                    .map(|(&(weight, part, phase), share)| Tenant {
+                        weight,
+                        class: 1,
+                        demand: (share * part).max(min_rate),
+                        phase,
+                    });
+            let seldom = seldom.iter().map(|&(weight, periods, phase)| Tenant {
+                weight,
+                class: 1,
+                demand: w_us as f64 / (periods * cap.activity_us()),
+                phase,
+            });
+            let mut tenants: Vec<Tenant> = light.chain(seldom).collect();
+            let others: f64 = tenants.iter().map(|t| t.demand).sum();
+            let each =
+                (times * cf).min(budget / (WARM_UP + 20) as f64 - others) / hogs.len() as f64;
+            let hogs = hogs.iter().map(|&(weight, phase)| Tenant {
+                weight,
+                class: 1,
+                demand: each,
+                phase,
+            });
+            tenants.splice(0..0, hogs);
             Case {
                 jitter: 0.2,
                 ..Case::within(quota, cap, tenants, budget)
@@ -965,6 +1026,16 @@ proptest! {
             prop_assert!(false, "{}", failure);
         }
     }
+
+    /// Memory backend, tenants asking less often than the activity period
+    /// beside hogs (at most ~20,000 calls a case).
+    #[test]
+    fn fair_share_follows_the_model_for_tenants_asking_seldom(case in seldom(20_000.0)) {
+        let seen = runtime().block_on(run(&case, capacity(case.quota)));
+        if let Err(failure) = check(&case, &seen, "memory") {
+            prop_assert!(false, "{}", failure);
+        }
+    }
 }
 
 /// Cases for Redis: the small capacities, at most ~3,000 calls each.
@@ -1001,7 +1072,7 @@ proptest! {
 }
 
 /// The model over many cases, on demand (`N` cases of each memory
-/// generator, 1,000 by default; `WHICH` one of `crowd`, `hogs`, `random`,
+/// generator, 1,000 by default; `WHICH` one of `crowd`, `hogs`, `random`, `seldom`,
 /// all by default, or `redis`, the Redis test's cases on Redis; `SEED` a
 /// byte for other draws): every break printed, and none allowed.
 /// `N=4000 cargo test --all-features --test it -- --ignored
@@ -1031,7 +1102,7 @@ fn over_many_cases() {
         None => TestRunner::deterministic(),
     };
     let mut broken = 0;
-    for generator in ["random", "hogs", "crowd", "redis"] {
+    for generator in ["random", "hogs", "crowd", "seldom", "redis"] {
         let picked = match which.as_deref() {
             Some(w) => w == generator,
             None => generator != "redis",
@@ -1042,6 +1113,7 @@ fn over_many_cases() {
         for _ in 0..n {
             let case = match generator {
                 "crowd" => crowd(20_000.0).new_tree(&mut runner).unwrap().current(),
+                "seldom" => seldom(20_000.0).new_tree(&mut runner).unwrap().current(),
                 "redis" => on_redis_case().new_tree(&mut runner).unwrap().current(),
                 "hogs" => beside_hogs(20_000.0)
                     .new_tree(&mut runner)
