@@ -329,7 +329,7 @@ fn beside_hogs(budget: f64) -> impl Strategy<Value = Case> {
                 .collect();
             let shares = model::static_shares(cf, &weights);
             let min_rate = 2.0 * w_us as f64 / cap.activity_us();
-            let mut tenants: Vec<Tenant> = slow
+            let tenants: Vec<Tenant> = slow
                 .iter()
                 .enumerate()
                 .map(|(i, &(weight, over, phase))| Tenant {
@@ -339,16 +339,7 @@ fn beside_hogs(budget: f64) -> impl Strategy<Value = Case> {
                     phase,
                 })
                 .collect();
-            let others: f64 = tenants.iter().map(|t| t.demand).sum();
-            let each =
-                (times * cf).min(budget / (WARM_UP + 20) as f64 - others) / hogs.len() as f64;
-            let hogs = hogs.iter().map(|&(weight, phase)| Tenant {
-                weight,
-                class: 1,
-                demand: each,
-                phase,
-            });
-            tenants.splice(0..0, hogs);
+            let tenants = after_hogs(&hogs, times * cf, tenants, budget);
             Case::within(quota, cap, tenants, budget)
         })
 }
@@ -431,22 +422,27 @@ fn seldom(budget: f64) -> impl Strategy<Value = Case> {
                 demand: w_us as f64 / (periods * cap.activity_us()),
                 phase,
             });
-            let mut tenants: Vec<Tenant> = light.chain(seldom).collect();
-            let others: f64 = tenants.iter().map(|t| t.demand).sum();
-            let each =
-                (times * cf).min(budget / (WARM_UP + 20) as f64 - others) / hogs.len() as f64;
-            let hogs = hogs.iter().map(|&(weight, phase)| Tenant {
-                weight,
-                class: 1,
-                demand: each,
-                phase,
-            });
-            tenants.splice(0..0, hogs);
+            let tenants = after_hogs(&hogs, times * cf, light.chain(seldom).collect(), budget);
             Case {
                 jitter: 0.2,
                 ..Case::within(quota, cap, tenants, budget)
             }
         })
+}
+
+/// `hogs` (weight, phase) first, asking `total` per window in equal parts
+/// (less, so that the case fits `budget` calls over 20 measured windows),
+/// then `others`.
+fn after_hogs(hogs: &[(u32, f64)], total: f64, others: Vec<Tenant>, budget: f64) -> Vec<Tenant> {
+    let asked: f64 = others.iter().map(|t| t.demand).sum();
+    let each = total.min(budget / (WARM_UP + 20) as f64 - asked) / hogs.len() as f64;
+    let hogs = hogs.iter().map(|&(weight, phase)| Tenant {
+        weight,
+        class: 1,
+        demand: each,
+        phase,
+    });
+    hogs.chain(others).collect()
 }
 
 fn is_hog(t: &Tenant, cf: f64) -> bool {
