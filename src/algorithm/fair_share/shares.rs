@@ -590,6 +590,46 @@ mod tests {
         assert!(short.is_empty(), "{} short: {short:?}", short.len());
     }
 
+    /// Made-up ids ask alike, so none is busy but by chance: a flood at
+    /// 700/s, each request under one of 100 or 1,000 ids picked at random
+    /// (about 7 or 0.7 a window each), beside an established tenant at
+    /// 20/s, for 12 s: no made-up id becomes a tenant of its own, and the
+    /// tenant's share is the capacity over itself and the place (which
+    /// weighs 2 once occupied 8 s: 66). At twice the mean rate, or from 4
+    /// requests a window, some did (8 and 10).
+    #[test]
+    fn no_made_up_id_is_busy_by_chance() {
+        let settings = capacity(200);
+        for ids in [100u64, 1_000] {
+            let mut shares = Shares::default();
+            let mut random = 0x9e37_79b9_7f4a_7c15u64 ^ ids;
+            let mut events: Vec<(u64, u64)> = (0..280).map(|n| (n * SECOND / 20, 0)).collect();
+            for n in 0..(700 * 12) {
+                random = random
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                events.push((2 * SECOND + n * SECOND / 700, 1 + (random >> 33) % ids));
+            }
+            events.sort();
+            let mut lowest = u32::MAX;
+            for (at, id) in events {
+                let mut tenant = [0; 16];
+                tenant[..8].copy_from_slice(&id.to_le_bytes());
+                let ask = Ask {
+                    tenant,
+                    weight: 1,
+                    class: DEFAULT,
+                    now: SECOND + at,
+                };
+                let verdict = shares.decide(&settings, ask);
+                if id == 0 && at > 3 * SECOND {
+                    lowest = lowest.min(verdict.share);
+                }
+            }
+            assert_eq!(lowest, 66, "{ids} made-up ids");
+        }
+    }
+
     /// The guide's bound on made-up tenants: graduations are paced, so
     /// after `t` s at most `N = 16 + t / W` made-up ids are tenants of
     /// their own, and a real tenant of weight `w` keeps a share of at
