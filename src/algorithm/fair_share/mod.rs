@@ -68,7 +68,8 @@
 //!   whole windows, are taken out of what the shares divide
 //!   (`critical_requests_past_their_share_cost_every_share_alike`).
 //! - A tenant's time of arrival at its share counts at most `d` ahead:
-//!   borrowing leaves it at most a full share behind. A tenant is active
+//!   borrowing what others leave costs nothing later
+//!   (`borrowing_idle_capacity_costs_nothing_later`). A tenant is active
 //!   while it asked within the last `max(2 W, 2 D)` (at most
 //!   [`EXPIRE_AT_ONCE`](tenants::EXPIRE_AT_ONCE) expired tenants leave per
 //!   decision).

@@ -319,6 +319,29 @@ mod tests {
         assert_within_capacity(&settings, &seen, 10);
     }
 
+    /// A hog that took for 10 s what a light tenant left of its share owes
+    /// nothing for it: once a second hog comes, each hog gets at least 90%
+    /// of its share, a third of the capacity, over the next 9 s (with its
+    /// debt unbounded, the first got 167 of 600).
+    #[test]
+    fn borrowing_idle_capacity_costs_nothing_later() {
+        let settings = capacity(200);
+        let first = Client {
+            counted_from: 11.0,
+            ..client(2000.0)
+        };
+        let second = Client {
+            from: 10.0,
+            counted_from: 11.0,
+            ..client(2000.0)
+        };
+        let seen = play(&settings, &[first, second, client(2.0)], 20);
+        for (admitted, _) in &seen[..2] {
+            assert!(*admitted as f64 >= 0.9 * 200.0 / 3.0 * 9.0, "{seen:?}");
+        }
+        assert_within_capacity(&settings, &seen, 20);
+    }
+
     /// The guide's promise: critical requests within the critical reserve
     /// (20% of 200/s) are never refused while sheddable or default ones
     /// are admitted, for any number of sheddable or default tenants: hogs
