@@ -23,7 +23,7 @@
 //! The rules, each with the test that fails without it:
 //! - `e` counts every request the tenant makes, admitted or not: a GCRA
 //!   at its share's interval `T_t` with its share's depth
-//!   `d = max(2 T_t, H / 2)`, and `e` how far past `d` ahead it is, in
+//!   `d = 2 T_t`, and `e` how far past `d` ahead it is, in
 //!   parts of `d` (a tenant asking within its share and bursting its
 //!   depth stays at 0; one asking at spacing `s < T_t` reaches 1 within
 //!   `d / (T_t − s)` requests: `light_tenants_are_served_at_every_capacity`).

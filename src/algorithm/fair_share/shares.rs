@@ -75,10 +75,8 @@ impl Shares {
             (tenant_interval(shared, top, weight), limit * weight / top)
         };
         let share = u32::try_from(share.max(1)).unwrap_or(u32::MAX);
-        // Its share's depth: two of its intervals, at least half the
-        // headroom (a tenant asking more often than its share is admitted
-        // at its share, not at a multiple of its own spacing).
-        let depth = (2 * interval).max(settings.headroom / 2);
+        // Its share's depth: two of its intervals.
+        let depth = 2 * interval;
         let pace = Pace::new(interval, depth, own.tat, now);
         let ahead = own
             .demand

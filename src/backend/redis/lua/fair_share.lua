@@ -182,8 +182,8 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
--- Its share's depth: two intervals, at least half the headroom.
-local t_depth = math.max(2 * t_interval, idiv(headroom, 2))
+-- Its share's depth: two intervals.
+local t_depth = 2 * t_interval
 local p = pace(t_interval, t_depth, own.tat)
 local step = ceil_div(t_depth, 1024)
 -- A GCRA of every request at the share's interval, in 1024ths of its
