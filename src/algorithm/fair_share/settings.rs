@@ -46,8 +46,8 @@ impl Settings {
         let depth = (window / 10).max(interval * MIN_DEPTH_REQUESTS);
         let fill = |percent: u8| (depth * u64::from(percent.min(100)) / 100).max(interval);
         let thresholds = fills.map(fill);
-        // Six requests at least: whole requests apart at any capacity.
-        let headroom = (depth * 3 / 10).max(6 * interval);
+        // Six requests at least, as the depth holds twenty.
+        let headroom = depth * 3 / 10;
         let reserve = u64::from(100u8.saturating_sub(fills[1]));
         let (reserve_interval, reserve_depth) = if reserve == 0 {
             (0, 0)
