@@ -184,13 +184,17 @@ async fn decide(contender: &Contender, conn: &mut MultiplexedConnection, key: &s
     }
 }
 
-/// `callers` tasks deciding until the time is up.
+/// `callers` tasks deciding until the time is up: each as soon as its
+/// last decision came back, or, `paced` at that many decisions a second
+/// in all, each at its own times (its latency counted from the time it
+/// should have started, so that a stall delays the ones behind it too).
 async fn run(
     server: &support::RedisServer,
     contender: &Contender,
     callers: usize,
     keys: Keys,
     tag: &str,
+    paced: Option<f64>,
 ) -> Run {
     let client = redis::Client::open(server.url()).unwrap();
     let shared = client.get_multiplexed_async_connection().await.unwrap();
@@ -214,13 +218,23 @@ async fn run(
     let mut set = tokio::task::JoinSet::new();
     for (t, mut conn) in conns.into_iter().enumerate() {
         let (contender, tag) = (contender.clone(), tag.to_owned());
+        // Each caller's spacing, its first time staggered among the others'.
+        let spacing = paced.map(|rate| Duration::from_secs_f64(callers as f64 / rate));
+        let mut due = started + spacing.map_or(Duration::ZERO, |s| s * t as u32 / callers as u32);
         set.spawn(async move {
             let mut latencies = Vec::new();
             let mut n = 0u64;
-            while Instant::now() < deadline {
+            while due < deadline && Instant::now() < deadline {
                 n += 1;
                 let key = key_name(keys, &tag, t, n);
-                let start = Instant::now();
+                let start = match spacing {
+                    Some(spacing) => {
+                        tokio::time::sleep_until(due.into()).await;
+                        due += spacing;
+                        due - spacing
+                    }
+                    None => Instant::now(),
+                };
                 assert!(decide(&contender, &mut conn, &key).await, "admitted");
                 latencies.push(start.elapsed().as_micros() as u32);
             }
@@ -345,9 +359,10 @@ fn main() {
         "longest pass"
     );
     let mut seen = Vec::new();
-    let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender| {
+    // Each row's decisions a second and p99.9.
+    let mut row = |name: &str, keys: Keys, callers: usize, contender: &Contender, paced| {
         let tag = format!("row{}", seen.len());
-        let r = rt.block_on(run(&server, contender, callers, keys, &tag));
+        let r = rt.block_on(run(&server, contender, callers, keys, &tag, paced));
         let keys_name = match keys {
             Keys::New => "new",
             Keys::Hot => "hot",
@@ -366,25 +381,54 @@ fn main() {
             r.longest_pass_ms
         );
         assert!(r.decisions > 0.0);
-        seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
-    };
-    for callers in [32, 256] {
-        for keys in [Keys::New, Keys::Hot] {
-            for (name, contender) in &contenders {
-                row(name, keys, callers, contender);
-            }
+        if paced.is_none() {
+            seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
         }
-    }
+        (r.rate, r.p999)
+    };
     // Where batching starts to win: ours against a call a decision.
     let anchor = match &cell {
         Some(_) => ("CL.THROTTLE, a connection each", Contender::Cell(true)),
         None => ("the minimal script", minimal),
     };
+    let mut anchor_rates = Vec::new();
+    for callers in [32, 256] {
+        for keys in [Keys::New, Keys::Hot] {
+            for (name, contender) in &contenders {
+                let (rate, _) = row(name, keys, callers, contender, None);
+                if *name == anchor.0 && keys == Keys::New {
+                    anchor_rates.push((callers, rate));
+                }
+            }
+        }
+    }
+    // The tail at one load for both: decided faster, ours expires as many
+    // times the keys a second, and Redis's passes over them stop every
+    // caller. Paced at 80% of the anchor's rate above, new keys, each
+    // decision's latency from when it was due.
+    println!(
+        "\nthe same load for both, new keys (80% of {}'s rate above):",
+        anchor.0
+    );
+    let mut equal = Vec::new();
+    for (callers, rate) in anchor_rates {
+        let paced = Some(0.8 * rate);
+        let (_, ours) = row("ours, GCRA, paced", Keys::New, callers, &gcra, paced);
+        let anchor_paced = format!("{}, paced", anchor.0);
+        let (_, theirs) = row(&anchor_paced, Keys::New, callers, &anchor.1, paced);
+        equal.push((callers, ours / theirs));
+    }
     println!("\nfewer callers, new keys:");
     for callers in [1, 2, 4, 8, 16] {
-        row("ours, GCRA", Keys::New, callers, &gcra);
-        row("ours, GCRA, max_batch(1)", Keys::New, callers, &gcra_alone);
-        row(anchor.0, Keys::New, callers, &anchor.1);
+        row("ours, GCRA", Keys::New, callers, &gcra, None);
+        row(
+            "ours, GCRA, max_batch(1)",
+            Keys::New,
+            callers,
+            &gcra_alone,
+            None,
+        );
+        row(anchor.0, Keys::New, callers, &anchor.1, None);
     }
     let cpu_of = |name: &str, keys: &str, callers: usize| {
         seen.iter()
@@ -405,5 +449,8 @@ fn main() {
                 );
             }
         }
+    }
+    for (callers, ratio) in equal {
+        println!("  {callers:>3} callers, new keys, the same load: p99.9 latency {ratio:.2}×");
     }
 }
