@@ -55,8 +55,10 @@
 //!   its newcomers share it by weight), one more every
 //!   [`POOL_GROWTH_WINDOWS`](newcomers::POOL_GROWTH_WINDOWS), 8, windows
 //!   it stays occupied, up to their weights: newcomers that stay new, as
-//!   tenants asking seldom do, come near their weights [never grown: a
-//!   case of tenants asking seldom among the fair model's cases seen].
+//!   tenants asking seldom and crowds of more than 16 do, come near their
+//!   weights [never grown: a case of tenants asking seldom among the fair
+//!   model's cases seen, and `a_crowd_past_sixteen_arriving_together_measured`,
+//!   run on demand].
 //! - A newcomer graduates, a tenant of its own from then, a quarter window
 //!   after it came [none: `made_up_tenants_dilute_nobody`; an eighth:
 //!   `critical_requests_past_their_share_cost_every_share_alike`; a half:

@@ -340,6 +340,51 @@ mod tests {
         assert_within_capacity(&settings, &seen, 20);
     }
 
+    /// RELIABILITY's "Not done yet": more than 16 tenants arriving
+    /// together, as after a restart of a server keeping the capacity in
+    /// memory. 20 or 100 tenants each asking 80% of its share beside 2
+    /// hogs at 200/s (and 20 at 20/s) stay newcomers, sharing one place
+    /// that grows by one every 8 windows: the figures are printed for
+    /// RELIABILITY, and what is held is that once the place has grown
+    /// the crowd is refused at most 1% (from 200 s on, of 300).
+    #[test]
+    #[ignore = "a measurement of a known defect, run on demand"]
+    fn a_crowd_past_sixteen_arriving_together_measured() {
+        for (per_second, n) in [(200u32, 20usize), (200, 100), (20, 20)] {
+            let settings = capacity(per_second);
+            let c = f64::from(per_second);
+            let crowd = |counted_from| {
+                let mut clients = vec![client(1.5 * c); 2];
+                clients.extend(vec![
+                    Client {
+                        counted_from,
+                        ..client(0.8 * c / (n + 2) as f64)
+                    };
+                    n
+                ]);
+                clients
+            };
+            let refused = |seconds, counted_from| {
+                let seen = play_seeded(&settings, &crowd(counted_from), seconds, 7, 5.0);
+                let asked: u64 = seen[2..].iter().map(|s| s.0 + s.1).sum();
+                (seen[2..].iter().map(|s| s.1).sum::<u64>(), asked)
+            };
+            for seconds in [10, 60] {
+                let (refused, asked) = refused(seconds, 0.0);
+                println!(
+                    "{per_second}/s, {n} tenants at 80% of their shares beside 2 hogs, \
+                     the first {seconds} s: {refused} of {asked} refused"
+                );
+            }
+            let (late, asked) = refused(300, 200.0);
+            println!("  after 200 s of 300: {late} of {asked} refused");
+            assert!(
+                late * 100 <= asked,
+                "{per_second}/s, {n}: {late} of {asked} after 200 s"
+            );
+        }
+    }
+
     /// The guide's promise: critical requests within the critical reserve
     /// (20% of 200/s) are never refused while sheddable or default ones
     /// are admitted, for any number of sheddable or default tenants: hogs
