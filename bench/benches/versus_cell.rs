@@ -8,9 +8,10 @@
 //! waits while one runs: `REDIS_HZ=100` makes them a tenth as long), and
 //! latency (p50, p99, p99.9) — at 32 and 256 concurrent callers, on new keys
 //! (one never seen, every decision) and hot keys (16, every decision
-//! admitted), GCRA and sliding window for ours; then callers from 1 to 16,
-//! batched and each alone (`max_batch(1)`), to find where batching starts
-//! to win.
+//! admitted), GCRA and sliding window for ours; then the tail at one load
+//! for both (each caller paced, 80% of the anchor's rate, latency from
+//! when a decision was due); then callers from 1 to 16, batched and each
+//! alone (`max_batch(1)`), to find where batching starts to win.
 //!
 //! The callers are tokio tasks on one worker thread, the library called
 //! directly (no HTTP). Ours: `RedisBackend` as built by default (batching
