@@ -317,27 +317,33 @@ mod tests {
         assert_within_capacity(&settings, &seen, 10);
     }
 
-    /// A hog that took for 10 s what a light tenant left of its share owes
-    /// nothing for it: once a second hog comes, each hog gets at least 90%
-    /// of its share, a third of the capacity, over the next 9 s (with its
-    /// debt unbounded, the first got 167 of 600).
+    /// A hog that took what a light tenant left of its share owes nothing
+    /// for it: once a second hog comes, each hog gets at least 90% of its
+    /// share, a third of the capacity. At 200/s after 10 s, over the next
+    /// 9 s; at 5/s after 40 s, over the next 39 s (with its debt
+    /// unbounded, the first got 167 of 600 at 200/s, 14 of 65 at 5/s).
     #[test]
     fn borrowing_idle_capacity_costs_nothing_later() {
-        let settings = capacity(200);
-        let first = Client {
-            counted_from: 11.0,
-            ..client(2000.0)
-        };
-        let second = Client {
-            from: 10.0,
-            counted_from: 11.0,
-            ..client(2000.0)
-        };
-        let seen = play(&settings, &[first, second, client(2.0)], 20);
-        for (admitted, _) in &seen[..2] {
-            assert!(*admitted as f64 >= 0.9 * 200.0 / 3.0 * 9.0, "{seen:?}");
+        for (per_second, borrowed, light) in [(200u32, 10.0, 2.0), (5, 40.0, 0.2)] {
+            let settings = capacity(per_second);
+            let c = f64::from(per_second);
+            let first = Client {
+                counted_from: borrowed + 1.0,
+                ..client(10.0 * c)
+            };
+            let second = Client {
+                from: borrowed,
+                counted_from: borrowed + 1.0,
+                ..client(10.0 * c)
+            };
+            let seconds = 2 * borrowed as u64;
+            let seen = play(&settings, &[first, second, client(light)], seconds);
+            let floor = 0.9 * c / 3.0 * (borrowed - 1.0);
+            for (admitted, _) in &seen[..2] {
+                assert!(*admitted as f64 >= floor, "{per_second}/s: {seen:?}");
+            }
+            assert_within_capacity(&settings, &seen, seconds);
         }
-        assert_within_capacity(&settings, &seen, 20);
     }
 
     /// RELIABILITY's "Not done yet": more than 16 tenants arriving
