@@ -231,8 +231,9 @@ async fn run(
                 let start = match spacing {
                     Some(spacing) => {
                         tokio::time::sleep_until(due.into()).await;
+                        let start = due;
                         due += spacing;
-                        due - spacing
+                        start
                     }
                     None => Instant::now(),
                 };
