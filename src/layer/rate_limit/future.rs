@@ -13,7 +13,6 @@ use tower_service::Service;
 
 use super::layer::Config;
 use super::observe;
-use super::service::Start;
 use super::state::{State, StateProj};
 use crate::backend::Backend;
 use crate::layer::answer::body::ResponseBody;
@@ -45,21 +44,11 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// The one entry: a request the service has looked at, with the ready
-    /// inner service, in the state [`Start::state`] takes it to.
+    /// The one entry: the request's first state.
     #[inline(always)]
-    pub(super) fn new(
-        backend: &B,
-        start: Start,
-        inner: &mut S,
-        req: Request<ReqB>,
-        config: Arc<Config>,
-    ) -> Self
-    where
-        S: Clone,
-    {
+    pub(super) fn new(state: State<S, ReqB, B>, config: Arc<Config>) -> Self {
         Self {
-            state: start.state(backend, inner, req, &config),
+            state,
             config,
             body: PhantomData,
         }

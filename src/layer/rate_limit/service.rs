@@ -19,7 +19,7 @@ use super::observe;
 use super::observe::Report;
 use super::select::{NoPolicy, PolicyResolver};
 use super::settle::Place;
-use super::state::{Ask, Pending, Retry, State};
+use super::state::{Admission, Ask, Parking, Pending, Retry, Step};
 use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::{Key, KeyError, KeyExtractor};
@@ -115,10 +115,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
         let start = self.start(&config, &RequestHead::from(&req));
-        ResponseFuture::new(&self.layer.backend, start, &mut self.inner, req, config)
+        let step = start.step(&self.layer.backend, &mut self.inner, &mut req, &config);
+        ResponseFuture::new(step.state(req), config)
     }
 }
 
@@ -259,15 +260,15 @@ pub(super) enum Start {
 }
 
 impl Start {
-    /// The request's first state, with the ready inner service.
+    /// The request's first step, with the ready inner service.
     #[inline(always)]
-    pub(super) fn state<S, ReqB, B>(
+    pub(super) fn step<'s, S, ReqB, B>(
         self,
         backend: &B,
-        inner: &mut S,
-        mut req: Request<ReqB>,
+        inner: &'s mut S,
+        req: &mut Request<ReqB>,
         config: &Config,
-    ) -> State<S, ReqB, B>
+    ) -> Step<&'s mut S, B>
     where
         S: Service<Request<ReqB>> + Clone,
         B: Backend,
@@ -276,12 +277,10 @@ impl Start {
             Start::Check(ask) => ask,
             Start::Pass(origin) => {
                 mark(req.extensions_mut(), origin);
-                let state = State::unlimited(inner.call(req));
-                return state;
+                return Step::Call(inner, Admission::unlimited());
             }
             Start::Refuse(refusal) => {
-                let state = State::respond(refusal.response(config.refusals(), &req, None));
-                return state;
+                return Step::Respond(refusal.response(config.refusals(), req, None));
             }
         };
         let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
@@ -297,16 +296,15 @@ impl Start {
             || config.settlement.is_some()
             || config.demotion.is_some()
             || in_flight;
-        // A `Pending` is built on each path, not once before the branch:
-        // moved into the branch taken, it would be copied again.
         match callee::answer::<B, S>(check, inner) {
             Answer::Now(answer, inner) => {
                 Pending::new(inner, ask, backend, asks_again, retry, place)
                     .answered(req, config, answer)
             }
-            Answer::Later(check, inner) => {
-                Pending::new(inner, ask, backend, asks_again, retry, place).wait_for(check, req)
-            }
+            Answer::Later(check, inner) => Step::Park(
+                Pending::new(inner, ask, backend, asks_again, retry, place),
+                Parking::Check(check),
+            ),
         }
     }
 }

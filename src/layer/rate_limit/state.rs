@@ -2,9 +2,10 @@
 //! of its [`ResponseFuture`](super::ResponseFuture) ([`State`]) and every
 //! step between them. What the backend is asked ([`Ask`]), what the request
 //! holds while it waits ([`Pending`]), what becomes of it once the answer is
-//! known ([`Pending::answered`], carrying out an [`Action`]), and what its
-//! response settles ([`Settling`]). `future.rs` polls what each state
-//! awaits and takes the step this file says.
+//! known ([`Pending::answered`], carrying out an [`Action`] as a [`Step`]
+//! that moves the request once), and what its response settles
+//! ([`Settling`]). `future.rs` polls what each state awaits and takes the
+//! step this file says.
 
 use std::pin::Pin;
 
@@ -83,17 +84,6 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// Call the inner service without a decision: no quota headers, no
-    /// permit, nothing to settle.
-    pub(super) fn unlimited(call: S::Future) -> Self {
-        State::Call {
-            call,
-            quota: None,
-            settling: None,
-            permit: None,
-        }
-    }
-
     /// Answer with the limiter's own `response`.
     #[inline(always)]
     pub(super) fn respond(response: Response<Bytes>) -> Self {
@@ -150,7 +140,8 @@ where
         config: &Config,
         answer: Result<Decision, BackendError>,
     ) -> State<S, ReqB, B> {
-        self.pending.answered(self.req, config, answer)
+        let Parked { pending, mut req } = self;
+        pending.answered(&mut req, config, answer).state(req)
     }
 
     /// A shaped request whose wait is over asks again; one held back behind
@@ -168,6 +159,91 @@ where
         State::Check {
             check,
             pending: Some(self),
+        }
+    }
+}
+
+/// The next step of a request whose fate is known, taken with the request
+/// itself by [`Step::state`]. Every step before it borrows the request, so
+/// that it is moved once: into the inner service's call, or to wait.
+pub(super) enum Step<I: Callee, B: Backend> {
+    /// Call the inner service `I`; its response is finished as the
+    /// [`Admission`] says.
+    Call(I, Admission<B>),
+    /// Wait, with a ready copy of the inner service, for what [`Parking`]
+    /// says.
+    Park(Pending<Taken<I::Service>, B>, Parking<B>),
+    /// Answer with the limiter's own response.
+    Respond(Response<Bytes>),
+}
+
+/// What a request waits for before its next step.
+pub(super) enum Parking<B: Backend> {
+    /// The backend's answer to `check`.
+    Check(B::Future),
+    /// Its turn to ask again (shaping).
+    Wait(Pin<Box<Sleep>>),
+    /// Admitted, the end of its delay (soft shedding).
+    Delay(Pin<Box<Sleep>>, Decision, Origin, QuotaHeaders),
+}
+
+/// What an admitted request's response is finished with: its quota
+/// headers' decision, its settling, its permit.
+pub(super) struct Admission<B> {
+    quota: Option<(Decision, Policy)>,
+    settling: Option<Box<Settling<B>>>,
+    permit: Option<Held>,
+}
+
+impl<B> Admission<B> {
+    /// Called without a decision: no quota headers, no permit, nothing to
+    /// settle.
+    pub(super) fn unlimited() -> Self {
+        Admission {
+            quota: None,
+            settling: None,
+            permit: None,
+        }
+    }
+}
+
+impl<I: Callee, B: Backend> Step<I, B> {
+    /// The request's state after this step.
+    #[inline(always)]
+    pub(super) fn state<ReqB>(self, req: Request<ReqB>) -> State<I::Service, ReqB, B>
+    where
+        I::Service: Service<Request<ReqB>>,
+    {
+        match self {
+            Step::Call(mut inner, admission) => State::Call {
+                call: inner.service().call(req),
+                quota: admission.quota,
+                settling: admission.settling,
+                permit: admission.permit,
+            },
+            Step::Park(pending, parking) => {
+                let pending = Parked { pending, req };
+                match parking {
+                    Parking::Check(check) => State::Check {
+                        check,
+                        pending: Some(Box::new(pending)),
+                    },
+                    Parking::Wait(sleep) => State::Wait {
+                        sleep,
+                        pending: Some(Box::new(pending)),
+                    },
+                    Parking::Delay(sleep, decision, origin, headers) => State::Delay {
+                        sleep,
+                        admitted: Some(Box::new(Admitted {
+                            pending,
+                            decision,
+                            origin,
+                            headers,
+                        })),
+                    },
+                }
+            }
+            Step::Respond(response) => State::respond(response),
         }
     }
 }
@@ -198,8 +274,8 @@ where
         }
     }
 
-    /// The request `req`, to wait with a service of its own.
-    fn parked<ReqB>(self, req: Request<ReqB>) -> Parked<I::Service, ReqB, B> {
+    /// The request, to wait for `parking` with a service of its own.
+    pub(super) fn park(self, parking: Parking<B>) -> Step<I, B> {
         let pending = Pending {
             inner: self.inner.take(),
             ask: self.ask,
@@ -209,23 +285,7 @@ where
             demoted: self.demoted,
             place: self.place,
         };
-        Parked { pending, req }
-    }
-
-    /// The request `req`, waiting for the backend's answer to `check`.
-    #[inline(always)]
-    pub(super) fn wait_for<ReqB>(
-        self,
-        check: B::Future,
-        req: Request<ReqB>,
-    ) -> State<I::Service, ReqB, B>
-    where
-        I::Service: Service<Request<ReqB>>,
-    {
-        State::Check {
-            check,
-            pending: Some(Box::new(self.parked(req))),
-        }
+        Step::Park(pending, parking)
     }
 
     /// Call the inner service with the request, told its `origin`. A
@@ -233,18 +293,15 @@ where
     /// call that fails or is dropped gives it back too) and is settled by
     /// its response.
     #[inline(always)]
-    pub(super) fn call<ReqB>(
+    pub(super) fn admit<ReqB>(
         mut self,
-        mut req: Request<ReqB>,
+        req: &mut Request<ReqB>,
         config: &Config,
         decision: Option<Decision>,
         origin: Origin,
         spent: Spent,
         headers: QuotaHeaders,
-    ) -> State<I::Service, ReqB, B>
-    where
-        I::Service: Service<Request<ReqB>>,
-    {
+    ) -> Step<I, B> {
         mark(req.extensions_mut(), origin);
         let Ask {
             key, policy, cost, ..
@@ -254,7 +311,6 @@ where
             (Some(name), Some(backend)) => Some(permit::hold(backend, &key, &policy, cost, name)),
             _ => None,
         };
-        let call = self.inner.service().call(req);
         let settling = match (&config.settlement, backend) {
             (Some(_), Some(backend)) => Some(Box::new(Settling {
                 backend,
@@ -264,28 +320,28 @@ where
             })),
             _ => None,
         };
-        State::Call {
-            call,
-            quota: decision
-                .filter(|_| headers == QuotaHeaders::Shown)
-                .map(|d| (d, policy)),
-            settling,
-            permit,
-        }
+        let quota = decision
+            .filter(|_| headers == QuotaHeaders::Shown)
+            .map(|d| (d, policy));
+        Step::Call(
+            self.inner,
+            Admission {
+                quota,
+                settling,
+                permit,
+            },
+        )
     }
 
     /// What becomes of the request once the backend's `answer` is known:
-    /// the next state of its future (for a refusal, the response to send).
+    /// its next step (for a refusal, the response to send).
     #[inline(always)]
     pub(super) fn answered<ReqB>(
         mut self,
-        mut req: Request<ReqB>,
+        req: &mut Request<ReqB>,
         config: &Config,
         answer: Result<Decision, BackendError>,
-    ) -> State<I::Service, ReqB, B>
-    where
-        I::Service: Service<Request<ReqB>>,
-    {
+    ) -> Step<I, B> {
         // A key its penalty box banned, with a demoted policy to live by
         // meanwhile: asked again under it.
         if let (Ok(decision), Some(demoted), Some(backend), false) =
@@ -296,7 +352,7 @@ where
                 self.ask.policy = demoted.clone();
                 let cost = self.place.cost(self.ask.cost);
                 let check = backend.check(&self.ask.key, &self.ask.policy, cost);
-                return self.wait_for(check, req);
+                return self.park(Parking::Check(check));
             }
         }
         // Held back behind another request of unknown cost of its key:
@@ -340,10 +396,7 @@ where
             );
         }
         match action {
-            Action::Wait(sleep) => State::Wait {
-                sleep,
-                pending: Some(Box::new(self.parked(req))),
-            },
+            Action::Wait(sleep) => self.park(Parking::Wait(sleep)),
             Action::Admit {
                 decision,
                 origin,
@@ -352,24 +405,17 @@ where
             } => match delay {
                 Some(delay) => {
                     req.extensions_mut().insert(Delayed(delay));
-                    State::Delay {
-                        sleep: Box::pin(tokio::time::sleep(delay)),
-                        admitted: Some(Box::new(Admitted {
-                            pending: self.parked(req),
-                            decision,
-                            origin,
-                            headers,
-                        })),
-                    }
+                    let sleep = Box::pin(tokio::time::sleep(delay));
+                    self.park(Parking::Delay(sleep, decision, origin, headers))
                 }
-                None => self.call(req, config, Some(decision), origin, spent, headers),
+                None => self.admit(req, config, Some(decision), origin, spent, headers),
             },
             Action::FailOpen(error) => {
                 observe::backend_failed(&config.observer, &self.ask.report, "allow", &error);
                 let origin = Origin::FailedOpen {
                     breaker_open: error.is_breaker_open(),
                 };
-                self.call(
+                self.admit(
                     req,
                     config,
                     None,
@@ -382,9 +428,9 @@ where
                 if let Refusal::Unavailable(error) = &refusal {
                     observe::backend_failed(&config.observer, &self.ask.report, "deny", error);
                 }
-                State::respond(refusal.response(
+                Step::Respond(refusal.response(
                     config.refusals(),
-                    &req,
+                    req,
                     Some((&self.ask.key, &self.ask.policy)),
                 ))
             }
@@ -407,15 +453,16 @@ where
 {
     /// Its delay over: called.
     pub(super) fn call(self, config: &Config) -> State<S, ReqB, B> {
-        let Parked { pending, req } = self.pending;
-        pending.call(
-            req,
+        let Parked { pending, mut req } = self.pending;
+        let step = pending.admit(
+            &mut req,
             config,
             Some(self.decision),
             self.origin,
             Spent::Counted,
             self.headers,
-        )
+        );
+        step.state(req)
     }
 }
 
