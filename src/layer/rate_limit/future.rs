@@ -95,26 +95,22 @@ where
                     settling,
                     permit,
                 } => {
-                    let response = ready!(call.poll(cx))?;
-                    let response = match settling.take() {
-                        Some(settling) => {
-                            match (*settling).by(this.config, response, quota, permit) {
-                                Ok(settle) => {
-                                    this.state.set(settle);
-                                    continue;
-                                }
-                                Err(response) => response,
+                    // Changed in place and moved once, at the end: a
+                    // response is 128 bytes.
+                    let mut response = ready!(call.poll(cx))?;
+                    if let Some(settling) = settling.take() {
+                        match (*settling).by(this.config, response, quota, permit) {
+                            Ok(settle) => {
+                                this.state.set(settle);
+                                continue;
                             }
+                            Err(unsettled) => response = unsettled,
                         }
-                        None => response,
-                    };
-                    let quota = quota.as_ref().map(|(d, p)| (d, p));
-                    return Poll::Ready(Ok(finish::<_, O>(
-                        this.config,
-                        response,
-                        quota,
-                        permit.take(),
-                    )));
+                    }
+                    if let Some((decision, policy)) = quota {
+                        quota_headers(this.config, &mut response, decision, policy);
+                    }
+                    return Poll::Ready(Ok(finish::<_, O>(response, permit.take())));
                 }
                 StateProj::Settle {
                     settle,
@@ -125,7 +121,7 @@ where
                 } => {
                     let settled = ready!(settle.poll(cx));
                     drop(hold.take());
-                    let response = response
+                    let mut response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
                     // The state after settling; if that failed, the
@@ -137,15 +133,11 @@ where
                             None
                         }
                     };
-                    let quota = quota
-                        .as_ref()
-                        .map(|(first, policy)| (settled.as_ref().unwrap_or(first), policy));
-                    return Poll::Ready(Ok(finish::<_, O>(
-                        this.config,
-                        response,
-                        quota,
-                        permit.take(),
-                    )));
+                    if let Some((first, policy)) = quota {
+                        let decision = settled.as_ref().unwrap_or(first);
+                        quota_headers(this.config, &mut response, decision, policy);
+                    }
+                    return Poll::Ready(Ok(finish::<_, O>(response, permit.take())));
                 }
                 StateProj::Respond { response } => {
                     let response = response
@@ -172,37 +164,40 @@ fn counted_twice_sampled() -> bool {
     })
 }
 
-/// The one tail of every served request: its quota headers (if it has a
-/// decision to show) and a body that holds its permit until it ends.
+/// The quota headers of a served request's `decision`, unless a limit
+/// inside refused it.
 #[inline(always)]
-fn finish<B, O: BodyKind<B>>(
+fn quota_headers<B>(
     config: &Config,
-    mut response: Response<B>,
-    quota: Option<(&Decision, &Policy)>,
-    permit: Option<Held>,
-) -> Response<O::Body> {
-    if let Some((decision, policy)) = quota {
-        // A request an inner layer counted against the same limit: two
-        // layers on one route with one named limit. Looked for in one
-        // response in 64 of each thread (a lookup of a header a response
-        // seldom has costs about 2% of a request); such a setup counts
-        // every request twice, so it shows within a few dozen.
-        if counted_twice_sampled()
-            && !matches!(config.headers, HeaderStyle::None | HeaderStyle::Legacy)
-        {
-            if let Some(limit) = headers::counted_inside(response.headers(), policy) {
-                observe::counted_twice(&config.observer, limit);
-            }
-        }
-        // A limit inside refused it: its headers say so (remaining 0, its
-        // reset, its policy), and this layer's, which did not refuse it,
-        // would only contradict them.
-        if response.extensions().get::<RefusedByLimit>().is_none() {
-            // What was enforced: a local fallback's share while the store
-            // is down.
-            let policy = decision.decided_on(policy);
-            headers::write(response.headers_mut(), config.headers, &policy, decision);
+    response: &mut Response<B>,
+    decision: &Decision,
+    policy: &Policy,
+) {
+    // A request an inner layer counted against the same limit: two
+    // layers on one route with one named limit. Looked for in one
+    // response in 64 of each thread (a lookup of a header a response
+    // seldom has costs about 2% of a request); such a setup counts
+    // every request twice, so it shows within a few dozen.
+    if counted_twice_sampled() && !matches!(config.headers, HeaderStyle::None | HeaderStyle::Legacy)
+    {
+        if let Some(limit) = headers::counted_inside(response.headers(), policy) {
+            observe::counted_twice(&config.observer, limit);
         }
     }
+    // A limit inside refused it: its headers say so (remaining 0, its
+    // reset, its policy), and this layer's, which did not refuse it,
+    // would only contradict them.
+    if response.extensions().get::<RefusedByLimit>().is_none() {
+        // What was enforced: a local fallback's share while the store
+        // is down.
+        let policy = decision.decided_on(policy);
+        headers::write(response.headers_mut(), config.headers, &policy, decision);
+    }
+}
+
+/// The one tail of every served request: a body that holds its permit
+/// until it ends.
+#[inline(always)]
+fn finish<B, O: BodyKind<B>>(response: Response<B>, permit: Option<Held>) -> Response<O::Body> {
     response.map(|b| O::body(ResponseBody::holding(b, permit)))
 }
