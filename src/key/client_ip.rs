@@ -235,10 +235,17 @@ impl ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
-        Ok(self.key_of(self.client_addr(req)?))
+        // Trusting no proxy (the default), the peer is the client: its
+        // address is read and keyed in place.
+        let ip = match self.trust {
+            Trust::Nobody => peer_addr(req).ok_or(KeyError::NoPeerAddress)?,
+            _ => self.client_addr(req)?,
+        };
+        Ok(self.key_of(ip))
     }
 }
 
+#[inline]
 fn peer_addr(req: &RequestHead<'_>) -> Option<IpAddr> {
     #[cfg(feature = "axum")]
     if let Some(info) = req
