@@ -173,13 +173,15 @@ fn quota_headers<B>(
     decision: &Decision,
     policy: &Policy,
 ) {
+    if config.headers == HeaderStyle::None {
+        return;
+    }
     // A request an inner layer counted against the same limit: two
     // layers on one route with one named limit. Looked for in one
     // response in 64 of each thread (a lookup of a header a response
     // seldom has costs about 2% of a request); such a setup counts
     // every request twice, so it shows within a few dozen.
-    if counted_twice_sampled() && !matches!(config.headers, HeaderStyle::None | HeaderStyle::Legacy)
-    {
+    if config.headers != HeaderStyle::Legacy && counted_twice_sampled() {
         if let Some(limit) = headers::counted_inside(response.headers(), policy) {
             observe::counted_twice(&config.observer, limit);
         }
