@@ -66,6 +66,7 @@ use crate::{decision::Origin, key::RequestHead, Decision, Policy};
 /// it; it knows nothing of the layer's settings.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Reporting {
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
     route_labels: RouteLabels,
     #[cfg(feature = "metrics")]
     meters: meters::Meters,
@@ -102,28 +103,31 @@ impl OnceFlag {
 }
 
 /// What one request reports besides its outcome: where it went, and when
-/// its decision began.
+/// its decision began. Empty without the features: nothing reads it, and
+/// a request carries it from its key to its decision.
 pub(super) struct Report {
-    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
     route: Option<Arc<str>>,
-    started: Option<quanta::Instant>,
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    started: quanta::Instant,
 }
 
 impl Report {
     /// Start reporting on `req` (nothing is read without the features).
+    #[cfg_attr(
+        not(any(feature = "metrics", feature = "tracing")),
+        allow(unused_variables)
+    )]
     pub(super) fn start(observer: &Reporting, req: &RequestHead<'_>) -> Self {
-        let observed = cfg!(any(feature = "metrics", feature = "tracing"));
         Self {
-            route: if observed {
-                observer.route_labels.of(req)
-            } else {
-                None
-            },
-            started: observed.then(quanta::Instant::now),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            route: observer.route_labels.of(req),
+            #[cfg(any(feature = "metrics", feature = "tracing"))]
+            started: quanta::Instant::now(),
         }
     }
 
-    #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+    #[cfg(feature = "tracing")]
     fn route(&self) -> &str {
         self.route.as_deref().unwrap_or("")
     }
@@ -133,6 +137,7 @@ impl Report {
 /// allocation. At most [`MAX_ROUTES`](Self::MAX_ROUTES); later ones are
 /// `other`.
 #[derive(Debug, Default)]
+#[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
 pub(super) struct RouteLabels(ArcSwap<HashMap<Box<str>, Arc<str>>>);
 
 impl Clone for RouteLabels {
@@ -141,6 +146,7 @@ impl Clone for RouteLabels {
     }
 }
 
+#[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
 impl RouteLabels {
     const MAX_ROUTES: usize = 1_000;
 
@@ -268,10 +274,11 @@ pub(super) fn decided(
     };
     let limit = limit_label(policy, decision);
     count(observer, outcome, report, limit);
-    let latency = report.started.map(|t| t.elapsed());
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
+    let latency = report.started.elapsed();
     #[cfg(feature = "metrics")]
     {
-        if let Some(latency) = latency.filter(|_| decision.origin() != Origin::Cached) {
+        if decision.origin() != Origin::Cached {
             observer.meters.latency(backend, latency.as_secs_f64());
         }
         if admitted {
@@ -296,7 +303,7 @@ pub(super) fn decided(
                     outcome,
                     backend,
                     origin = ?decision.origin(),
-                    latency_us = latency.map_or(0, |l| l.as_micros() as u64),
+                    latency_us = latency.as_micros() as u64,
                     retry_after_ms = decision.retry_after().map(|d| d.as_millis() as u64),
                     key = %key.redacted(),
                     "rate limit decision"
