@@ -117,8 +117,7 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
-        let start = self.start(&config, &RequestHead::from(&req));
-        let step = start.step(&self.layer.backend, &mut self.inner, &mut req, &config);
+        let step = self.first_step(&config, &mut req);
         ResponseFuture::new(step.state(req), config)
     }
 }
@@ -127,42 +126,63 @@ impl<S, K, P, B, C, O> RateLimit<S, K, P, B, C, O>
 where
     K: KeyExtractor,
     P: PolicyResolver,
+    B: Backend,
     C: Cost,
 {
+    /// The request's first step: what the lists, the resolver and the key
+    /// make of it, or the backend's answer. A request to check goes
+    /// straight on to the backend, its ask built where it is kept.
     #[inline(always)]
-    fn start(&self, config: &Config, head: &RequestHead<'_>) -> Start {
-        let report = Report::start(&config.observer, head);
-        match self.layer.select(config, head) {
+    fn first_step<ReqB>(&mut self, config: &Config, req: &mut Request<ReqB>) -> Step<&mut S, B>
+    where
+        S: Service<Request<ReqB>> + Clone,
+    {
+        let head = RequestHead::from(&*req);
+        let report = Report::start(&config.observer, &head);
+        let settled = match self.layer.select(config, &head) {
+            Selected::Check(key, policy) => {
+                let cost = self.layer.cost.cost(&head);
+                let ask = Ask {
+                    key,
+                    policy,
+                    cost,
+                    report,
+                };
+                return check(ask, &self.layer.backend, &mut self.inner, req, config);
+            }
             Selected::Listed(listed) => {
                 let denied = listed == Listed::Denied;
                 observe::listed(&config.observer, &report, denied);
                 match listed {
-                    Listed::Denied => Start::Refuse(Refusal::DenyListed),
-                    Listed::Allowed => Start::Pass(Origin::AllowListed),
+                    Listed::Denied => Err(Refusal::DenyListed),
+                    Listed::Allowed => Ok(Origin::AllowListed),
                 }
             }
             Selected::NoPolicy => {
                 let refused = config.on_no_policy == NoPolicy::Refuse;
                 observe::no_policy(&config.observer, &report, refused);
                 match refused {
-                    true => Start::Refuse(Refusal::NoPolicy),
-                    false => Start::Pass(Origin::NoPolicy),
+                    true => Err(Refusal::NoPolicy),
+                    false => Ok(Origin::NoPolicy),
                 }
             }
             Selected::NoKey(error) => {
                 let rejected = matches!(config.on_key_error, OnKeyError::Reject(_));
                 observe::key_missing(&config.observer, &report, &error, rejected);
                 match config.on_key_error {
-                    OnKeyError::Skip => Start::Pass(Origin::NoKey),
-                    OnKeyError::Reject(status) => Start::Refuse(Refusal::NoKey(status, error)),
+                    OnKeyError::Skip => Ok(Origin::NoKey),
+                    OnKeyError::Reject(status) => Err(Refusal::NoKey(status, error)),
                 }
             }
-            Selected::Check(key, policy) => Start::Check(Ask {
-                key,
-                policy,
-                cost: self.layer.cost.cost(head),
-                report,
-            }),
+        };
+        // Known without a backend: passed on unlimited, marked with how it
+        // got there, or refused at once.
+        match settled {
+            Ok(origin) => {
+                mark(req.extensions_mut(), origin);
+                Step::Call(&mut self.inner, Admission::unlimited())
+            }
+            Err(refusal) => Step::Respond(refusal.response(config.refusals(), req, None)),
         }
     }
 }
@@ -194,12 +214,14 @@ impl<K: KeyExtractor, P: PolicyResolver, B, C, O> RateLimitLayer<K, P, B, C, O> 
                 return Selected::Listed(listed);
             }
         }
-        let (Some(policy), Some(key)) = (policy, key) else {
+        let Some(policy) = policy else {
             return Selected::NoPolicy;
         };
         let key = match key {
-            Ok(key) => key,
-            Err(error) => return Selected::NoKey(error),
+            Some(Ok(key)) => key,
+            Some(Err(error)) => return Selected::NoKey(error),
+            // A policy always wants a key.
+            None => return Selected::NoPolicy,
         };
         let policy = match &config.key_policies {
             Some(own) => own.load().get(&key).cloned().unwrap_or(policy),
@@ -248,63 +270,38 @@ impl<K: KeyExtractor, P: PolicyResolver, B, C, O> RateLimitLayer<K, P, B, C, O> 
 pub type Peek =
     Pin<Box<dyn Future<Output = Result<Option<(Policy, Decision)>, BackendError>> + Send>>;
 
-/// What the service knows of a request when its future starts.
-pub(super) enum Start {
-    /// Ask the backend.
-    Check(Ask),
-    /// Call the inner service unlimited, marked with how it got there (an
-    /// allow-listed client, no policy or no key, let through).
-    Pass(Origin),
-    /// Refuse at once (a deny-listed client, no policy or no key, refused).
-    Refuse(Refusal),
-}
-
-impl Start {
-    /// The request's first step, with the ready inner service.
-    #[inline(always)]
-    pub(super) fn step<'s, S, ReqB, B>(
-        self,
-        backend: &B,
-        inner: &'s mut S,
-        req: &mut Request<ReqB>,
-        config: &Config,
-    ) -> Step<&'s mut S, B>
-    where
-        S: Service<Request<ReqB>> + Clone,
-        B: Backend,
-    {
-        let ask = match self {
-            Start::Check(ask) => ask,
-            Start::Pass(origin) => {
-                mark(req.extensions_mut(), origin);
-                return Step::Call(inner, Admission::unlimited());
-            }
-            Start::Refuse(refusal) => {
-                return Step::Respond(refusal.response(config.refusals(), req, None));
-            }
-        };
-        let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
-        let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
-        let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
-        let retry = config.shaping.as_ref().map(|shaping| {
-            Box::new(Retry {
-                deadline: Instant::now() + shaping.max_wait,
-                waiting: None,
-            })
-        });
-        let asks_again = retry.is_some()
-            || config.settlement.is_some()
-            || config.demotion.is_some()
-            || in_flight;
-        match callee::answer::<B, S>(check, inner) {
-            Answer::Now(answer, inner) => {
-                Pending::new(inner, ask, backend, asks_again, retry, place)
-                    .answered(req, config, answer)
-            }
-            Answer::Later(check, inner) => Step::Park(
-                Pending::new(inner, ask, backend, asks_again, retry, place),
-                Parking::Check(check),
-            ),
-        }
+/// Asks the backend about `ask`; acted on at once when the answer is known
+/// at once, else parked beside the backend's future with a ready copy of
+/// the inner service.
+#[inline(always)]
+fn check<'s, S, ReqB, B>(
+    ask: Ask,
+    backend: &B,
+    inner: &'s mut S,
+    req: &mut Request<ReqB>,
+    config: &Config,
+) -> Step<&'s mut S, B>
+where
+    S: Service<Request<ReqB>> + Clone,
+    B: Backend,
+{
+    let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
+    let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
+    let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
+    let retry = config.shaping.as_ref().map(|shaping| {
+        Box::new(Retry {
+            deadline: Instant::now() + shaping.max_wait,
+            waiting: None,
+        })
+    });
+    let asks_again =
+        retry.is_some() || config.settlement.is_some() || config.demotion.is_some() || in_flight;
+    match callee::answer::<B, S>(check, inner) {
+        Answer::Now(answer, inner) => Pending::new(inner, ask, backend, asks_again, retry, place)
+            .answered(req, config, answer),
+        Answer::Later(check, inner) => Step::Park(
+            Pending::new(inner, ask, backend, asks_again, retry, place),
+            Parking::Check(check),
+        ),
     }
 }
