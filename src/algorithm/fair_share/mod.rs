@@ -35,8 +35,9 @@
 //! - A request past its share needs room below `θ − 3 H / 2`, so that the
 //!   requests within the shares of tenants asking more than theirs keep
 //!   half a headroom above all borrowing [`θ − H`: the same test]; no
-//!   more, so that a lone sheddable tenant still bursts 25% of the depth
-//!   past its share.
+//!   more, so that a lone sheddable tenant still bursts a quarter of the
+//!   depth into capacity left idle [`θ − 2 H`:
+//!   `a_lone_tenant_bursts_into_the_idle_capacity`].
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   its share's interval `T_t` of depth `d = 2 T_t`, a burst of two
 //!   within the share [`T_t`: `light_tenants_are_served_at_every_capacity`;

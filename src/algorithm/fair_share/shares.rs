@@ -597,6 +597,36 @@ mod tests {
     /// asking 2.1 times its share (3.5/s) and two asking 48% of theirs
     /// (0.8/s) arrive together, each request moved by up to a fifth
     /// of its spacing: over 100 runs of 40 s the light tenants are never refused.
+    /// A lone tenant uses the capacity it leaves idle: established and
+    /// quiet, then asking a whole depth of requests at one instant, a
+    /// sheddable one is admitted a quarter of the depth (its share's burst
+    /// of two, then the room below `θ − 3 H / 2`), at 5/s, 200/s and
+    /// 5,000/s. With that room below `θ − 2 H` it got a tenth.
+    #[test]
+    fn a_lone_tenant_bursts_into_the_idle_capacity() {
+        for per_second in [5u32, 200, 5_000] {
+            let settings = capacity(per_second);
+            let mut shares = Shares::default();
+            let every = settings.interval * 4;
+            // Two windows within its share: no longer a newcomer.
+            let mut now = SECOND;
+            while now < 3 * SECOND {
+                assert!(shares.decide(&settings, ask(1, 1, SHEDDABLE, now)).admitted);
+                now += every;
+            }
+            // Quiet for a window and a depth, then a burst.
+            now += SECOND + settings.depth;
+            let depth = settings.depth / settings.interval;
+            let admitted = (0..depth)
+                .filter(|_| shares.decide(&settings, ask(1, 1, SHEDDABLE, now)).admitted)
+                .count() as u64;
+            assert!(
+                admitted >= depth / 4,
+                "{per_second}/s: {admitted} of {depth}"
+            );
+        }
+    }
+
     #[test]
     fn light_tenants_arriving_with_many_others_are_served() {
         let settings = capacity(20);
