@@ -139,7 +139,7 @@ where
     {
         let head = RequestHead::from(&*req);
         let report = Report::start(&config.observer, &head);
-        let settled = match self.layer.select(config, &head) {
+        let known = match self.layer.select(config, &head) {
             Selected::Check(key, policy) => {
                 let cost = self.layer.cost.cost(&head);
                 let ask = Ask {
@@ -177,7 +177,7 @@ where
         };
         // Known without a backend: passed on unlimited, marked with how it
         // got there, or refused at once.
-        match settled {
+        match known {
             Ok(origin) => {
                 mark(req.extensions_mut(), origin);
                 Step::Call(&mut self.inner, Admission::unlimited())
