@@ -118,7 +118,7 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
         let step = self.first_step(&config, &mut req);
-        ResponseFuture::new(step.state(req), config)
+        ResponseFuture::new(step, req, config)
     }
 }
 

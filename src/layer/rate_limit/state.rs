@@ -190,9 +190,9 @@ pub(super) enum Parking<B: Backend> {
 /// What an admitted request's response is finished with: its quota
 /// headers' decision, its settling, its permit.
 pub(super) struct Admission<B> {
-    quota: Option<(Decision, Policy)>,
-    settling: Option<Box<Settling<B>>>,
-    permit: Option<Held>,
+    pub(super) quota: Option<(Decision, Policy)>,
+    pub(super) settling: Option<Box<Settling<B>>>,
+    pub(super) permit: Option<Held>,
 }
 
 impl<B> Admission<B> {
