@@ -52,7 +52,8 @@ pub use self::builder::RedisBackendBuilder;
 /// [`algorithm`](crate::algorithm) exactly (a conformance suite holds them to
 /// it). Each key expires when its state no longer matters.
 ///
-/// Keys are `{prefix}3{<client>}<limit>` ([`KeyFormat::Compact`]): a
+/// Keys are `{prefix}3{<client>}<limit>` (`5{` for a window's state,
+/// [`KeyFormat::Compact`]): a
 /// 90-bit hash of the [`Key`]'s bytes and a 54-bit hash of the limit's
 /// [identity](Limit::identity), so no byte a client sends can reach the
 /// key's structure, and the braces make it a hash tag: all of one client's

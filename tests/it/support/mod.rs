@@ -19,7 +19,7 @@ pub mod strict;
 pub mod tls;
 
 pub use self::http::{request, send, send_from};
-pub use self::redis::{available, RedisCluster, RedisServer, AGREE};
+pub use self::redis::{available, state_parts, RedisCluster, RedisServer, AGREE};
 
 /// A backend that always fails, as an unreachable Redis would.
 #[derive(Clone)]

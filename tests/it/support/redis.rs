@@ -51,6 +51,23 @@ fn port_in(from: u16, to: u16) -> u16 {
 /// a test and never fails it. Tests of timing set their own.
 pub const AGREE: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// A fixed-size state as the scripts store it (common.lua): its end (µs)
+/// and up to two counts, read from the text "end a [b]", a bare "end", or
+/// one integer of 19 digits (the end's 13 in milliseconds, then each
+/// count's 3); `None` for what is none of these.
+pub fn state_parts(text: &str) -> Option<(u64, u64, u64)> {
+    let text = text.trim();
+    if text.len() == 19 && text.bytes().all(|b| b.is_ascii_digit()) {
+        let number = |range: std::ops::Range<usize>| text[range].parse::<u64>().ok();
+        return Some((number(0..13)? * 1000, number(13..16)?, number(16..19)?));
+    }
+    let mut words = text.split(' ').map(|w| w.parse::<u64>().ok());
+    let end = words.next()??;
+    let a = words.next().unwrap_or(Some(0))?;
+    let b = words.next().unwrap_or(Some(0))?;
+    words.next().is_none().then_some((end, a, b))
+}
+
 /// A free port for a cluster node, with port + 10000 (its bus) free too:
 /// both below the clients' range.
 pub fn cluster_port() -> u16 {

@@ -26,6 +26,12 @@ end
 -- Fixed-size state: "expires_at v1 [v2]" in one string key, gone when expired;
 -- a state whose one value is 0 is the bare number "expires_at", which
 -- Redis keeps as an integer (no string of its own: 32 bytes less a key).
+-- So is a window's state (`one_integer`: keys of their own version,
+-- script.rs, as servers before it would read it as none) whose end is a
+-- whole millisecond since 2001 and whose counts are below 1,000: 19
+-- digits, the end's 13 in milliseconds then each count's 3, below 2^63
+-- (32 bytes less a key than its text; no bare end has 19 digits before
+-- the year 33,000).
 -- Under the packed format these GET, SET and DEL calls become the same on
 -- the client's field of a shared hash (script.rs, packed_write.lua).
 -- Each key is read from Redis once per call: what is read or written is
@@ -44,7 +50,13 @@ local function read_state(key, known)
     -- no time (`nan`, `inf`, negative: a key someone wrote) is no state.
     local bare = tonumber(s)
     if bare then
-      if bare >= 0 and bare < 9007199254740992 then e = bare end
+      if bare >= 0 and bare < 9007199254740992 then
+        e = bare
+      elseif bare >= 1e18 and #s == 19 then
+        local counts = tonumber(string.sub(s, 14)) or 0
+        e, b = (tonumber(string.sub(s, 1, 13)) or 0) * 1000, counts % 1000
+        a = (counts - b) / 1000
+      end
     else
       local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
       e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
@@ -54,7 +66,7 @@ local function read_state(key, known)
   return e, a, b
 end
 
-local function write_state(key, now, e, a, b)
+local function write_state(key, now, e, a, b, one_integer)
   if e <= now then
     states[key] = { 0, 0, 0 }
     {{delete}}
@@ -65,6 +77,8 @@ local function write_state(key, now, e, a, b)
   local state
   if a == 0 and not b then
     state = num(e)
+  elseif one_integer and e % 1000 == 0 and e >= 1e15 and a >= 0 and a < 1000 and (b or 0) >= 0 and (b or 0) < 1000 then
+    state = string.format('%d%03d%03d', e / 1000, a, b or 0)
   elseif b then
     state = string.format('%d %d %d', e, a, b)
   else

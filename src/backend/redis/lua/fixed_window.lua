@@ -79,12 +79,12 @@ end
 
 local function fw_consume(key, now, cost, limit, w, cal)
   local e, used = fw_current(key, now, w, cal)
-  write_state(key, now, e, math.min(used + cost, limit))
+  write_state(key, now, e, math.min(used + cost, limit), nil, true)
 end
 
 -- Give back units: they leave the count while its window lasts.
 local function fw_refund(key, now, units)
   local e, used = read_state(key)
   if e <= now then return end
-  write_state(key, now, e, math.max(used - units, 0))
+  write_state(key, now, e, math.max(used - units, 0), nil, true)
 end

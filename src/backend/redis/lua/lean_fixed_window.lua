@@ -12,8 +12,14 @@ local key = KEYS[{{ko}}1]
 local e, used = 0, 0
 local s = {{read}}
 if s then
-  local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
-  e, used = tonumber(se or s) or 0, tonumber(su) or 0
+  -- Text, a bare end, or one integer of 19 digits (common.lua).
+  e = tonumber(s)
+  if not e then
+    local se, su = string.match(s, '^(%d+) (%d+) ?%d*$')
+    e, used = tonumber(se) or 0, tonumber(su) or 0
+  elseif e >= 1e18 and #s == 19 then
+    e, used = (tonumber(string.sub(s, 1, 13)) or 0) * 1000, tonumber(string.sub(s, 14, 16)) or 0
+  end
   -- A time that is none (`nan`, `inf`, negative: a key someone wrote) is
   -- no state.
   if not (e >= 0 and e < 9007199254740992) then e, used = 0, 0 end
@@ -34,7 +40,12 @@ if used + cost > limit then return {{reply}}math.max(e - now, 1), free, reset{{r
 if cost > 0 then
   local ms = math.floor((e - now) / 1000)
   if ms * 1000 < e - now then ms = ms + 1 end
-  local state = string.format('%d %d', e, math.min(used + cost, limit))
+  local count, state = math.min(used + cost, limit)
+  if count < 1000 and e % 1000 == 0 and e >= 1e15 then
+    state = string.format('%d%03d000', e / 1000, count)
+  else
+    state = string.format('%d %d', e, count)
+  end
   local ends = e -- (for packed_write.lua)
   local px = {{px_text}}(ms + slack_ms) -- (for the compact format's SET)
   {{write_lean}}

@@ -29,7 +29,14 @@ if claiming and cost > 0 and cost <= limit then
   end
   local made = of_window[cost]
   if not made or made[3] ~= slack_ms or made[4] > now then
-    made = { string.format('%d 0 %d', e, cost), num(ceil_div(e - now, 1000) + slack_ms), slack_ms, now }
+    -- (As write_state writes it: one integer where it fits.)
+    local state
+    if e % 1000 == 0 and e >= 1e15 and cost < 1000 then
+      state = string.format('%d000%03d', e / 1000, cost)
+    else
+      state = string.format('%d 0 %d', e, cost)
+    end
+    made = { state, num(ceil_div(e - now, 1000) + slack_ms), slack_ms, now }
     of_window[cost] = made
   end
   local state, px = made[1], made[2]

@@ -32,6 +32,8 @@ do
     local outlives = 0
     for i = 1, #seen, 2 do
       local other = tonumber(string.match(seen[i + 1], '^%d+'))
+      -- (A state in one integer ends at its first 13 digits' millisecond.)
+      if other and other >= 1e18 then other = tonumber(string.sub(seen[i + 1], 1, 13)) * 1000 end
       if other and seen[i] ~= field then
         local reach = other - other % step + step
         if reach > outlives then outlives = reach end

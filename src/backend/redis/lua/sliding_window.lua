@@ -54,7 +54,7 @@ end
 
 local function sw_consume(key, now, cost, limit, w)
   local start, previous, current = sw_counts(key, now, w)
-  write_state(key, now, start + 2 * w, previous, math.min(current + cost, limit))
+  write_state(key, now, start + 2 * w, previous, math.min(current + cost, limit), true)
 end
 
 -- Give back units: from the current window, then the previous one.
@@ -62,5 +62,5 @@ local function sw_refund(key, now, units, w)
   local start, previous, current = sw_counts(key, now, w)
   local from_current = math.min(units, current)
   local from_previous = math.min(units - from_current, previous)
-  write_state(key, now, start + 2 * w, previous - from_previous, current - from_current)
+  write_state(key, now, start + 2 * w, previous - from_previous, current - from_current, true)
 end

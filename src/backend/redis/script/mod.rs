@@ -32,13 +32,14 @@ pub(super) use self::shape::Shape;
 #[non_exhaustive]
 pub enum KeyFormat {
     /// `{prefix}3{<90-bit hash of the client's key>}<54-bit hash of the
-    /// limit's identity>`, both SHA-256 in URL-safe base64 (the default): 30
-    /// bytes under the default prefix, short enough for Redis's smallest
-    /// allocation of a key's name (a GCRA key takes 72 bytes by `MEMORY
-    /// USAGE`, 88 from 31 bytes on). 90 bits keep clients apart whatever
-    /// keys they choose: to take another client's budget a key must hit its
-    /// hash, 2^90 tries; two keys of one's own that share a budget (2^45
-    /// tries) only halve one's own. Limits' identities are the operator's,
+    /// limit's identity>` (`5{` for a window's state), both SHA-256 in
+    /// URL-safe base64 (the default): 30 bytes under the default prefix,
+    /// short enough for Redis's smallest allocation of a key's name (a GCRA
+    /// key takes 72 bytes by `MEMORY USAGE`, 88 from 31 bytes on; a
+    /// window's, 72 below 1,000 requests and 104 from there). 90 bits keep
+    /// clients apart whatever keys they choose: to take another client's
+    /// budget a key must hit its hash, 2^90 tries; two keys of one's own
+    /// that share a budget (2^45 tries) only halve one's own. Limits' identities are the operator's,
     /// a few per policy: 54 bits keep a hundred thousand of them apart but
     /// for a chance in fifty thousand.
     #[default]
@@ -46,12 +47,13 @@ pub enum KeyFormat {
     /// Many clients' states in one Redis hash: a fixed-size limit's state
     /// (the buckets, the fixed and sliding windows) is the field `<90-bit
     /// hash of the client's key>` of the hash `{prefix}4{<shard>}<54-bit
-    /// hash of the limit's identity>`, where the shard is the client's hash
-    /// modulo `shards`. Redis keeps a hash of up to 128 short fields as one
-    /// flat allocation (a listpack), so a client costs its field and value
-    /// and a share of its hash (48 bytes a client through the example
-    /// server, 20,000 clients over 1,024 shards) instead of a key of its own
-    /// (148 bytes at least: name, value, expiry and table entries).
+    /// hash of the limit's identity>` (`6{` for a window's state), where
+    /// the shard is the client's hash modulo `shards`. Redis keeps a hash
+    /// of up to 128 short fields as one flat allocation (a listpack), so a
+    /// client costs its field and value and a share of its hash (42 bytes a
+    /// client through the example server, 20,000 clients over 1,024
+    /// shards) instead of a key of its own (144 bytes: name, value, expiry
+    /// and table entries).
     ///
     /// A hash outlives the next whole ten seconds after each of its states'
     /// ends, so a write lengthens its expiry (`PEXPIRE … GT`) only when its
@@ -79,6 +81,19 @@ impl KeyFormat {
     pub const PACKED: KeyFormat = KeyFormat::Packed {
         shards: NonZeroU16::new(1024).expect("not zero"),
     };
+
+    /// The version in a key of this format: a window's state has one of
+    /// its own, since it may be one integer (common.lua) that servers
+    /// before it would read as no state at all; a bucket's, a log's and a
+    /// penalty box's keep theirs, so no upgrade forgets them.
+    fn version(self, window: bool) -> u8 {
+        match (self, window) {
+            (KeyFormat::Compact, false) => b'3',
+            (KeyFormat::Packed { .. }, false) => b'4',
+            (KeyFormat::Compact, true) => b'5',
+            (KeyFormat::Packed { .. }, true) => b'6',
+        }
+    }
 }
 
 /// A backend's key prefix and format.
@@ -161,6 +176,8 @@ pub(super) fn key_slot(names: &KeyNames, key: &Key) -> u16 {
 /// under the packed format, the client's field.
 struct Client {
     stem: Vec<u8>,
+    /// Where the version is in the stem.
+    version: usize,
     field: Option<[u8; CLIENT_CHARS]>,
 }
 
@@ -168,10 +185,11 @@ impl Client {
     fn of(names: &KeyNames, key: &Key) -> Self {
         let mut stem = Vec::with_capacity(names.prefix.len() + 48);
         stem.extend_from_slice(names.prefix.as_bytes());
+        let version = stem.len();
+        stem.extend_from_slice(&[names.format.version(false), b'{']);
         let mut field = None;
         match names.format {
             KeyFormat::Compact => {
-                stem.extend_from_slice(b"3{");
                 stem.extend_from_slice(&base64::<CLIENT_CHARS>(&Sha256::digest(key.as_bytes())));
                 stem.push(b'}');
             }
@@ -180,12 +198,15 @@ impl Client {
                 field = Some(base64(&digest));
                 let head = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
                 let shard = head % u32::from(shards.get());
-                stem.extend_from_slice(b"4{");
                 stem.extend_from_slice(itoa::Buffer::new().format(shard).as_bytes());
                 stem.push(b'}');
             }
         }
-        Self { stem, field }
+        Self {
+            stem,
+            version,
+            field,
+        }
     }
 
     /// The stem completed with `identity` (a limit's, a penalty box's) and,
@@ -211,6 +232,8 @@ impl Client {
     ) {
         let stem = self.stem.len();
         let log = matches!(limit.rule().form(), Form::Log(_));
+        let window = matches!(limit.rule().form(), Form::Fixed(_));
+        self.stem[self.version] = names.format.version(window);
         self.push(names, limit.identity(), log);
         if log {
             let end = self.stem.len();
@@ -223,6 +246,7 @@ impl Client {
             each(&self.stem, self.field.as_ref().map(|f| &f[..]));
         }
         self.stem.truncate(stem);
+        self.stem[self.version] = names.format.version(false);
     }
 }
 
