@@ -455,6 +455,77 @@ mod tests {
         assert_eq!(encode(&[0xff; 7], 9), "_________");
     }
 
+    /// An upgrade finds the state it left: a bucket's, a log's and a
+    /// penalty box's keys keep the names the version before wrote (these,
+    /// from it), and only a window's, which may now be one integer, take a
+    /// version of their own (5 compact, 6 packed).
+    #[test]
+    fn keys_keep_their_names_but_windows() {
+        use crate::policy::PenaltyBox;
+        use crate::Algorithm;
+        use std::time::Duration;
+        let policy = Policy::builder()
+            .limit("a", Algorithm::Gcra, crate::Quota::per_minute(3).unwrap())
+            .limit(
+                "b",
+                Algorithm::SlidingLog,
+                crate::Quota::per_hour(9).unwrap(),
+            )
+            .limit(
+                "c",
+                Algorithm::SlidingWindow,
+                crate::Quota::per_minute(5).unwrap(),
+            )
+            .limit(
+                "d",
+                Algorithm::FixedWindow,
+                crate::Quota::per_hour(7).unwrap(),
+            )
+            .penalty(PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap())
+            .build()
+            .unwrap();
+        let seven = KeyFormat::Packed {
+            shards: NonZeroU16::new(7).unwrap(),
+        };
+        let expected = [
+            (
+                KeyFormat::Compact,
+                [
+                    "rl:3{pUagvNcsvRD86Te}efsWGDflF",
+                    "rl:3{pUagvNcsvRD86Te}Dk19G9aC4:log",
+                    "rl:3{pUagvNcsvRD86Te}Dk19G9aC4:sum",
+                    "rl:5{pUagvNcsvRD86Te}pgtyK9rce",
+                    "rl:5{pUagvNcsvRD86Te}_7V5QtphQ",
+                    "rl:3{pUagvNcsvRD86Te}6I-vLjIFf:strikes",
+                    "rl:3{pUagvNcsvRD86Te}6I-vLjIFf:bans",
+                ],
+            ),
+            (
+                seven,
+                [
+                    "rl:4{6}efsWGDflF",
+                    "rl:4{6}pUagvNcsvRD86TeDk19G9aC4:log",
+                    "rl:4{6}pUagvNcsvRD86TeDk19G9aC4:sum",
+                    "rl:6{6}pgtyK9rce",
+                    "rl:6{6}_7V5QtphQ",
+                    "rl:4{6}pUagvNcsvRD86Te6I-vLjIFf:strikes",
+                    "rl:4{6}pUagvNcsvRD86Te6I-vLjIFf:bans",
+                ],
+            ),
+        ];
+        for (format, expected) in expected {
+            let names = KeyNames {
+                prefix: "rl:".into(),
+                format,
+            };
+            let mut keys = Vec::new();
+            policy_keys(&names, &Key::new("user", "alice"), &policy, |k, _| {
+                keys.push(String::from_utf8(k.to_vec()).unwrap())
+            });
+            assert_eq!(keys, expected, "{format:?}");
+        }
+    }
+
     /// Under the packed format every key of a client carries its shard's
     /// hash tag (one cluster slot, as the compact format's client tag);
     /// fixed-size limits name a hash shared by the shard with the client's
