@@ -400,20 +400,23 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
     /// A window's state is one integer while its counts stay below 1,000
-    /// and text from there (common.lua, lean_fixed_window.lua): decisions
-    /// cross that edge both ways as memory's do, in the lean scripts (one
-    /// limit) and the general one (beside a second limit).
+    /// and its end is a whole millisecond, and text otherwise (common.lua,
+    /// lean_fixed_window.lua): decisions cross those edges both ways as
+    /// memory's do, in the lean scripts (one limit) and the general one
+    /// (beside a second limit).
     #[test]
     fn windows_agree_across_a_thousand_requests(
         format in formats(),
         sliding in any::<bool>(),
         beside_another in any::<bool>(),
         limit in 980u32..=2_100,
+        window in prop_oneof![Just(10_000_000u64), Just(2_000_500)],
         trace in prop::collection::vec((prop_oneof![Just(0u64), 0u64..300_000, 0u64..25_000_000], 0u32..=150), 1..80),
         start in 1_600_000_000_000_000u64..1_800_000_000_000_000,
     ) {
         let algorithm = [Algorithm::FixedWindow, Algorithm::SlidingWindow][usize::from(sliding)];
-        let mut policy = Policy::builder().limit("w", algorithm, Quota::new(limit, Duration::from_secs(10)).unwrap());
+        let quota = Quota::new(limit, Duration::from_micros(window)).unwrap();
+        let mut policy = Policy::builder().limit("w", algorithm, quota);
         if beside_another {
             policy = policy.limit("g", Algorithm::Gcra, Quota::per_second(1_000_000).unwrap());
         }
