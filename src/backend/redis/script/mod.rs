@@ -455,22 +455,30 @@ mod tests {
         assert_eq!(encode(&[0xff; 7], 9), "_________");
     }
 
-    /// An upgrade finds the state it left: a bucket's, a log's and a
-    /// penalty box's keys keep the names the version before wrote (these,
-    /// from it), and only a window's, which may now be one integer, take a
-    /// version of their own (5 compact, 6 packed).
-    #[test]
-    fn keys_keep_their_names_but_windows() {
+    /// A policy of a GCRA limit `a`, a sliding log `b` and a penalty box:
+    /// a key of each kind but a window's.
+    fn a_bucket_a_log_and_a_box() -> crate::policy::PolicyBuilder {
         use crate::policy::PenaltyBox;
         use crate::Algorithm;
         use std::time::Duration;
-        let policy = Policy::builder()
+        Policy::builder()
             .limit("a", Algorithm::Gcra, crate::Quota::per_minute(3).unwrap())
             .limit(
                 "b",
                 Algorithm::SlidingLog,
                 crate::Quota::per_hour(9).unwrap(),
             )
+            .penalty(PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap())
+    }
+
+    /// An upgrade finds the state it left: a bucket's, a log's and a
+    /// penalty box's keys keep the names the version before wrote (these,
+    /// from it), and only a window's, which may now be one integer, take a
+    /// version of their own (5 compact, 6 packed).
+    #[test]
+    fn keys_keep_their_names_but_windows() {
+        use crate::Algorithm;
+        let policy = a_bucket_a_log_and_a_box()
             .limit(
                 "c",
                 Algorithm::SlidingWindow,
@@ -481,7 +489,6 @@ mod tests {
                 Algorithm::FixedWindow,
                 crate::Quota::per_hour(7).unwrap(),
             )
-            .penalty(PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap())
             .build()
             .unwrap();
         let seven = KeyFormat::Packed {
@@ -533,25 +540,13 @@ mod tests {
     /// box) hold the field in their names.
     #[test]
     fn packed_keys_share_the_shard_tag_and_name_the_field() {
-        use crate::policy::PenaltyBox;
-        use crate::Algorithm;
-        use std::time::Duration;
         let names = KeyNames {
             prefix: "rl:".into(),
             format: KeyFormat::Packed {
                 shards: NonZeroU16::new(7).unwrap(),
             },
         };
-        let policy = Policy::builder()
-            .limit("a", Algorithm::Gcra, crate::Quota::per_minute(3).unwrap())
-            .limit(
-                "b",
-                Algorithm::SlidingLog,
-                crate::Quota::per_hour(9).unwrap(),
-            )
-            .penalty(PenaltyBox::new(2, Duration::from_secs(60), Duration::from_secs(60)).unwrap())
-            .build()
-            .unwrap();
+        let policy = a_bucket_a_log_and_a_box().build().unwrap();
         let mut tags = std::collections::BTreeSet::new();
         for client in ["alice", "bob", "{x}", "\u{0}:"] {
             let key = Key::new("user", client);
