@@ -655,19 +655,49 @@ async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
         Algorithm::SlidingLog,
         Algorithm::LeakyBucket,
     ];
-    for algorithm in algorithms {
-        let policy = Policy::single(algorithm, "5/min".parse().unwrap()).unwrap();
-        for value in [
-            "x",
-            "nan",
-            "inf",
-            "nan nan nan",
-            "1 2",
-            "-5 3",
-            "99999999999999999999 1",
-            "a list",
-        ] {
-            let key = Key::new("user", format!("{algorithm:?}-{value}"));
+    // In ms (13 digits), two minutes from now: the end of a 5/min
+    // sliding window's state made now.
+    let soon_ms = server.time_micros() / 1000 + 120_000;
+    let values = [
+        "x".to_owned(),
+        "nan".to_owned(),
+        "inf".to_owned(),
+        "nan nan nan".to_owned(),
+        "1 2".to_owned(),
+        "-5 3".to_owned(),
+        "99999999999999999999 1".to_owned(),
+        // Ends past 2^53 µs, whole counts at the limit: in text, and as
+        // the one-integer form of a window's state (19 digits: its end in
+        // ms, then two counts); 19 characters whose end parses as
+        // infinity.
+        "9999999999999998 5 5".to_owned(),
+        "9999999999999999999".to_owned(),
+        "1e99999999999999999".to_owned(),
+        // For a window (to any other, a state two minutes ahead): a count
+        // past 2^53 (exact.lua's arithmetic never ended on one), in 19
+        // characters ending in an exponent, and in text.
+        format!("{soon_ms}1e+300"),
+        format!("{soon_ms}.1e+30"),
+        format!("{} 1{} 0", soon_ms * 1000, "0".repeat(40)),
+        "a list".to_owned(),
+    ];
+    // Alone (the lean scripts), and beside another limit (the general one).
+    let policies = algorithms.into_iter().flat_map(|algorithm| {
+        let alone = Policy::single(algorithm, "5/min".parse().unwrap()).unwrap();
+        let beside = alone
+            .to_builder()
+            .limit("other", Algorithm::Gcra, "1000/s".parse().unwrap())
+            .build()
+            .unwrap();
+        [(algorithm, alone), (algorithm, beside)]
+    });
+    for (algorithm, policy) in policies {
+        let limits = policy.limits().len();
+        let window = matches!(algorithm, Algorithm::SlidingWindow | Algorithm::FixedWindow);
+        let ahead = |value: &str| value.contains(&soon_ms.to_string());
+        for value in values.iter().filter(|v| window || !ahead(v)) {
+            let value = value.as_str();
+            let key = Key::new("user", format!("{algorithm:?}-{limits}-{value}"));
             for state in redis.redis_keys(&key, &policy.limits()[0]) {
                 match value {
                     "a list" => server.cli(&["LPUSH", &state, "x"]),
@@ -676,14 +706,19 @@ async fn a_state_that_does_not_parse_is_replaced_with_a_new_client_s() {
             }
             match redis.check(&key, &policy, 1).await {
                 Ok(_) => {}
-                Err(e) => assert_eq!(e.cause(), Cause::KeyState, "{algorithm:?} {value:?}: {e}"),
+                Err(e) => assert_eq!(
+                    e.cause(),
+                    Cause::KeyState,
+                    "{algorithm:?} ({limits}) {value:?}: {e}"
+                ),
             }
             for n in 0..2 {
                 let decision = redis.check(&key, &policy, 1).await;
-                let decision = decision.unwrap_or_else(|e| panic!("{algorithm:?} {value:?}: {e}"));
+                let decision =
+                    decision.unwrap_or_else(|e| panic!("{algorithm:?} ({limits}) {value:?}: {e}"));
                 assert!(
                     decision.is_allowed(),
-                    "{algorithm:?} {value:?}: decision {n} denied"
+                    "{algorithm:?} ({limits}) {value:?}: decision {n} denied"
                 );
             }
         }

@@ -46,20 +46,24 @@ local function read_state(key, known)
   local e, a, b = 0, 0, 0
   local s = known or {{read}}
   if s then
-    -- A bare number (the compact format) needs no pattern; one that is
-    -- no time (`nan`, `inf`, negative: a key someone wrote) is no state.
+    -- A bare number (the compact format) needs no pattern.
     local bare = tonumber(s)
-    if bare then
-      if bare >= 0 and bare < 9007199254740992 then
-        e = bare
-      elseif bare >= 1e18 and #s == 19 then
-        local counts = tonumber(string.sub(s, 14)) or 0
-        e, b = (tonumber(string.sub(s, 1, 13)) or 0) * 1000, counts % 1000
-        a = (counts - b) / 1000
-      end
-    else
+    if not bare then
       local se, sa, sb = string.match(s, '^(%d+) (%d+) ?(%d*)$')
       e, a, b = tonumber(se) or 0, tonumber(sa) or 0, tonumber(sb) or 0
+    elseif bare >= 1e18 and #s == 19 then
+      local counts = tonumber(string.sub(s, 14)) or 0
+      e, b = (tonumber(string.sub(s, 1, 13)) or 0) * 1000, counts % 1000
+      a = (counts - b) / 1000
+    else
+      e = bare
+    end
+    -- What is no time or no count (`nan`, `inf`, negative, past 2^53,
+    -- where exact.lua's arithmetic would never end: a key someone wrote)
+    -- is no state.
+    local top = 9007199254740992
+    if not (e >= 0 and e < top and a >= 0 and a < top and b >= 0 and b < top) then
+      e, a, b = 0, 0, 0
     end
   end
   states[key] = { e, a, b }

@@ -20,9 +20,11 @@ if s then
   elseif e >= 1e18 and #s == 19 then
     e, used = (tonumber(string.sub(s, 1, 13)) or 0) * 1000, tonumber(string.sub(s, 14, 16)) or 0
   end
-  -- A time that is none (`nan`, `inf`, negative: a key someone wrote) is
-  -- no state.
-  if not (e >= 0 and e < 9007199254740992) then e, used = 0, 0 end
+  -- What is no time or no count (`nan`, `inf`, negative, past 2^53: a key
+  -- someone wrote) is no state, as in common.lua.
+  if not (e >= 0 and e < 9007199254740992 and used >= 0 and used < 9007199254740992) then
+    e, used = 0, 0
+  end
 end
 local was = e -- (for packed_write.lua)
 if e <= now then
