@@ -8,7 +8,9 @@
 //! waits while one runs: `REDIS_HZ=100` makes them a tenth as long), and
 //! latency (p50, p99, p99.9) — at 32 and 256 concurrent callers, on new keys
 //! (one never seen, every decision) and hot keys (16, every decision
-//! admitted), GCRA and sliding window for ours; then the tail at one load
+//! admitted), GCRA and sliding window for ours, and GCRA under the packed
+//! format (a client's state a field of a shared hash: no key of its own
+//! for Redis to expire); then the tail at one load
 //! for both (each caller paced, 80% of the anchor's rate, latency from
 //! when a decision was due); then callers from 1 to 16, batched and each
 //! alone (`max_batch(1)`), to find where batching starts to win.
@@ -20,7 +22,8 @@
 //! connection (redis-rs pipelines them). The minimal script on one
 //! multiplexed connection, and `SET key 1 PX 1` on it too: no decision,
 //! only a key to expire, so its tail is what Redis's expiry alone makes
-//! at that many keys a second.
+//! at that many keys a second; `PX 1000` beside it, keys that live a
+//! second (what a floor on a key's life would make of them).
 //!
 //! redis-cell is found at `$REDIS_CELL` or `target/redis-cell/libredis_cell.so`
 //! (`scripts/redis-cell` builds it); without it the bench says so and
@@ -41,7 +44,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use tower_ratelimit::backend::{Backend, RedisBackend};
+use tower_ratelimit::backend::{Backend, KeyFormat, RedisBackend};
 use tower_ratelimit::key::Key;
 use tower_ratelimit::{Algorithm, Policy, Quota};
 
@@ -64,9 +67,11 @@ enum Contender {
     Cell(bool),
     /// The minimal script (its hash computed once, not per call).
     Minimal(redis::Script),
-    /// No decision: `SET key 1 PX 1`, the cheapest call that leaves a key
-    /// to expire (what Redis's expiry alone does to the tail).
-    Set,
+    /// No decision: `SET key 1 PX <ms>`, the cheapest call that leaves a
+    /// key to expire (what Redis's expiry alone does to the tail): 1 ms as
+    /// ours and `CL.THROTTLE`'s states live here, or 1,000 (a floor on a
+    /// key's life would make them so).
+    Set(u64),
 }
 
 struct Run {
@@ -171,12 +176,12 @@ async fn decide(contender: &Contender, conn: &mut MultiplexedConnection, key: &s
                 .expect("the minimal script");
             answer[0] == 0
         }
-        Contender::Set => {
+        Contender::Set(ms) => {
             let () = redis::cmd("SET")
                 .arg(key)
                 .arg(1)
                 .arg("PX")
-                .arg(1)
+                .arg(*ms)
                 .query_async(conn)
                 .await
                 .expect("SET");
@@ -208,7 +213,7 @@ async fn run(
     }
     server.cli(&["FLUSHALL"]);
     let names: &[&str] = match contender {
-        Contender::Set => &["set"],
+        Contender::Set(_) => &["set"],
         _ => &["evalsha", "eval", "cl.throttle"],
     };
     let commands_before = commands(server, names);
@@ -314,8 +319,15 @@ fn main() {
     let gcra = Contender::Ours(backend.clone(), policy(Algorithm::Gcra));
     let gcra_alone = Contender::Ours(alone, policy(Algorithm::Gcra));
     let sliding = Contender::Ours(backend, policy(Algorithm::SlidingWindow));
+    let packed = rt
+        .block_on(builder().key_format(KeyFormat::PACKED).connect())
+        .expect("connect");
     let mut contenders = vec![
         ("ours, GCRA", gcra.clone()),
+        (
+            "ours, GCRA, packed",
+            Contender::Ours(packed, policy(Algorithm::Gcra)),
+        ),
         ("ours, sliding window", sliding),
     ];
     match &cell {
@@ -331,7 +343,8 @@ fn main() {
     }
     let minimal = Contender::Minimal(redis::Script::new(MINIMAL));
     contenders.push(("the minimal script", minimal.clone()));
-    contenders.push(("SET with PX 1 (no decision)", Contender::Set));
+    contenders.push(("SET with PX 1 (no decision)", Contender::Set(1)));
+    contenders.push(("SET with PX 1000 (no decision)", Contender::Set(1000)));
     println!(
         "Redis {}, hz {hz}; {}; every decision admitted (1,000,000/s); {SECONDS} s a row",
         server
@@ -384,7 +397,7 @@ fn main() {
         );
         assert!(r.decisions > 0.0);
         if paced.is_none() {
-            seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99));
+            seen.push((name.to_owned(), keys_name, callers, r.cpu_us, r.p99, r.p999));
         }
         (r.rate, r.p999)
     };
@@ -434,21 +447,24 @@ fn main() {
     }
     let cpu_of = |name: &str, keys: &str, callers: usize| {
         seen.iter()
-            .find(|(n, k, c, _, _)| n == name && *k == keys && *c == callers)
-            .map(|s| (s.3, s.4))
+            .find(|(n, k, c, ..)| n == name && *k == keys && *c == callers)
+            .map(|s| (s.3, s.4, s.5))
     };
-    println!("\nours (GCRA) against {}:", anchor.0);
-    for callers in [1, 2, 4, 8, 16, 32, 256] {
-        for keys in ["new", "hot"] {
-            if let (Some(ours), Some(theirs)) = (
-                cpu_of("ours, GCRA", keys, callers),
-                cpu_of(anchor.0, keys, callers),
-            ) {
-                println!(
-                    "  {callers:>3} callers, {keys} keys: Redis CPU per decision {:.2}×, p99 latency {:.2}×",
-                    ours.0 / theirs.0,
-                    ours.1 / theirs.1
-                );
+    for ours_name in ["ours, GCRA", "ours, GCRA, packed"] {
+        println!("\n{ours_name} against {}:", anchor.0);
+        for callers in [1, 2, 4, 8, 16, 32, 256] {
+            for keys in ["new", "hot"] {
+                if let (Some(ours), Some(theirs)) = (
+                    cpu_of(ours_name, keys, callers),
+                    cpu_of(anchor.0, keys, callers),
+                ) {
+                    println!(
+                        "  {callers:>3} callers, {keys} keys: Redis CPU per decision {:.2}×, p99 latency {:.2}×, p99.9 {:.2}×",
+                        ours.0 / theirs.0,
+                        ours.1 / theirs.1,
+                        ours.2 / theirs.2
+                    );
+                }
             }
         }
     }
