@@ -317,6 +317,49 @@ mod tests {
         assert_within_capacity(&settings, &seen, 10);
     }
 
+    /// Two hogs of weights 4 and 1 whose requests come in bursts, 6 of
+    /// each together (a client's connections paced alike), share by
+    /// weight whatever the bursts' spacing. Fails today (RELIABILITY, Not
+    /// done yet): bursts 15 ms apart leave the capacity idle between them
+    /// long enough that a request past its share finds room, and the
+    /// first decided of a burst takes it; 2.1 to 1 (10 ms: 3.0; 5 ms,
+    /// the capacity's interval: 4.0).
+    #[test]
+    #[ignore = "fails today: RELIABILITY.md, Not done yet"]
+    fn two_hogs_asking_in_bursts_share_by_weight() {
+        let settings = capacity(200);
+        for spacing_ms in [5u64, 10, 15] {
+            let mut shares = Shares::default();
+            let mut admitted = [0u64; 2];
+            let mut random = 0x9e37_79b9_7f4a_7c15u64;
+            for burst in 0..10_000 / spacing_ms {
+                let at = SECOND + burst * spacing_ms * 1_000;
+                // Twelve requests 20 µs apart, each the pro's or the
+                // free's at random.
+                for n in 0..12 {
+                    random = random
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1);
+                    let free = (random >> 40) & 1;
+                    let mut tenant = [0; 16];
+                    tenant[0] = free as u8;
+                    let ask = Ask {
+                        tenant,
+                        weight: if free == 0 { 4 } else { 1 },
+                        class: DEFAULT,
+                        now: at + n * 20,
+                    };
+                    admitted[free as usize] += u64::from(shares.decide(&settings, ask).admitted);
+                }
+            }
+            let ratio = admitted[0] as f64 / admitted[1] as f64;
+            assert!(
+                (3.2..=4.8).contains(&ratio),
+                "bursts {spacing_ms} ms apart: {ratio:.2}, {admitted:?}"
+            );
+        }
+    }
+
     /// A hog that took what a light tenant left of its share owes nothing
     /// for it: once a second hog comes, each hog gets at least 90% of its
     /// share, a third of the capacity. At 200/s after 10 s, over the next

@@ -311,6 +311,41 @@ fn at_most_one_percent_refused((admitted, refused): (u64, u64)) -> bool {
     refused * 100 <= admitted + refused
 }
 
+/// Weights 4 to 1 between two hogs on 6 connections each, each asking
+/// `per_second` over them (`None`: as fast as it can), on the example
+/// servers at `ports` (one capacity of 200/s), judged where both hogs were
+/// refused: on a busy machine a hog does not keep its connections busy,
+/// and what one leaves unasked the other borrows (over whole runs: 2.16
+/// to 1 beside a parallel build, 3.16 beside the suite).
+fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
+    let run = Duration::from_secs(6);
+    let most = (200.0 * 6.0 * 1.1) as u64;
+    let slices = load_by_slice(
+        ports,
+        &[
+            client("pro", 6, per_second).with("x-api-key", "pro-demo"),
+            client("free", 6, per_second).with("x-api-key", "free-demo"),
+        ],
+        run,
+    );
+    let both = admitted_while_both_refused(&slices[0], &slices[1]);
+    let total = |c: &[(u64, u64)]| c.iter().map(|s| s.0).sum::<u64>();
+    println!("{store}: a pro hog and a free hog ({per_second:?}/s each): {both:?} while both were refused");
+    let ratio = both.0 as f64 / both.1.max(1) as f64;
+    assert!(
+        both.0 + both.1 >= 200,
+        "too few slices with both refused: {both:?}"
+    );
+    assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {both:?}");
+    assert!(total(&slices[0]) + total(&slices[1]) <= most, "{slices:?}");
+}
+
+/// The example with no limit per client address that two hogs on 6
+/// connections reach: behind the example's 100/s an address, each hog
+/// asks the capacity 600/s at most, where bursts break the weights (see
+/// `hogs_asking_a_few_times_their_shares_keep_their_weights`).
+const PER_IP_UNLIMITED: (&str, &str) = ("SHARED_PER_IP", "1000000");
+
 /// The figures, on the example servers at `ports` (one capacity of 200/s
 /// for all of them, 100/s per client address in front of it).
 fn figures(ports: &[u16], store: &str) {
@@ -329,30 +364,6 @@ fn figures(ports: &[u16], store: &str) {
     assert!(at_most_one_percent_refused(seen[1]), "{seen:?}");
     assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
     assert!(seen[0].0 >= 600, "the hog gets what is left: {seen:?}");
-    pause();
-
-    // Weights 4 to 1, judged where both hogs were refused: on a busy
-    // machine a hog does not keep its connections busy, and what one
-    // leaves unasked the other borrows (over whole runs: 2.16 to 1 beside
-    // a parallel build, 3.16 beside the suite).
-    let slices = load_by_slice(
-        ports,
-        &[
-            client("pro", 6, None).with("x-api-key", "pro-demo"),
-            client("free", 6, None).with("x-api-key", "free-demo"),
-        ],
-        run,
-    );
-    let both = admitted_while_both_refused(&slices[0], &slices[1]);
-    let total = |c: &[(u64, u64)]| c.iter().map(|s| s.0).sum::<u64>();
-    println!("{store}: a pro hog and a free hog: {both:?} while both were refused");
-    let ratio = both.0 as f64 / both.1.max(1) as f64;
-    assert!(
-        both.0 + both.1 >= 200,
-        "too few slices with both refused: {both:?}"
-    );
-    assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {both:?}");
-    assert!(total(&slices[0]) + total(&slices[1]) <= most, "{slices:?}");
     pause();
 
     // Sheddable tenants together asking far more than the capacity, and a
@@ -411,6 +422,25 @@ const TENANTS_UNLIMITED: (&str, &str) = ("SHARED_TENANTS_PER_IP", "1000000");
 fn over_http_in_memory_shares_follow_weights_and_classes() {
     let server = ExampleServer::start(&[TENANTS_UNLIMITED]);
     figures(&[server.port], "memory");
+    let server = ExampleServer::start(&[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
+    weights(&[server.port], "memory", None);
+}
+
+/// Hogs asking the capacity 2 to 4 times their shares (400/s and 600/s
+/// each, as behind the example's 100/s an address on 6 connections) keep
+/// their weights. Fails today (RELIABILITY, Not done yet): each hog's
+/// connections, paced alike, send together, and between such bursts a
+/// request past its share finds room; 2.1 to 1 at 400/s, 3.0 to 1 at
+/// 600/s (`shares`' `two_hogs_asking_in_bursts_share_by_weight`, the
+/// same in the unit model).
+#[test]
+#[ignore = "fails today: RELIABILITY.md, Not done yet"]
+fn hogs_asking_a_few_times_their_shares_keep_their_weights() {
+    let server = ExampleServer::start(&[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
+    for per_second in [400.0, 600.0] {
+        weights(&[server.port], "memory", Some(per_second));
+        std::thread::sleep(Duration::from_millis(2_500));
+    }
 }
 
 /// Two example servers on the Redis at `url`, with `env`. Their store
@@ -440,6 +470,14 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
     let redis = RedisServer::start();
     let servers = two_servers_on(&redis.url(), &[TENANTS_UNLIMITED]);
     figures(&[servers[0].port, servers[1].port], "redis, two servers");
+    redis_decided(&servers);
+    drop(servers);
+    let servers = two_servers_on(&redis.url(), &[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
+    weights(
+        &[servers[0].port, servers[1].port],
+        "redis, two servers",
+        None,
+    );
     redis_decided(&servers);
 }
 
