@@ -13,7 +13,7 @@ use tower_service::Service;
 
 use super::layer::Config;
 use super::observe;
-use super::state::{State, StateProj, Step};
+use super::state::{Admission, State, StateProj, Step};
 use crate::backend::Backend;
 use crate::layer::answer::body::ResponseBody;
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
@@ -34,6 +34,8 @@ pin_project! {
     {
         #[pin]
         state: State<S, ReqB, B>,
+        // What finishes an admitted request's response.
+        admission: Admission<B>,
         config: Arc<Config>,
         // The kind of body it answers with.
         body: PhantomData<fn() -> O>,
@@ -52,25 +54,33 @@ where
         I: Callee<Service = S>,
     {
         match step {
-            // Spelled out, not `step.state(req)`: built in one expression,
-            // the call's state is written where the future returns it; a
-            // state built first was copied in (368 bytes, about 64
-            // instructions a request).
+            // The two steps nearly every request takes, spelled out rather
+            // than through `Step::state`: built in the expression that
+            // returns the future, each is moved into it once.
             Step::Call(mut inner, admission) => Self {
                 state: State::Call {
                     call: inner.service().call(req),
-                    quota: admission.quota,
-                    settling: admission.settling,
-                    permit: admission.permit,
                 },
+                admission,
                 config,
                 body: PhantomData,
             },
-            step => Self {
-                state: step.state(req),
+            Step::Respond(response) => Self {
+                state: State::respond(response),
+                admission: Admission::unlimited(),
                 config,
                 body: PhantomData,
             },
+            step => {
+                let mut admission = Admission::unlimited();
+                let state = step.state(req, &mut admission);
+                Self {
+                    state,
+                    admission,
+                    config,
+                    body: PhantomData,
+                }
+            }
         }
     }
 }
@@ -92,7 +102,7 @@ where
                     let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let state = p.answered(this.config, answer);
+                    let state = p.answered(this.config, answer, this.admission);
                     this.state.set(state);
                 }
                 StateProj::Wait { sleep, pending } => {
@@ -107,19 +117,16 @@ where
                     let admitted = admitted
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    this.state.set((*admitted).call(this.config));
+                    this.state
+                        .set((*admitted).call(this.config, this.admission));
                 }
-                StateProj::Call {
-                    call,
-                    quota,
-                    settling,
-                    permit,
-                } => {
+                StateProj::Call { call } => {
                     // Changed in place and moved once, at the end: a
                     // response is 128 bytes.
                     let mut response = ready!(call.poll(cx))?;
-                    if let Some(settling) = settling.take() {
-                        match (*settling).by(this.config, response, quota, permit) {
+                    let admission = &mut *this.admission;
+                    if let Some(settling) = admission.settling.take() {
+                        match (*settling).by(this.config, response, &admission.quota) {
                             Ok(settle) => {
                                 this.state.set(settle);
                                 continue;
@@ -127,16 +134,14 @@ where
                             Err(unsettled) => response = unsettled,
                         }
                     }
-                    if let Some((decision, policy)) = quota {
+                    if let Some((decision, policy)) = &admission.quota {
                         quota_headers(this.config, &mut response, decision, policy);
                     }
-                    return Poll::Ready(Ok(finish::<_, O>(response, permit.take())));
+                    return Poll::Ready(Ok(finish::<_, O>(response, admission.permit.take())));
                 }
                 StateProj::Settle {
                     settle,
                     response,
-                    quota,
-                    permit,
                     hold,
                 } => {
                     let settled = ready!(settle.poll(cx));
@@ -153,11 +158,12 @@ where
                             None
                         }
                     };
-                    if let Some((first, policy)) = quota {
+                    let admission = &mut *this.admission;
+                    if let Some((first, policy)) = &admission.quota {
                         let decision = settled.as_ref().unwrap_or(first);
                         quota_headers(this.config, &mut response, decision, policy);
                     }
-                    return Poll::Ready(Ok(finish::<_, O>(response, permit.take())));
+                    return Poll::Ready(Ok(finish::<_, O>(response, admission.permit.take())));
                 }
                 StateProj::Respond { response } => {
                     let response = response

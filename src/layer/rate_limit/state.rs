@@ -51,24 +51,17 @@ pin_project! {
             sleep: Pin<Box<Sleep>>,
             admitted: Option<Box<Admitted<S, ReqB, B>>>,
         },
+        // The inner service's call alone: what finishes its response
+        // is the future's `Admission`, beside the state, so that the call's
+        // future is all this state holds (moved once, not with the rest).
         Call {
             #[pin]
             call: S::Future,
-            // The decision and policy to write quota headers from; none
-            // when the request is unlimited or its headers are withheld.
-            quota: Option<(Decision, Policy)>,
-            // What settling the request by its response takes, when the
-            // layer settles and the request was counted.
-            settling: Option<Box<Settling<B>>>,
-            // A permit of a limit of requests in flight, for the body.
-            permit: Option<Held>,
         },
         Settle {
             #[pin]
             settle: B::Future,
             response: Option<S::Response>,
-            quota: Option<(Decision, Policy)>,
-            permit: Option<Held>,
             // The key's place as the one request of unknown cost in
             // flight, given up once settled.
             hold: Option<Box<Hold>>,
@@ -134,14 +127,18 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// What becomes of the request once the backend's `answer` is known.
+    /// What becomes of the request once the backend's `answer` is known
+    /// (a call's admission kept in `admitted`).
     pub(super) fn answered(
         self,
         config: &Config,
         answer: Result<Decision, BackendError>,
+        admitted: &mut Admission<B>,
     ) -> State<S, ReqB, B> {
         let Parked { pending, mut req } = self;
-        pending.answered(&mut req, config, answer).state(req)
+        pending
+            .answered(&mut req, config, answer)
+            .state(req, admitted)
     }
 
     /// A shaped request whose wait is over asks again; one held back behind
@@ -188,10 +185,16 @@ pub(super) enum Parking<B: Backend> {
 }
 
 /// What an admitted request's response is finished with: its quota
-/// headers' decision, its settling, its permit.
+/// headers' decision, its settling, its permit. Kept by the response
+/// future beside its state, from the call to the response.
 pub(super) struct Admission<B> {
+    /// The decision and policy to write quota headers from; none when the
+    /// request is unlimited or its headers are withheld.
     pub(super) quota: Option<(Decision, Policy)>,
+    /// What settling the request by its response takes, when the layer
+    /// settles and the request was counted.
     pub(super) settling: Option<Box<Settling<B>>>,
+    /// A permit of a limit of requests in flight, for the body.
     pub(super) permit: Option<Held>,
 }
 
@@ -208,19 +211,24 @@ impl<B> Admission<B> {
 }
 
 impl<I: Callee, B: Backend> Step<I, B> {
-    /// The request's state after this step.
+    /// The request's state after this step; a call's admission is kept in
+    /// `admitted`.
     #[inline(always)]
-    pub(super) fn state<ReqB>(self, req: Request<ReqB>) -> State<I::Service, ReqB, B>
+    pub(super) fn state<ReqB>(
+        self,
+        req: Request<ReqB>,
+        admitted: &mut Admission<B>,
+    ) -> State<I::Service, ReqB, B>
     where
         I::Service: Service<Request<ReqB>>,
     {
         match self {
-            Step::Call(mut inner, admission) => State::Call {
-                call: inner.service().call(req),
-                quota: admission.quota,
-                settling: admission.settling,
-                permit: admission.permit,
-            },
+            Step::Call(mut inner, admission) => {
+                *admitted = admission;
+                State::Call {
+                    call: inner.service().call(req),
+                }
+            }
             Step::Park(pending, parking) => {
                 let pending = Parked { pending, req };
                 match parking {
@@ -451,8 +459,8 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// Its delay over: called.
-    pub(super) fn call(self, config: &Config) -> State<S, ReqB, B> {
+    /// Its delay over: called (its admission kept in `admitted`).
+    pub(super) fn call(self, config: &Config, admitted: &mut Admission<B>) -> State<S, ReqB, B> {
         let Parked { pending, mut req } = self.pending;
         let step = pending.admit(
             &mut req,
@@ -462,7 +470,7 @@ where
             Spent::Counted,
             self.headers,
         );
-        step.state(req)
+        step.state(req, admitted)
     }
 }
 
@@ -477,14 +485,13 @@ pub(super) struct Settling<B> {
 impl<B: Backend> Settling<B> {
     /// The request's `response` settles it: the state that awaits the
     /// settlement when it cost other than it reserved, else the response
-    /// (the key's place given up now).
+    /// (the key's place given up now). `quota`: the admission's.
     #[inline(always)]
     pub(super) fn by<S, ReqB, ResB>(
         self,
         config: &Config,
         response: Response<ResB>,
-        quota: &mut Option<(Decision, Policy)>,
-        permit: &mut Option<Held>,
+        quota: &Option<(Decision, Policy)>,
     ) -> Result<State<S, ReqB, B>, Response<ResB>>
     where
         S: Service<Request<ReqB>, Response = Response<ResB>>,
@@ -502,8 +509,6 @@ impl<B: Backend> Settling<B> {
             Some(settle) => Ok(State::Settle {
                 settle,
                 response: Some(response),
-                quota: quota.take(),
-                permit: permit.take(),
                 hold: self.hold,
             }),
             None => Err(response),
