@@ -251,20 +251,34 @@ impl Fleet {
     /// made is returned, and runs here already; an error of `change` (an
     /// invalid quota, a route the file lacks) changes nothing. An error
     /// after the write (its replicas did not confirm it) says so: the
-    /// change runs, but a failover now could lose it; make it again.
+    /// change runs, but a failover now could lose it; make it again. A
+    /// server that cannot read the fleet's version (a newer server wrote
+    /// it) refuses to change it: its change would drop that version's.
     pub async fn change(
         &self,
         change: impl Fn(&LimitsFile) -> Result<LimitsFile, ConfigError>,
     ) -> Result<Arc<LimitsFile>, ConfigError> {
         for _ in 0..MAX_TRIES {
             self.sync().await?;
-            let seq = self.version();
+            // The version whose text runs here, read before that text: the
+            // version counted as applied may be one whose text is not live
+            // yet (`run`), and a change made on the text before it, written
+            // as its successor, would drop what it changed.
+            let seq = self.inner.held.load(Ordering::Acquire);
             let next = change(&self.inner.limits.current())?;
             if let Written::Yes(seq) = self.write(seq, next.text()).await? {
                 self.run(seq, next);
                 self.confirm().await?;
                 return Ok(self.inner.limits.current());
             }
+        }
+        let held = self.inner.held.load(Ordering::Acquire);
+        if held < self.version() {
+            return Err(ConfigError::from_message(format!(
+                "this server runs the fleet's version {held} and cannot read version {} (a newer \
+                 server wrote it): make the change on a server that runs it",
+                self.version()
+            )));
         }
         Err(ConfigError::from_message(format!(
             "the fleet's limits changed {MAX_TRIES} times while this change was made; try again"
