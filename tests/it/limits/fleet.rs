@@ -37,7 +37,31 @@ pub async fn fleet_of(n: usize, url: &str) -> Vec<(Limits, Fleet)> {
     servers
 }
 
-/// Waits (at most 5 s) until `done`; how long that took.
+/// Each of `servers` makes `each` changes, one after another, all servers
+/// at once: an override of `user` for `tenant-<server>-<n>` each.
+async fn overrides_at_once(servers: &[(Limits, Fleet)], each: usize) {
+    let tasks: Vec<_> = servers
+        .iter()
+        .enumerate()
+        .map(|(i, (_, fleet))| {
+            let fleet = fleet.clone();
+            tokio::spawn(async move {
+                for n in 0..each {
+                    let who = format!("tenant-{i}-{n}");
+                    fleet
+                        .change(|f| f.with_override("user", &who, Some("7/min")))
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Waits (at most 15 s) until `done`; how long that took.
 pub async fn until(done: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
     // Generous: an agreement waited for, not a speed (a busy machine's
@@ -75,25 +99,7 @@ async fn many_changes_at_once_are_all_kept() {
     const EACH: usize = 15;
     let redis = RedisServer::start();
     let servers = fleet_of(3, &redis.url()).await;
-    let tasks: Vec<_> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, (_, fleet))| {
-            let fleet = fleet.clone();
-            tokio::spawn(async move {
-                for k in 0..EACH {
-                    let who = format!("tenant-{i}-{k}");
-                    fleet
-                        .change(|f| f.with_override("user", &who, Some("7/min")))
-                        .await
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    overrides_at_once(&servers, EACH).await;
     for (limits, _) in &servers {
         until(|| limits.overrides().current().len() == 3 * EACH).await;
         assert_eq!(limits.overrides().current().len(), 3 * EACH);
@@ -213,23 +219,7 @@ pub async fn changes_run_everywhere(url: &str, cut: impl Fn()) -> Vec<(Limits, F
     }
 
     // Concurrent changes on every server: none is lost.
-    let tasks: Vec<_> = servers
-        .iter()
-        .enumerate()
-        .map(|(i, (_, fleet))| {
-            let fleet = fleet.clone();
-            tokio::spawn(async move {
-                let who = format!("tenant-{i}");
-                fleet
-                    .change(|f| f.with_override("user", &who, Some("7/min")))
-                    .await
-                    .unwrap();
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
+    overrides_at_once(&servers, 1).await;
     for (limits, _) in &servers {
         until(|| limits.overrides().current().len() == 4).await;
         assert_eq!(
