@@ -311,6 +311,13 @@ fn at_most_one_percent_refused((admitted, refused): (u64, u64)) -> bool {
     refused * 100 <= admitted + refused
 }
 
+/// How long each case of the example's figures runs.
+const RUN: Duration = Duration::from_secs(6);
+
+/// The most the example's capacity (200/s) admits over [`RUN`], 10% of
+/// slack.
+const MOST: u64 = (200 * 6) * 11 / 10;
+
 /// Weights 4 to 1 between two hogs on 6 connections each, each asking
 /// `per_second` over them (`None`: as fast as it can), on the example
 /// servers at `ports` (one capacity of 200/s), judged where both hogs were
@@ -318,15 +325,13 @@ fn at_most_one_percent_refused((admitted, refused): (u64, u64)) -> bool {
 /// and what one leaves unasked the other borrows (over whole runs: 2.16
 /// to 1 beside a parallel build, 3.16 beside the suite).
 fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
-    let run = Duration::from_secs(6);
-    let most = (200.0 * 6.0 * 1.1) as u64;
     let slices = load_by_slice(
         ports,
         &[
             client("pro", 6, per_second).with("x-api-key", "pro-demo"),
             client("free", 6, per_second).with("x-api-key", "free-demo"),
         ],
-        run,
+        RUN,
     );
     let both = admitted_while_both_refused(&slices[0], &slices[1]);
     let total = |c: &[(u64, u64)]| c.iter().map(|s| s.0).sum::<u64>();
@@ -337,7 +342,7 @@ fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
         "too few slices with both refused: {both:?}"
     );
     assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {both:?}");
-    assert!(total(&slices[0]) + total(&slices[1]) <= most, "{slices:?}");
+    assert!(total(&slices[0]) + total(&slices[1]) <= MOST, "{slices:?}");
 }
 
 /// The example with no limit per client address that two hogs on 6
@@ -349,8 +354,6 @@ const PER_IP_UNLIMITED: (&str, &str) = ("SHARED_PER_IP", "1000000");
 /// The figures, on the example servers at `ports` (one capacity of 200/s
 /// for all of them, 100/s per client address in front of it).
 fn figures(ports: &[u16], store: &str) {
-    let run = Duration::from_secs(6);
-    let most = (200.0 * 6.0 * 1.1) as u64;
     // A tenant stays active two windows after it last asked: each case
     // starts once the last one's tenants have left.
     let pause = || std::thread::sleep(Duration::from_millis(2_500));
@@ -358,11 +361,11 @@ fn figures(ports: &[u16], store: &str) {
     let seen = load(
         ports,
         &[client("hog", 6, None), client("light", 1, Some(20.0))],
-        run,
+        RUN,
     );
     println!("{store}: a hog and a light tenant: {seen:?}");
     assert!(at_most_one_percent_refused(seen[1]), "{seen:?}");
-    assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
+    assert!(seen[0].0 + seen[1].0 <= MOST, "{seen:?}");
     assert!(seen[0].0 >= 600, "the hog gets what is left: {seen:?}");
     pause();
 
@@ -381,12 +384,12 @@ fn figures(ports: &[u16], store: &str) {
                 .with("x-priority", "critical")
                 .with("x-api-key", "enterprise-demo"),
         );
-        let seen = load(ports, &clients, run);
+        let seen = load(ports, &clients, RUN);
         let critical = seen[tenants];
         let sheddable: u64 = seen[..tenants].iter().map(|s| s.0).sum();
         println!("{store}: {tenants} sheddable tenants ({sheddable} admitted) and a critical client: {critical:?}");
         assert_eq!(critical.1, 0, "{tenants} sheddable tenants: {seen:?}");
-        assert!(sheddable + critical.0 <= most, "{seen:?}");
+        assert!(sheddable + critical.0 <= MOST, "{seen:?}");
         assert!(
             sheddable >= 500,
             "the sheddable ones take the rest: {seen:?}"
@@ -402,13 +405,13 @@ fn figures(ports: &[u16], store: &str) {
             from: Duration::from_secs(1),
             ..client("made-up", 8, None)
         };
-        let seen = load(ports, &[client("light", 1, Some(20.0)), flood], run);
+        let seen = load(ports, &[client("light", 1, Some(20.0)), flood], RUN);
         println!("{store}: a light tenant and {ids} made-up tenant ids: {seen:?}");
         assert!(
             at_most_one_percent_refused(seen[0]),
             "{ids} made-up ids: {seen:?}"
         );
-        assert!(seen[0].0 + seen[1].0 <= most, "{seen:?}");
+        assert!(seen[0].0 + seen[1].0 <= MOST, "{seen:?}");
         pause();
     }
 }
