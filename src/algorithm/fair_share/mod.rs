@@ -38,20 +38,26 @@
 //!   more, so that a lone sheddable tenant still bursts a quarter of the
 //!   depth into capacity left idle [`θ − 2 H`:
 //!   `a_lone_tenant_bursts_into_the_idle_capacity`].
+//! - A request is within its tenant's share by a GCRA at the share's
+//!   interval `T_t` that keeps the tenant's unused share `k = max(2 T_t,
+//!   D / 4)`: a burst of two at least [`T_t`:
+//!   `light_tenants_are_served_at_every_capacity`], and a client whose
+//!   connections send together keeps its share while its bursts are at
+//!   most `k − T_t` apart [`2 T_t`: `two_hogs_asking_in_bursts_share_by_weight`;
+//!   `D / 2`: `critical_requests_past_their_share_cost_every_share_alike`].
+//!   Its time of arrival counts at most `k` ahead, when read and when
+//!   kept: borrowing what others leave costs nothing later [unbounded:
+//!   `borrowing_idle_capacity_costs_nothing_later`].
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
-//!   its share's interval `T_t` of depth `d = 2 T_t`, a burst of two
-//!   within the share [`T_t`: `light_tenants_are_served_at_every_capacity`;
-//!   `4 T_t`: `critical_requests_past_their_share_cost_every_share_alike`],
-//!   and `e` how far past `d` ahead it is, in parts of `d`, read drained
-//!   to the request's time before the request counts. It is held within
-//!   `2 d`, so that a tenant that slows to its share is back at 0 within a
-//!   depth [`1.5 d`: `light_tenants_are_served_at_every_capacity`; `4 d`:
+//!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
+//!   `critical_requests_past_their_share_cost_every_share_alike`], and `e`
+//!   how far past `d` ahead it is, in parts of `d`, read drained to the
+//!   request's time before the request counts. It is held within `2 d`,
+//!   so that a tenant that slows to its share is back at 0 within a depth
+//!   [`1.5 d`: `light_tenants_are_served_at_every_capacity`; `4 d`:
 //!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
-//! - A tenant's time of arrival at its share counts at most `d` ahead,
-//!   when read and when kept: borrowing what others leave costs nothing
-//!   later [unbounded: `borrowing_idle_capacity_costs_nothing_later`].
 //! - The newcomers' place weighs 1 against the established tenants (and
 //!   its newcomers share it by weight), one more every
 //!   [`POOL_GROWTH_WINDOWS`](newcomers::POOL_GROWTH_WINDOWS), 8, windows

@@ -347,8 +347,7 @@ fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
 
 /// The example with no limit per client address that two hogs on 6
 /// connections reach: behind the example's 100/s an address, each hog
-/// asks the capacity 600/s at most, where bursts break the weights (see
-/// `hogs_asking_a_few_times_their_shares_keep_their_weights`).
+/// asks the capacity 600/s at most.
 const PER_IP_UNLIMITED: (&str, &str) = ("SHARED_PER_IP", "1000000");
 
 /// The figures, on the example servers at `ports` (one capacity of 200/s
@@ -425,19 +424,17 @@ const TENANTS_UNLIMITED: (&str, &str) = ("SHARED_TENANTS_PER_IP", "1000000");
 fn over_http_in_memory_shares_follow_weights_and_classes() {
     let server = ExampleServer::start(&[TENANTS_UNLIMITED]);
     figures(&[server.port], "memory");
-    let server = ExampleServer::start(&[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
     weights(&[server.port], "memory", None);
 }
 
 /// Hogs asking the capacity 2 to 4 times their shares (400/s and 600/s
 /// each, as behind the example's 100/s an address on 6 connections) keep
-/// their weights. Fails today (RELIABILITY, Not done yet): each hog's
-/// connections, paced alike, send together, and between such bursts a
-/// request past its share finds room; 2.1 to 1 at 400/s, 3.0 to 1 at
-/// 600/s (`shares`' `two_hogs_asking_in_bursts_share_by_weight`, the
-/// same in the unit model).
+/// their weights, though each hog's connections, paced alike, send
+/// together: 3.9 and 4.0 to 1 (2.1 and 3.0 while a tenant kept its unused
+/// share only two of its intervals; `shares`'
+/// `two_hogs_asking_in_bursts_share_by_weight`, the same in the unit
+/// model).
 #[test]
-#[ignore = "fails today: RELIABILITY.md, Not done yet"]
 fn hogs_asking_a_few_times_their_shares_keep_their_weights() {
     let server = ExampleServer::start(&[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
     for per_second in [400.0, 600.0] {
@@ -473,9 +470,6 @@ fn over_http_two_servers_on_one_redis_share_one_capacity() {
     let redis = RedisServer::start();
     let servers = two_servers_on(&redis.url(), &[TENANTS_UNLIMITED]);
     figures(&[servers[0].port, servers[1].port], "redis, two servers");
-    redis_decided(&servers);
-    drop(servers);
-    let servers = two_servers_on(&redis.url(), &[TENANTS_UNLIMITED, PER_IP_UNLIMITED]);
     weights(
         &[servers[0].port, servers[1].port],
         "redis, two servers",

@@ -182,9 +182,10 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
--- Its share's depth: two intervals.
+-- How far ahead of its share it asks is counted over two intervals; its
+-- unused share is kept as long, at least a quarter of the capacity's depth.
 local t_depth = 2 * t_interval
-local p = pace(t_interval, t_depth, own.tat)
+local p = pace(t_interval, math.max(t_depth, idiv(depth, 4)), own.tat)
 local step = ceil_div(t_depth, 1024)
 -- A GCRA of every request at the share's interval, in 1024ths of its
 -- depth, at most two depths (a tenant starts one ahead), drained to now.
