@@ -31,6 +31,9 @@ pub(crate) struct Settings {
     pub reserve_depth: u64,
     /// How many tenants are told apart; the rest share [`OVERFLOW`](super::OVERFLOW).
     pub max_tenants: usize,
+    /// Tenant ids no client can make up: each tenant is one of its own
+    /// from its first request, with no newcomers' place.
+    pub trusted: bool,
     /// The percent of the depth each class may fill, as given.
     pub fills: [u8; 3],
     /// The capacity per window, and the window in µs (for headers).
@@ -69,6 +72,7 @@ impl Settings {
             reserve_interval,
             reserve_depth,
             max_tenants: max_tenants.max(1),
+            trusted: false,
             fills,
             limit,
             window,

@@ -24,7 +24,8 @@ use crate::Quota;
 /// keep a reserve (20% of the capacity by default) and may use all of it.
 /// Tenants new to the capacity share one place until they have been here
 /// a while, so tenant ids a client makes up dilute nobody's share (the
-/// guide's fairness chapter has the exact rules and bounds). Nothing — no
+/// guide's fairness chapter has the exact rules and bounds; where ids
+/// cannot be made up, [`trusted_tenants`](Self::trusted_tenants)). Nothing — no
 /// class, no tenant, no interleaving of servers — admits more than the
 /// capacity: on Redis each decision is one script call.
 ///
@@ -203,9 +204,10 @@ impl FairShare {
         let fills = Class::ALL.map(|class| reserves.fill(class));
         self.with(|c| {
             c.capacity = match &c.capacity {
-                Capacity::Rate(s) => {
-                    Capacity::Rate(Settings::new(s.limit, s.window, fills, s.max_tenants))
-                }
+                Capacity::Rate(s) => Capacity::Rate(Settings {
+                    trusted: s.trusted,
+                    ..Settings::new(s.limit, s.window, fills, s.max_tenants)
+                }),
                 Capacity::InFlight(s) => {
                     Capacity::InFlight(FlightSettings::new(s.capacity, fills, s.max_tenants))
                 }
@@ -230,6 +232,24 @@ impl FairShare {
         self.with(|c| match &mut c.capacity {
             Capacity::Rate(s) => s.max_tenants = max.max(1),
             Capacity::InFlight(s) => s.max_tenants = max.max(1),
+        })
+    }
+
+    /// Tenant ids no client can make up — an account your authentication
+    /// verified, an API key you issued — are trusted: each tenant is one of
+    /// its own from its first request. By default tenants new to a rate
+    /// capacity share one place until they have been here a while, so that
+    /// ids a client makes up dilute nobody; more than 16 arriving together
+    /// (all of them, after a restart of a server keeping the capacity in
+    /// memory) then get part of their shares until that place has grown
+    /// (the guide's fairness chapter). Trusted, they get them at once; but
+    /// ids a client can choose, or get for free, then dilute every share.
+    /// A capacity in flight has no such place: there it changes nothing.
+    pub fn trusted_tenants(self) -> Self {
+        self.with(|c| {
+            if let Capacity::Rate(s) = &mut c.capacity {
+                s.trusted = true;
+            }
         })
     }
 

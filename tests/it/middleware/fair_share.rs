@@ -33,15 +33,21 @@ fn steps() -> impl Strategy<Value = Vec<(u64, u8, u32, usize)>> {
 async fn replay(
     quota: &str,
     max_tenants: usize,
+    trusted: bool,
     steps: &[(u64, u8, u32, usize)],
 ) -> Result<(), TestCaseError> {
     let name = unique_name("conformance");
     let capacity = || {
-        FairShare::new(quota.parse::<Quota>().unwrap())
+        let capacity = FairShare::new(quota.parse::<Quota>().unwrap())
             .unwrap()
             .named(&name)
             .unwrap()
-            .max_tenants(max_tenants)
+            .max_tenants(max_tenants);
+        if trusted {
+            capacity.trusted_tenants()
+        } else {
+            capacity
+        }
     };
     let memory = capacity();
     let backend = RedisBackend::builder(&RedisServer::per_thread_url())
@@ -91,18 +97,19 @@ proptest! {
     /// runs: full, within share, borrowing, over share, the critical
     /// reserve, overflow, expiry).
     #[test]
-    fn redis_decides_as_memory_does(steps in steps()) {
+    fn redis_decides_as_memory_does(steps in steps(), trusted in prop::bool::weighted(0.25)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(replay("50/s", 4, &steps))?;
+        rt.block_on(replay("50/s", 4, trusted, &steps))?;
     }
 
     /// The same with crowds of newcomers: the place past its small size,
     /// graduations of busy newcomers within their budget, the place
-    /// growing.
+    /// growing. Both, a quarter of the time, with trusted tenants (no
+    /// place).
     #[test]
-    fn redis_decides_as_memory_does_for_crowds(steps in crowds()) {
+    fn redis_decides_as_memory_does_for_crowds(steps in crowds(), trusted in prop::bool::weighted(0.25)) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(replay("20/s", 64, &steps))?;
+        rt.block_on(replay("20/s", 64, trusted, &steps))?;
     }
 }
 

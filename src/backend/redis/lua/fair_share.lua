@@ -25,6 +25,7 @@ local critical = ARGV[10] == '1'
 local reserve_interval = tonumber(ARGV[11])
 local reserve_depth = tonumber(ARGV[12])
 local depth = tonumber(ARGV[14])
+local trusted = ARGV[15] == '1'
 local MAX_TENANT_INTERVAL = 1125899906842624 -- 2^50
 local SMALL_POOL, BUSY_SAMPLE, BUSY_TIMES, POOL_GROWTH_WINDOWS, MAX_POOL_WEIGHT = 16, 8, 4, 8, 10000
 local now
@@ -110,7 +111,11 @@ local function last_window(c, span)
   return current * 1024 + previous * left
 end
 
-if own.standing == 0 then
+if own.standing == 0 and trusted then
+  -- A trusted tenant is one of its own from its first request.
+  own.standing = 2
+  own.tat = now
+elseif own.standing == 0 then
   own.standing = 1
   own.since = now
   if pm == 0 then ps = now end

@@ -101,7 +101,8 @@ impl Capacities<'_> {
             .arg(settings.reserve_interval)
             .arg(settings.reserve_depth)
             .arg(at(now))
-            .arg(settings.depth);
+            .arg(settings.depth)
+            .arg(u8::from(settings.trusted));
         let reply = self.scripted(fair_share_script(), &cmd).await?;
         let [admitted, share, retry_after, active] = reply[..] else {
             return Err(BackendError::new(format!(
