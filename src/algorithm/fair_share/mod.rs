@@ -11,7 +11,8 @@
 //! below `θ` less a part of the headroom `H`: none for a critical request
 //! within the critical reserve; `H · e` for one within its tenant's share
 //! `C · w / Σw`, where `e`, from 0 to 1, is how far the tenant asks past
-//! its share; `3 H / 2` for one past its share. So within a class every
+//! its share (at most a half once it left a whole depth of its share
+//! unused); `3 H / 2` for one past its share. So within a class every
 //! request within a share comes before every request past one, and a
 //! tenant asking no more than its share (`e = 0`) before every tenant
 //! asking more: it is refused only when tenants asking no more than
@@ -58,6 +59,13 @@
 //!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
+//! - A tenant whose GCRA at its share is empty (it left a whole `k` of
+//!   its share unused, refused or not asking) counts `e` at most a half:
+//!   when the shares add up to more than `C` (newcomers, each request
+//!   new, take more than the newcomers' place), tenants asking less far
+//!   past their shares do not keep it from its share for good [no cap:
+//!   `a_tenant_far_past_its_share_keeps_it_beside_tenants_less_far_past`;
+//!   0: `made_up_tenants_dilute_nobody`].
 //! - The newcomers' place weighs 1 against the established tenants (and
 //!   its newcomers share it by weight), one more every
 //!   [`POOL_GROWTH_WINDOWS`](newcomers::POOL_GROWTH_WINDOWS), 8, windows

@@ -96,7 +96,16 @@ impl Shares {
         let threshold = if in_reserve {
             settings.thresholds[class]
         } else if pace.within {
-            settings.thresholds[class].saturating_sub(ahead.room(settings))
+            // A tenant that left a whole depth of its share unused (its
+            // GCRA empty) is not kept from it by tenants asking less far
+            // past theirs: at most half the headroom.
+            let room = ahead.room(settings);
+            let room = if own.tat <= now {
+                room.min(settings.headroom / 2)
+            } else {
+                room
+            };
+            settings.thresholds[class].saturating_sub(room)
         } else {
             settings.thresholds[class].saturating_sub(settings.headroom * 3 / 2)
         }
@@ -304,6 +313,39 @@ mod tests {
         assert_eq!(seen[1], (200, 0), "{seen:?}");
         assert_within_capacity(&settings, &seen, 10);
         assert!(seen[0].0 >= 1700, "the hog takes what is left: {seen:?}");
+    }
+
+    /// A tenant of weight 1 asking 13 times its share beside seven of
+    /// weights 3 to 9 asking 1.4 to 4 times theirs and two newcomers
+    /// asking once every 2.2 s (each time new, so served past the
+    /// newcomers' place), at 20/s: the newcomers take more than the
+    /// place's share, and the tenant asking furthest past its share must
+    /// still get 90% of it (it got 50–85% while its requests within its
+    /// share came after the others', however long it had waited).
+    #[test]
+    fn a_tenant_far_past_its_share_keeps_it_beside_tenants_less_far_past() {
+        let settings = capacity(20);
+        let mut clients: Vec<Client> = [8u32, 7, 1, 3, 8, 6, 9, 7]
+            .iter()
+            .map(|&weight| Client {
+                weight,
+                counted_from: 4.0,
+                ..client(5.0)
+            })
+            .collect();
+        clients.extend(vec![
+            Client {
+                counted_from: 4.0,
+                ..client(1.0 / 2.2)
+            };
+            2
+        ]);
+        let share = 20.0 / 51.0 * 96.0;
+        for seed in [1u64, 2, 3, 7] {
+            let seen = play_seeded(&settings, &clients, 100, seed, 5.0);
+            assert!(seen[2].0 as f64 >= 0.9 * share, "seed {seed}: {seen:?}");
+            assert_within_capacity(&settings, &seen, 100);
+        }
     }
 
     #[test]

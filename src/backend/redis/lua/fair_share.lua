@@ -211,7 +211,11 @@ local in_reserve = critical and not p.within and reserve_interval > 0 and reserv
 if in_reserve then
   -- the class's threshold
 elseif p.within then
-  threshold = threshold - idiv(headroom * ahead, 1024)
+  local room = idiv(headroom * ahead, 1024)
+  -- A tenant that left a whole depth of its share unused (its GCRA
+  -- empty): at most half the headroom.
+  if own.tat <= now then room = math.min(room, idiv(headroom, 2)) end
+  threshold = threshold - room
 else
   threshold = threshold - idiv(headroom * 3, 2)
 end
