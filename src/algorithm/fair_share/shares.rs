@@ -402,6 +402,40 @@ mod tests {
         }
     }
 
+    /// Hogs of weights 4 and 1 asking 1.5 times their shares (240/s and
+    /// 60/s at 200/s) on 6 connections each, paced alike: 6 requests
+    /// together every 25 ms and every 100 ms. The free one should keep
+    /// 90% of its share and the weights hold. Fails today (RELIABILITY,
+    /// Not done yet): its bursts come further apart than it keeps its
+    /// unused share (`max(2 T_t, D / 4)` = 50 ms), and it gets 201 of 400,
+    /// 9.0 to 1 (over HTTP from outside, 69% of its share, 6.2 to 1).
+    /// Keeping a whole depth gives 400 of 400, 4.0 to 1, but breaks cases
+    /// of the fair model.
+    #[test]
+    #[ignore = "fails today: RELIABILITY.md, Not done yet"]
+    fn hogs_a_little_past_their_shares_on_six_connections_keep_them() {
+        let settings = capacity(200);
+        let mut shares = Shares::default();
+        let mut events: Vec<(u64, u8)> = Vec::new();
+        for (tenant, spacing, offset) in [(0u8, 25_000u64, 0u64), (1, 100_000, 12_300)] {
+            let mut at = SECOND + offset;
+            while at < 11 * SECOND {
+                events.extend((0..6).map(|n| (at + n * 20, tenant)));
+                at += spacing;
+            }
+        }
+        events.sort_unstable();
+        let mut admitted = [0u64; 2];
+        for (now, tenant) in events {
+            let weight = if tenant == 0 { 4 } else { 1 };
+            let verdict = shares.decide(&settings, ask(tenant, weight, DEFAULT, now));
+            admitted[usize::from(tenant)] += u64::from(verdict.admitted);
+        }
+        let ratio = admitted[0] as f64 / admitted[1] as f64;
+        assert!(admitted[1] >= 360, "{admitted:?}");
+        assert!((3.2..=4.8).contains(&ratio), "{ratio:.2}: {admitted:?}");
+    }
+
     /// A hog that took what a light tenant left of its share owes nothing
     /// for it: once a second hog comes, each hog gets at least 90% of its
     /// share, a third of the capacity. At 200/s after 10 s, over the next
