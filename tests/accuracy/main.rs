@@ -268,7 +268,15 @@ async fn inject(
         Fault::LimitChange => {
             let limits = CHANGED.1[round % 2];
             let server = servers.pick(0).expect("a server runs").1;
+            let route = ROUTES.iter().find(|r| r.path == CHANGED.0).unwrap();
+            let changed = servers::changed_file(limits);
+            let applied = Applied::of(&servers::policy_of(&changed, route.path));
+            // Recorded at the time the change that took was sent: a server
+            // may apply it, and answer with it, before the change's own
+            // answer comes back.
+            let sent = std::sync::atomic::AtomicU64::new(0);
             retried("changing a limit", || {
+                sent.store(recorder.now(), std::sync::atomic::Ordering::Relaxed);
                 let server = server.clone();
                 async move {
                     tokio::task::spawn_blocking(move || server.change(limits))
@@ -277,10 +285,8 @@ async fn inject(
                 }
             })
             .await;
-            let route = ROUTES.iter().find(|r| r.path == CHANGED.0).unwrap();
-            let changed = servers::changed_file(limits);
-            let applied = Applied::of(&servers::policy_of(&changed, route.path));
-            recorder.event("policy", None, &applied.event(route.prefix));
+            let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+            recorder.event_at(sent, "policy", None, &applied.event(route.prefix));
         }
         Fault::ServerRestart => {
             drop(servers.stop(one));
