@@ -28,7 +28,7 @@ mod servers;
 mod store;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -274,9 +274,9 @@ async fn inject(
             // Recorded at the time the change that took was sent: a server
             // may apply it, and answer with it, before the change's own
             // answer comes back.
-            let sent = std::sync::atomic::AtomicU64::new(0);
+            let sent = AtomicU64::new(0);
             retried("changing a limit", || {
-                sent.store(recorder.now(), std::sync::atomic::Ordering::Relaxed);
+                sent.store(recorder.now(), Ordering::Relaxed);
                 let server = server.clone();
                 async move {
                     tokio::task::spawn_blocking(move || server.change(limits))
@@ -285,7 +285,7 @@ async fn inject(
                 }
             })
             .await;
-            let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+            let sent = sent.load(Ordering::Relaxed);
             recorder.event_at(sent, "policy", None, &applied.event(route.prefix));
         }
         Fault::ServerRestart => {

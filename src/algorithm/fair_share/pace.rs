@@ -83,8 +83,15 @@ pub(super) struct Ahead(u64);
 
 impl Ahead {
     /// The room a request within its share leaves below the threshold,
-    /// `H · e`.
-    pub(super) fn room(&self, settings: &Settings) -> u64 {
-        settings.headroom * self.0 / Demand::DEPTH
+    /// `H · e`; at most `H / 2` for a tenant that left its whole kept
+    /// share `unused` (its GCRA empty), so that tenants asking less far
+    /// past their shares do not keep it from its own.
+    pub(super) fn room(&self, settings: &Settings, unused: bool) -> u64 {
+        let room = settings.headroom * self.0 / Demand::DEPTH;
+        if unused {
+            room.min(settings.headroom / 2)
+        } else {
+            room
+        }
     }
 }

@@ -79,6 +79,15 @@ impl Settings {
         }
     }
 
+    /// These settings at `limit` with `fills`, all else kept (whether
+    /// tenants are trusted too).
+    pub(crate) fn rebuilt(&self, limit: u32, fills: [u8; 3]) -> Self {
+        Self {
+            trusted: self.trusted,
+            ..Self::new(limit, self.window, fills, self.max_tenants)
+        }
+    }
+
     /// Over how many windows the critical requests past their shares are
     /// counted: the depth's, at least one (below 20 requests a window, one
     /// window holds too few of them to tell their rate).

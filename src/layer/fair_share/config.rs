@@ -53,10 +53,7 @@ impl Capacity {
     pub(super) fn part(&self, servers: u32) -> Self {
         let servers = servers.max(1);
         match self {
-            Capacity::Rate(s) => Capacity::Rate(Settings {
-                trusted: s.trusted,
-                ..Settings::new(s.limit.div_ceil(servers), s.window, s.fills, s.max_tenants)
-            }),
+            Capacity::Rate(s) => Capacity::Rate(s.rebuilt(s.limit.div_ceil(servers), s.fills)),
             Capacity::InFlight(s) => Capacity::InFlight(FlightSettings::new(
                 s.capacity.div_ceil(servers),
                 s.fills,

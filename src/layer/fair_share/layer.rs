@@ -204,10 +204,7 @@ impl FairShare {
         let fills = Class::ALL.map(|class| reserves.fill(class));
         self.with(|c| {
             c.capacity = match &c.capacity {
-                Capacity::Rate(s) => Capacity::Rate(Settings {
-                    trusted: s.trusted,
-                    ..Settings::new(s.limit, s.window, fills, s.max_tenants)
-                }),
+                Capacity::Rate(s) => Capacity::Rate(s.rebuilt(s.limit, fills)),
                 Capacity::InFlight(s) => {
                     Capacity::InFlight(FlightSettings::new(s.capacity, fills, s.max_tenants))
                 }

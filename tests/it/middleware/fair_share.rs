@@ -72,6 +72,49 @@ async fn replay(
     Ok(())
 }
 
+/// Trusted tenants stay trusted through the builder's other steps
+/// (`reserves`, `servers`): beside a tenant established a second before,
+/// the last of 17 arriving together gets a share of its own (200/s over
+/// 18: 11), not part of the newcomers' place (200/s over 2, by 17: 5).
+#[test]
+fn trusted_tenants_stay_trusted_through_the_builder() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for trusted in [false, true] {
+            let capacity = FairShare::new(Quota::per_second(200).unwrap()).unwrap();
+            let capacity = if trusted {
+                capacity.trusted_tenants()
+            } else {
+                capacity
+            };
+            let capacity = capacity
+                .reserves(tower_ratelimit::layer::Reserves::STANDARD)
+                .servers(2);
+            let start = 1_700_000_000_000_000u64;
+            for at in (0..1_000_000).step_by(100_000) {
+                capacity
+                    .decide_at(&[0], 1, Class::Default, start + at)
+                    .await
+                    .unwrap();
+            }
+            let mut shares = Vec::new();
+            for tenant in 1..=17u8 {
+                let (_, share, ..) = capacity
+                    .decide_at(&[tenant], 1, Class::Default, start + 1_000_000)
+                    .await
+                    .unwrap();
+                shares.push(share);
+            }
+            // The last to arrive, all 18 there.
+            let want = if trusted { 11 } else { 5 };
+            assert_eq!(shares.last(), Some(&want), "trusted {trusted}: {shares:?}");
+        }
+    });
+}
+
 /// A crowd: up to 40 tenants, the first two asking far more often (hogs),
 /// over up to 24 s (some requests up to 3 ms before the one before), so
 /// that the newcomers' place fills past its small
