@@ -433,6 +433,58 @@ mod tests {
         assert!((3.2..=4.8).contains(&ratio), "{ratio:.2}: {admitted:?}");
     }
 
+    /// A light tenant whose requests come at random (a Poisson stream at
+    /// half its share, weights 4, 1 and 1) beside two hogs asking 1.5
+    /// times their shares in bursts of six: refused at most 1%. Fails
+    /// today (RELIABILITY, Not done yet): a request of a bunch past the
+    /// unused share it keeps (`max(2 T_t, D / 4)`: two requests) is past
+    /// its share, and hogs borrowing fill that room; refused 2.6% at 20/s,
+    /// 4.0% at 200/s (0.8% at 1000/s). Keeping `⌊H / T⌋ · T_t` (six
+    /// requests) gives 0.0% and 0.2%, but broke 1 of 300 cases of the fair
+    /// model beside hogs.
+    #[test]
+    #[ignore = "fails today: RELIABILITY.md, Not done yet"]
+    fn a_light_tenant_asking_at_random_within_its_share_is_served() {
+        for per_second in [20u32, 200, 1000] {
+            let settings = capacity(per_second);
+            let share = f64::from(per_second) / 6.0;
+            let mut events: Vec<(u64, u8)> = Vec::new();
+            for (tenant, weight) in [(0u8, 4.0), (1, 1.0)] {
+                let spacing = (6.0 / (1.5 * weight * share) * SECOND as f64) as u64;
+                let mut at = SECOND + u64::from(tenant) * 12_300;
+                while at < 61 * SECOND {
+                    events.extend((0..6).map(|n| (at + n * 20, tenant)));
+                    at += spacing;
+                }
+            }
+            let mut random = 0x2545_f491_4f6c_dd1du64;
+            let mut at = SECOND as f64;
+            while at < (61 * SECOND) as f64 {
+                random = random
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                let uniform = ((random >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+                at += -uniform.ln() / (share / 2.0) * SECOND as f64;
+                events.push((at as u64, 2));
+            }
+            events.sort_unstable();
+            let mut shares = Shares::default();
+            let (mut asked, mut refused) = (0u64, 0u64);
+            for (now, tenant) in events {
+                let weight = if tenant == 0 { 4 } else { 1 };
+                let verdict = shares.decide(&settings, ask(tenant, weight, DEFAULT, now));
+                if tenant == 2 && now >= 3 * SECOND {
+                    asked += 1;
+                    refused += u64::from(!verdict.admitted);
+                }
+            }
+            assert!(
+                refused * 100 <= asked,
+                "{per_second}/s: {refused} of {asked} refused"
+            );
+        }
+    }
+
     /// A hog that took what a light tenant left of its share owes nothing
     /// for it: once a second hog comes, each hog gets at least 90% of its
     /// share, a third of the capacity. At 200/s after 10 s, over the next
