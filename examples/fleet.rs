@@ -122,8 +122,10 @@ pub async fn app(
         .route("/api/items", get(|| async { "items\n" }))
         // One layer for every route above: each gets its limits from the
         // file. The last added runs first: the address, then the user.
-        .layer(limits.layer().backend(backend))
-        .layer(per_address)
+        // Route layers: a path no route matches is axum's 404, not a
+        // request without a policy (500).
+        .route_layer(limits.layer().backend(backend))
+        .route_layer(per_address)
         .route("/admin/search", put(set_search).with_state(admin)))
 }
 

@@ -100,4 +100,9 @@ async fn two_servers_share_one_budget_and_one_limits_file() {
     let headers = [("x-user-id", "made-up-0")];
     let (status, _, _) = send_from(21, servers[0], Method::GET, "/api/search", &headers, "").await;
     assert_eq!(status, StatusCode::OK);
+    // A path no route matches is not found, not a server error.
+    for path in ["/", "/favicon.ico", "/api/search/", "/API/SEARCH"] {
+        let (status, _, body) = send(servers[0], Method::GET, path, &headers, "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+    }
 }
