@@ -2,8 +2,9 @@
 //! a second, per user 30 messages and 256 KiB a minute across all of that
 //! user's connections, and no message over 64 KiB. A message over a rate
 //! is not processed: the client is told when to try again, and the
-//! connection stays open. A message over 64 KiB closes the connection
-//! (1009, message too big) before it is read into memory.
+//! connection stays open. A message over 64 KiB ends the connection
+//! before it is read into memory (without a close frame: the client sees
+//! 1006, abnormal closure).
 //!
 //! The user is who the bearer token says (`Authorization: Bearer
 //! alice-token`; here a table, in your app your session store), never a
@@ -109,7 +110,7 @@ async fn echo(mut socket: WebSocket, limits: Limits, user: &str, connection: u64
     let connection = Key::new("ws-connection", connection.to_be_bytes());
     let user = Key::new("user", user);
     // A message over `MAX_MESSAGE_BYTES` ends the loop with an error: the
-    // socket is closed with 1009.
+    // socket is dropped, with no close frame.
     while let Some(Ok(message)) = socket.recv().await {
         let Message::Text(text) = message else {
             continue;
