@@ -15,7 +15,9 @@
 //! * `PUT /admin/search` with a number: `/api/search`'s limit per minute,
 //!   changed on every server within a second (with `ADMIN_TOKEN` as a bearer
 //!   token: an admin route is the operator's); a number no quota holds
-//!   (`0`, past a million a second) is 400, naming why.
+//!   (`0`, past a million a second) is 400, naming why. 10 wrong tokens a
+//!   minute from one address, on any of the servers, lock that address
+//!   out of it (429), so that a token cannot be guessed at full speed.
 //!
 //! The limits are the file below (or `LIMITS_FILE`), kept in Redis as the
 //! fleet's: the first server to join writes it, the others run Redis's.
@@ -117,6 +119,12 @@ pub async fn app(
     .key(ClientIp::new())
     .headers(HeaderStyle::None)
     .backend(backend.clone());
+    // Wrong admin tokens per address, on every server together.
+    let token_guesses = RateLimitLayer::new("admin-token-guesses = 10/min".parse::<Policy>()?)
+        .key(ClientIp::new())
+        .headers(HeaderStyle::None)
+        .count_if(|res| res.status == StatusCode::UNAUTHORIZED)
+        .backend(backend.clone());
     Ok(Router::new()
         .route("/api/search", get(|| async { "results\n" }))
         .route("/api/items", get(|| async { "items\n" }))
@@ -126,7 +134,10 @@ pub async fn app(
         // request without a policy (500).
         .route_layer(limits.layer().backend(backend))
         .route_layer(per_address)
-        .route("/admin/search", put(set_search).with_state(admin)))
+        .route(
+            "/admin/search",
+            put(set_search).with_state(admin).layer(token_guesses),
+        ))
 }
 
 #[allow(dead_code)] // run by `cargo run`, not by the test that reads `app`

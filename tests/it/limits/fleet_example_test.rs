@@ -100,6 +100,23 @@ async fn two_servers_share_one_budget_and_one_limits_file() {
     let headers = [("x-user-id", "made-up-0")];
     let (status, _, _) = send_from(21, servers[0], Method::GET, "/api/search", &headers, "").await;
     assert_eq!(status, StatusCode::OK);
+    // Wrong admin tokens: 10 a minute from one address across both
+    // servers, then none, not even the right one; another address is its
+    // own.
+    let admin = |client: u8, server: SocketAddr, auth: &'static str| async move {
+        let headers = [("authorization", auth)];
+        send_from(client, server, Method::PUT, "/admin/search", &headers, "3").await
+    };
+    for n in 0..10 {
+        let (status, _, body) = admin(22, servers[n % 2], "Bearer guess").await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "guess {n}: {body}");
+    }
+    for server in servers {
+        let (status, _, body) = admin(22, server, "Bearer s3cret").await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    }
+    let (status, _, body) = admin(23, servers[1], "Bearer s3cret").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     // A path no route matches is not found, not a server error.
     for path in ["/", "/favicon.ico", "/api/search/", "/API/SEARCH"] {
         let (status, _, body) = send(servers[0], Method::GET, path, &headers, "").await;
