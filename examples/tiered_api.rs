@@ -9,7 +9,8 @@
 //!   failures per 15 minutes per address and user, and 50 per address
 //!   whatever the user; successes never count. The form is decoded once
 //!   (`%61lice` is `alice`) for the limit and the handler alike, and a
-//!   field sent twice is 400;
+//!   field sent twice is 400; a form not sent within 10 s is 408, so that
+//!   a stalled body does not hold its connection;
 //! * `GET /metrics`: Prometheus text (requests by outcome, route and limit).
 //!
 //! The cap per address is what stops one address guessing across many
@@ -79,6 +80,9 @@ fn api() -> Result<Router, Box<dyn std::error::Error>> {
         .layer(guesses))
 }
 
+/// How long a login form's body may take to arrive.
+pub const FORM_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The login form, read and decoded once: the limit's key and the handler
 /// see the same user, however it was spelled (`%61lice`, `alice`).
 #[derive(Clone)]
@@ -89,8 +93,13 @@ struct LoginForm {
 
 async fn read_form(req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = axum::body::to_bytes(body, 4096).await else {
-        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    let bytes = match tokio::time::timeout(FORM_TIMEOUT, axum::body::to_bytes(body, 4096)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return StatusCode::PAYLOAD_TOO_LARGE.into_response(),
+        Err(_) => {
+            let late = "the login form did not arrive in time\n";
+            return (StatusCode::REQUEST_TIMEOUT, late).into_response();
+        }
     };
     let Some(form) = parse_form(&bytes) else {
         let text = "a form of user and password, each once, URL-encoded\n";

@@ -13,6 +13,7 @@ use std::future::IntoFuture;
 
 use http::{Method, StatusCode};
 use http_support::send_from;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn the_tiered_api_does_what_its_docs_say() {
@@ -147,4 +148,21 @@ async fn the_tiered_api_does_what_its_docs_say() {
     assert_eq!(status, StatusCode::OK);
     let limited = r#"ratelimit_requests_total{outcome="limited",route="/api/data",limit="free"} 1"#;
     assert!(text.contains(limited), "{text}");
+
+    // A login form that stalls is answered 408 once its time is out, and
+    // the connection let go.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 12], 0).into()).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let head = "POST /login HTTP/1.1\r\nhost: x\r\n\
+        content-type: application/x-www-form-urlencoded\r\ncontent-length: 100\r\n\r\nuser=ann";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let wait = tiered_api::FORM_TIMEOUT + std::time::Duration::from_secs(20);
+    tokio::time::timeout(wait, stream.read_to_end(&mut answer))
+        .await
+        .expect("a stalled form is answered, not held")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
