@@ -239,7 +239,11 @@ pub(crate) fn route_of<'a>(req: &'a RequestHead<'_>) -> &'a str {
 }
 
 impl RoutePolicies {
-    /// No routes; unmatched requests are not limited until a fallback is set.
+    /// No routes. A request no route matches gets the fallback's policy;
+    /// with none it has no policy, and is refused with 500 unless the layer
+    /// says [`NoPolicy::Unlimited`]. On axum, a layer added with
+    /// `Router::layer` also runs for paths no route matches (axum's 404):
+    /// add it with `Router::route_layer` to leave those to axum.
     pub fn new() -> Self {
         Self::default()
     }
