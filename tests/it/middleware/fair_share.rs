@@ -368,6 +368,11 @@ const RUN: Duration = Duration::from_secs(6);
 /// slack.
 const MOST: u64 = (200 * 6) * 11 / 10;
 
+/// How long a case of weights runs: twice [`RUN`]. Beside two busy loops
+/// the ratio over 6 s moved from 3.28 to 3.92 from run to run (3.14 once
+/// in CI), the first seconds weighing most; over 12 s, 3.94 to 3.97.
+const WEIGHTS_RUN: Duration = Duration::from_secs(12);
+
 /// Weights 4 to 1 between two hogs on 6 connections each, each asking
 /// `per_second` over them (`None`: as fast as it can), on the example
 /// servers at `ports` (one capacity of 200/s), judged where both hogs were
@@ -381,7 +386,7 @@ fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
             client("pro", 6, per_second).with("x-api-key", "pro-demo"),
             client("free", 6, per_second).with("x-api-key", "free-demo"),
         ],
-        RUN,
+        WEIGHTS_RUN,
     );
     let both = admitted_while_both_refused(&slices[0], &slices[1]);
     let total = |c: &[(u64, u64)]| c.iter().map(|s| s.0).sum::<u64>();
@@ -392,7 +397,10 @@ fn weights(ports: &[u16], store: &str, per_second: Option<f64>) {
         "too few slices with both refused: {both:?}"
     );
     assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {both:?}");
-    assert!(total(&slices[0]) + total(&slices[1]) <= MOST, "{slices:?}");
+    assert!(
+        total(&slices[0]) + total(&slices[1]) <= 2 * MOST,
+        "{slices:?}"
+    );
 }
 
 /// The example with no limit per client address that two hogs on 6
