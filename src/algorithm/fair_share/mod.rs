@@ -12,13 +12,14 @@
 //! within the critical reserve; `H · e` for one within its tenant's share
 //! `C · w / Σw`, where `e`, from 0 to 1, is how far the tenant asks past
 //! its share (at most a half once it left a whole depth of its share
-//! unused); `3 H / 2` for one past its share. So within a class every
-//! request within a share comes before every request past one, and a
-//! tenant asking no more than its share (`e = 0`) before every tenant
-//! asking more: it is refused only when tenants asking no more than
-//! theirs fill the room above, and their shares add up to at most `C`.
-//! Tenants new to the capacity share one place until they graduate, so
-//! made-up ids dilute only that place.
+//! unused; a half for one past its GCRA that spends what its tenant saved
+//! of its share by not asking); `3 H / 2` for one past its share. So
+//! within a class every request within a share (or saved) comes before
+//! every request past one, and a tenant asking no more than its share
+//! (`e = 0`) before every tenant asking more: it is refused only when
+//! tenants asking no more than theirs fill the room above, and their
+//! shares add up to at most `C`. Tenants new to the capacity share one
+//! place until they graduate, so made-up ids dilute only that place.
 //!
 //! **The rules**, each with why its constant is what it is; in brackets,
 //! another value and a test it fails (the unit tests in `shares`; the
@@ -49,6 +50,21 @@
 //!   Its time of arrival counts at most `k` ahead, when read and when
 //!   kept: borrowing what others leave costs nothing later [unbounded:
 //!   `borrowing_idle_capacity_costs_nothing_later`].
+//! - A tenant of its own keeps what it leaves of its share unused (the
+//!   time its GCRA stands empty) up to as many of its intervals as the
+//!   headroom holds requests, `⌊H / T⌋ · T_t` (six at least), so that a
+//!   client asking at random, or on connections paced alike, keeps its
+//!   share [none kept:
+//!   `a_light_tenant_asking_at_random_within_its_share_is_served` and
+//!   `hogs_a_little_past_their_shares_on_six_connections_keep_them`;
+//!   half as many: the first]. A request past its GCRA spends one of its
+//!   intervals and counts as within its share at `e = 1 / 2`, as a tenant
+//!   that left its share unused does: before all borrowing, behind the
+//!   requests of tenants asking within their shares [`e = 0`:
+//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`;
+//!   `e = 1`: the first]. A refused request spends one too, so that a
+//!   tenant refused saves nothing [not: 2 of the fair model's 1,000 cases
+//!   `beside_hogs`]. A newcomer keeps nothing.
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
 //!   `critical_requests_past_their_share_cost_every_share_alike`], and `e`
@@ -110,9 +126,9 @@
 //!   per decision, a bounded cost.
 //!
 //! The files: `settings` (a capacity's numbers), `shares` (the decision),
-//! `pace` (a tenant's GCRA and how far ahead it asks), `newcomers` (the
-//! newcomers' place), `tenants` (the active tenants, told apart up to a
-//! cap), `counted` (requests by whole windows).
+//! `pace` (a tenant's GCRA, what it saved and how far ahead it asks),
+//! `newcomers` (the newcomers' place), `tenants` (the active tenants,
+//! told apart up to a cap), `counted` (requests by whole windows).
 
 mod counted;
 mod newcomers;

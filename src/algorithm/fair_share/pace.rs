@@ -33,6 +33,25 @@ impl Pace {
     }
 }
 
+/// What a tenant of its own left unused of its share by not asking, µs:
+/// the time its GCRA at its share stood empty, kept up to a bound.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Saved(u64);
+
+impl Saved {
+    /// `unused` µs more, kept up to `most` in all.
+    pub(super) fn add(&mut self, unused: u64, most: u64) {
+        self.0 = self.0.saturating_add(unused).min(most);
+    }
+
+    /// One request's `interval` spent, if that much is saved.
+    pub(super) fn spend(&mut self, interval: u64) -> bool {
+        let spent = self.0 >= interval;
+        self.0 = self.0.saturating_sub(interval);
+        spent
+    }
+}
+
 /// How far ahead of its share a tenant asks, admitted or not: a GCRA of
 /// every request at the share's interval, its level in
 /// [`DEPTH`](Self::DEPTH)ths of the share's depth (so that it means the

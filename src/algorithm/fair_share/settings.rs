@@ -88,6 +88,12 @@ impl Settings {
         }
     }
 
+    /// How many of its requests a tenant keeps of its unused share: as
+    /// many as the headroom holds (six at least).
+    pub(crate) fn saved_requests(&self) -> u64 {
+        self.headroom / self.interval
+    }
+
     /// Over how many windows the critical requests past their shares are
     /// counted: the depth's, at least one (below 20 requests a window, one
     /// window holds too few of them to tell their rate).

@@ -6,11 +6,11 @@
 -- windows), `gtat` (the graduations'), `w` (the active weights), the
 -- newcomers' place (`pm` members, `pw` weights, `ps` since, `pk` `pc` `pp`
 -- its requests by window) and `t<tenant>` = "tat:weight:seen:level:at:
--- standing:since:pooled_weight:k:current:previous" each (level and at:
--- how far ahead of its share it asks; standing 1: a newcomer, 2: a
--- tenant of its own). Every number is an integer in microseconds
--- (integers.lua comes first); a field that does not parse counts as
--- absent.
+-- standing:since:pooled_weight:k:current:previous:saved" each (level and
+-- at: how far ahead of its share it asks; standing 1: a newcomer, 2: a
+-- tenant of its own; saved: what it left unused of its share). Every
+-- number is an integer in microseconds (integers.lua comes first); a
+-- field that does not parse counts as absent.
 local H, Z = KEYS[1], KEYS[2]
 local interval = tonumber(ARGV[1])
 local active_for = tonumber(ARGV[2])
@@ -44,9 +44,10 @@ local function tenant(key)
   if not v then return nil end
   local f = {}
   for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
-  if #f ~= 11 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
+  if #f ~= 12 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
   return { tat = f[1], weight = f[2], level = f[4], at = f[5], standing = f[6],
-    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11] }
+    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11],
+    saved = f[12] }
 end
 
 local weights = field('w')
@@ -81,7 +82,7 @@ local active = count
 if not own then
   active = count + 1
   own = { tat = 0, weight = 0, level = 0, at = 0, standing = 0, since = 0,
-    pooled_weight = 0, k = 0, current = 0, previous = 0 }
+    pooled_weight = 0, k = 0, current = 0, previous = 0, saved = 0 }
 end
 weights = weights - own.weight + weight
 own.weight = weight
@@ -190,6 +191,16 @@ share = math.max(share, 1)
 -- How far ahead of its share it asks is counted over two intervals; its
 -- unused share is kept as long, at least a quarter of the capacity's depth.
 local t_depth = 2 * t_interval
+-- What a tenant of its own left unused of its share (its GCRA empty), kept
+-- up to as many of its intervals as the headroom holds requests.
+local unused = 0
+if not pooled then unused = math.max(now - own.tat, 0) end
+own.saved = math.min(own.saved + unused, idiv(headroom, interval) * t_interval)
+local function spend()
+  local spent = own.saved >= t_interval
+  own.saved = math.max(own.saved - t_interval, 0)
+  return spent
+end
 local p = pace(t_interval, math.max(t_depth, idiv(depth, 4)), own.tat)
 local step = ceil_div(t_depth, 1024)
 -- A GCRA of every request at the share's interval, in 1024ths of its
@@ -207,6 +218,8 @@ own.level = math.min(level + idiv(t_interval, step), 2048)
 own.at = math.max(own.at, now)
 local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
 local in_reserve = critical and not p.within and reserve_interval > 0 and reserve.within
+-- Past its share, what it saved, one interval a request.
+local saved = not p.within and not in_reserve and spend()
 
 if in_reserve then
   -- the class's threshold
@@ -216,6 +229,8 @@ elseif p.within then
   -- empty): at most half the headroom.
   if own.tat <= now then room = math.min(room, idiv(headroom, 2)) end
   threshold = threshold - room
+elseif saved then
+  threshold = threshold - idiv(headroom, 2)
 else
   threshold = threshold - idiv(headroom * 3, 2)
 end
@@ -231,16 +246,20 @@ if filled <= threshold then
     count_one(reserved, reserved_span)
     redis.call('HSET', H, 'rtat', num(reserve.tat), 'ck', num(reserved.k), 'cc', num(reserved.current),
       'cp', num(reserved.previous))
-  else
+  elseif not saved then
     own.tat = math.min(p.tat, now + p.depth)
   end
+elseif not saved then
+  -- Asking spends what was saved, admitted or not.
+  spend()
 end
+own.tat = math.max(own.tat, now)
 local retry_after = math.max(filled - threshold, 0)
 redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
   't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.level),
     num(own.at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
-    num(own.current), num(own.previous) }, ':'))
+    num(own.current), num(own.previous), num(own.saved) }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)

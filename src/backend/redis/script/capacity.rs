@@ -78,10 +78,10 @@ impl Capacities<'_> {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        // `fair6`: the state's layout with how far ahead of its share
-        // each tenant asks; a capacity's keys of the layouts before are
-        // left to expire.
-        let hash = self.capacity_key("fair6", name);
+        // `fair7`: the state's layout with what each tenant saved of its
+        // share; a capacity's keys of the layouts before are left to
+        // expire.
+        let hash = self.capacity_key("fair7", name);
         let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
         cmd.arg(fair_share_script().get_hash())
