@@ -62,9 +62,12 @@
 //!   that left its share unused does: before all borrowing, behind the
 //!   requests of tenants asking within their shares [`e = 0`:
 //!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`;
-//!   `e = 1`: the first]. A refused request spends one too, so that a
-//!   tenant refused saves nothing [not: 2 of the fair model's 1,000 cases
-//!   `beside_hogs`]. A newcomer keeps nothing.
+//!   `e = 1`: the first]. What is left of an interval stays for the next
+//!   request [lost at a request past it: the second, its bursts moved by
+//!   up to 5 ms]. A request refused within its share loses an interval
+//!   (or what is left), as if admitted, so that a tenant refused saves
+//!   nothing [not: 2 of the fair model's 1,000 cases `beside_hogs`; also
+//!   refused past its share: the second]. A newcomer keeps nothing.
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
 //!   `critical_requests_past_their_share_cost_every_share_alike`], and `e`

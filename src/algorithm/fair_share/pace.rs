@@ -44,11 +44,19 @@ impl Saved {
         self.0 = self.0.saturating_add(unused).min(most);
     }
 
-    /// One request's `interval` spent, if that much is saved.
+    /// One request's `interval` spent, if that much is saved (what is
+    /// left of an interval stays for the next).
     pub(super) fn spend(&mut self, interval: u64) -> bool {
         let spent = self.0 >= interval;
-        self.0 = self.0.saturating_sub(interval);
+        if spent {
+            self.0 -= interval;
+        }
         spent
+    }
+
+    /// One request's `interval` gone, or all that is saved if less.
+    pub(super) fn lose(&mut self, interval: u64) {
+        self.0 = self.0.saturating_sub(interval);
     }
 }
 

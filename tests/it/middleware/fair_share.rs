@@ -501,6 +501,45 @@ fn hogs_asking_a_few_times_their_shares_keep_their_weights() {
     }
 }
 
+/// Hogs of weights 4 and 1 asking 1.5 times their shares (240/s and
+/// 60/s) on 6 connections each, paced alike: the free one sends 6
+/// together every 100 ms, further apart than its GCRA's tolerance (50
+/// ms), and still gets its share, two thirds of what it asks (at least
+/// 90% of that), and the weights hold where both were refused: 477 of
+/// its share's 480 over 12 s, 4.05 to 1. Keeping nothing of its unused
+/// share below that tolerance, it got 343 (0.47 of what it asked), 6.0
+/// to 1; losing the part of an interval left of what it saved at a
+/// request past it, 427 (0.59), 4.6 to 1. `shares`'
+/// `hogs_a_little_past_their_shares_on_six_connections_keep_them` is the
+/// same in the unit model.
+#[test]
+fn hogs_a_little_past_their_shares_on_six_connections_keep_them() {
+    let server = ExampleServer::start(&[]);
+    let slices = load_by_slice(
+        &[server.port],
+        &[
+            client("pro", 6, Some(240.0)).with("x-api-key", "pro-demo"),
+            client("free", 6, Some(60.0)).with("x-api-key", "free-demo"),
+        ],
+        WEIGHTS_RUN,
+    );
+    let total = |c: &[(u64, u64)]| c.iter().fold((0, 0), |(a, r), s| (a + s.0, r + s.1));
+    let (pro, free) = (total(&slices[0]), total(&slices[1]));
+    let both = admitted_while_both_refused(&slices[0], &slices[1]);
+    let ratio = both.0 as f64 / both.1.max(1) as f64;
+    println!("pro {pro:?}, free {free:?}; {both:?} while both were refused");
+    let got = free.0 as f64 / (free.0 + free.1) as f64;
+    assert!(
+        got >= 0.9 * 2.0 / 3.0,
+        "the free hog got {got:.2} of what it asked: {free:?}"
+    );
+    assert!(
+        both.0 + both.1 >= 200,
+        "too few slices with both refused: {both:?}"
+    );
+    assert!((3.2..=4.8).contains(&ratio), "ratio {ratio:.2}: {both:?}");
+}
+
 /// Two example servers on the Redis at `url`, with `env`. Their store
 /// timeout is seconds: these tests check what Redis decides for servers
 /// sharing it, and a slow answer on a busy machine would hand a request to

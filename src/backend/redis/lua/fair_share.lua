@@ -197,9 +197,9 @@ local unused = 0
 if not pooled then unused = math.max(now - own.tat, 0) end
 own.saved = math.min(own.saved + unused, idiv(headroom, interval) * t_interval)
 local function spend()
-  local spent = own.saved >= t_interval
-  own.saved = math.max(own.saved - t_interval, 0)
-  return spent
+  if own.saved < t_interval then return false end
+  own.saved = own.saved - t_interval
+  return true
 end
 local p = pace(t_interval, math.max(t_depth, idiv(depth, 4)), own.tat)
 local step = ceil_div(t_depth, 1024)
@@ -249,9 +249,10 @@ if filled <= threshold then
   elseif not saved then
     own.tat = math.min(p.tat, now + p.depth)
   end
-elseif not saved then
-  -- Asking spends what was saved, admitted or not.
-  spend()
+elseif p.within then
+  -- Refused within its share, a tenant loses what it saved as if it had
+  -- been admitted.
+  own.saved = math.max(own.saved - t_interval, 0)
 end
 own.tat = math.max(own.tat, now)
 local retry_after = math.max(filled - threshold, 0)
