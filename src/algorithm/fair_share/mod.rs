@@ -33,31 +33,30 @@
 //!   requests within shares above those past them [20%:
 //!   `made_up_tenants_dilute_nobody`], not so much that the requests past
 //!   shares lose their part [40%:
-//!   `critical_requests_past_their_share_cost_every_share_alike`].
+//!   `a_lone_tenant_bursts_into_the_idle_capacity`].
 //! - A request past its share needs room below `θ − 3 H / 2`, so that the
 //!   requests within the shares of tenants asking more than theirs keep
-//!   half a headroom above all borrowing [`θ − H`: the same test]; no
-//!   more, so that a lone sheddable tenant still bursts a quarter of the
-//!   depth into capacity left idle [`θ − 2 H`:
+//!   half a headroom above all borrowing [`θ − H`:
+//!   `two_hogs_asking_in_bursts_share_by_weight`]; no
+//!   more, so that a lone new sheddable tenant, with nothing saved, still
+//!   bursts a quarter of the depth into capacity left idle [`θ − 2 H`:
 //!   `a_lone_tenant_bursts_into_the_idle_capacity`].
 //! - A request is within its tenant's share by a GCRA at the share's
-//!   interval `T_t` that keeps the tenant's unused share `k = max(2 T_t,
-//!   D / 4)`: a burst of two at least [`T_t`:
-//!   `light_tenants_are_served_at_every_capacity`], and a client whose
-//!   connections send together keeps its share while its bursts are at
-//!   most `k − T_t` apart [`2 T_t`: `two_hogs_asking_in_bursts_share_by_weight`;
-//!   `D / 2`: `critical_requests_past_their_share_cost_every_share_alike`].
-//!   Its time of arrival counts at most `k` ahead, when read and when
-//!   kept: borrowing what others leave costs nothing later [unbounded:
+//!   interval `T_t` of tolerance `2 T_t`, a burst of two [`T_t`:
+//!   `light_tenants_are_served_at_every_capacity`; longer bursts are
+//!   what a tenant saves, below]. Its time of arrival counts at most
+//!   `2 T_t` ahead, when read and when kept: borrowing what others leave
+//!   costs nothing later [unbounded:
 //!   `borrowing_idle_capacity_costs_nothing_later`].
 //! - A tenant of its own keeps what it leaves of its share unused (the
 //!   time its GCRA stands empty) up to as many of its intervals as the
 //!   headroom holds requests, `⌊H / T⌋ · T_t` (six at least), so that a
 //!   client asking at random, or on connections paced alike, keeps its
 //!   share [none kept:
-//!   `a_light_tenant_asking_at_random_within_its_share_is_served` and
-//!   `hogs_a_little_past_their_shares_on_six_connections_keep_them`;
-//!   half as many: the first]. A request past its GCRA spends one of its
+//!   `a_light_tenant_asking_at_random_within_its_share_is_served`,
+//!   `hogs_a_little_past_their_shares_on_six_connections_keep_them` and
+//!   `two_hogs_asking_in_bursts_share_by_weight`; half as many: the
+//!   first]. A request past its GCRA spends one of its
 //!   intervals and counts as within its share at `e = 1 / 2`, as a tenant
 //!   that left its share unused does: before all borrowing, behind the
 //!   requests of tenants asking within their shares [`e = 0`:
@@ -75,7 +74,7 @@
 //!   request's time before the request counts. It is held within `2 d`,
 //!   so that a tenant that slows to its share is back at 0 within a depth
 //!   [`1.5 d`: `light_tenants_are_served_at_every_capacity`; `4 d`:
-//!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`], and
+//!   `a_light_tenant_asking_at_random_within_its_share_is_served`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
 //! - A tenant whose GCRA at its share is empty (it left a whole `k` of

@@ -204,9 +204,10 @@ struct Case {
     jitter: f64,
     /// The first `.0` tenants send up to `.1` requests together (20 µs
     /// apart), as a client's connections paced alike do, in groups no
-    /// further apart than the definition keeps a tenant's unused share
-    /// (`max(2 T_t, D / 4)`), less one of its intervals `T_t`; the others
-    /// one at a time.
+    /// further apart than `max(2 T_t, D / 4)` less one of its intervals
+    /// `T_t` (within what the definition keeps of a tenant's unused share:
+    /// its GCRA's `2 T_t` and what it saves, `⌊0.3 D / T⌋ T_t`); the
+    /// others one at a time.
     together: (usize, u32),
     /// The tenants sending one request at a time do so at random (a
     /// Poisson stream at their rate), as independent clients do.
@@ -553,7 +554,7 @@ fn schedule(case: &Case) -> Vec<(u64, usize)> {
     let shares = model::static_shares(case.cap.c as f64, &weights);
     for (i, t) in case.tenants.iter().enumerate() {
         let size = if i < case.together.0 {
-            // Groups no further apart than the tenant keeps its unused
+            // Groups no further apart than the tenant keeps of its unused
             // share, less one of its share's intervals.
             let spacing = w / shares[i];
             let kept = (2.0 * spacing).max(case.cap.depth_us() / 4.0) - spacing;

@@ -488,8 +488,8 @@ fn over_http_in_memory_shares_follow_weights_and_classes() {
 /// Hogs asking the capacity 2 to 4 times their shares (400/s and 600/s
 /// each, as behind the example's 100/s an address on 6 connections) keep
 /// their weights, though each hog's connections, paced alike, send
-/// together: 3.9 and 4.0 to 1 (2.1 and 3.0 while a tenant kept its unused
-/// share only two of its intervals; `shares`'
+/// together: 3.9 and 3.9 to 1 (2.1 and 3.0 while a tenant kept nothing of
+/// its unused share past two of its intervals; `shares`'
 /// `two_hogs_asking_in_bursts_share_by_weight`, the same in the unit
 /// model).
 #[test]
@@ -505,8 +505,8 @@ fn hogs_asking_a_few_times_their_shares_keep_their_weights() {
 /// 60/s) on 6 connections each, paced alike: the free one sends 6
 /// together every 100 ms, further apart than its GCRA's tolerance (50
 /// ms), and still gets its share, two thirds of what it asks (at least
-/// 90% of that), and the weights hold where both were refused: 477 of
-/// its share's 480 over 12 s, 4.05 to 1. Keeping nothing of its unused
+/// 90% of that), and the weights hold where both were refused: 480 of
+/// its share's 480 over 12 s, 4.0 to 1. Keeping nothing of its unused
 /// share below that tolerance, it got 343 (0.47 of what it asked), 6.0
 /// to 1; losing the part of an interval left of what it saved at a
 /// request past it, 427 (0.59), 4.6 to 1. `shares`'

@@ -188,8 +188,8 @@ else
   share = idiv(limit * weight, top)
 end
 share = math.max(share, 1)
--- How far ahead of its share it asks is counted over two intervals; its
--- unused share is kept as long, at least a quarter of the capacity's depth.
+-- How far ahead of its share it asks is counted over two intervals, and
+-- its GCRA's tolerance is as long.
 local t_depth = 2 * t_interval
 -- What a tenant of its own left unused of its share (its GCRA empty), kept
 -- up to as many of its intervals as the headroom holds requests.
@@ -201,7 +201,7 @@ local function spend()
   own.saved = own.saved - t_interval
   return true
 end
-local p = pace(t_interval, math.max(t_depth, idiv(depth, 4)), own.tat)
+local p = pace(t_interval, t_depth, own.tat)
 local step = ceil_div(t_depth, 1024)
 -- A GCRA of every request at the share's interval, in 1024ths of its
 -- depth, at most two depths (a tenant starts one ahead), drained to now.
