@@ -37,9 +37,9 @@
 //! - A request past its share needs room below `θ − 3 H / 2`, so that the
 //!   requests within the shares of tenants asking more than theirs keep
 //!   half a headroom above all borrowing [`θ − H`:
-//!   `two_hogs_asking_in_bursts_share_by_weight`]; no
-//!   more, so that a lone new sheddable tenant, with nothing saved, still
-//!   bursts a quarter of the depth into capacity left idle [`θ − 2 H`:
+//!   `two_hogs_asking_in_bursts_share_by_weight`]; no more, so that a
+//!   lone new sheddable tenant, with nothing saved, still bursts a quarter
+//!   of the depth into capacity left idle [`θ − 2 H`:
 //!   `a_lone_tenant_bursts_into_the_idle_capacity`].
 //! - A request is within its tenant's share by a GCRA at the share's
 //!   interval `T_t` of tolerance `2 T_t`, a burst of two [`T_t`:
@@ -56,16 +56,16 @@
 //!   `a_light_tenant_asking_at_random_within_its_share_is_served`,
 //!   `hogs_a_little_past_their_shares_on_six_connections_keep_them` and
 //!   `two_hogs_asking_in_bursts_share_by_weight`; half as many: the
-//!   first]. A request past its GCRA spends one of its
-//!   intervals and counts as within its share at `e = 1 / 2`, as a tenant
-//!   that left its share unused does: before all borrowing, behind the
-//!   requests of tenants asking within their shares [`e = 0`:
+//!   first]. A request past its GCRA spends one of its intervals and
+//!   counts as within its share at `e = 1 / 2`, as a tenant that left its
+//!   share unused does: before all borrowing, behind the requests of
+//!   tenants asking within their shares [`e = 0`:
 //!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`;
 //!   `e = 1`: the first]. What is left of an interval stays for the next
 //!   request [lost at a request past it: the second, its bursts moved by
 //!   up to 5 ms]. A request refused within its share loses an interval
-//!   (or what is left), as if admitted, so that a tenant refused saves
-//!   nothing [not: 2 of the fair model's 1,000 cases `beside_hogs`; also
+//!   (or what is left), so that a tenant refused the share it asked for
+//!   saves nothing [not: 2 of the fair model's 1,000 cases `beside_hogs`; also
 //!   refused past its share: the second]. A newcomer keeps nothing.
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
@@ -77,8 +77,8 @@
 //!   `a_light_tenant_asking_at_random_within_its_share_is_served`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
-//! - A tenant whose GCRA at its share is empty (it left a whole `k` of
-//!   its share unused, refused or not asking) counts `e` at most a half:
+//! - A tenant whose GCRA at its share is empty (it left a whole `2 T_t`
+//!   of its share unused, refused or not asking) counts `e` at most a half:
 //!   when the shares add up to more than `C` (newcomers, each request
 //!   new, take more than the newcomers' place), tenants asking less far
 //!   past their shares do not keep it from its share for good [no cap:

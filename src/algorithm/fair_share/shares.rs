@@ -133,8 +133,9 @@ impl Shares {
                 own.tat = pace.kept();
             }
         } else if pace.within {
-            // Refused within its share, a tenant loses what it saved as
-            // if it had been admitted: a tenant refused saves nothing.
+            // Refused within its share, a tenant loses an interval of
+            // what it saved: refused the share it asked for, it saves
+            // none of it.
             own.saved.lose(interval);
         }
         // Its share from now on is unused until it asks again.
@@ -424,10 +425,10 @@ mod tests {
     /// together every 25 ms and every 100 ms, each group moved by up to 5
     /// ms at random, as over HTTP. The free one keeps 90% of its share and
     /// the weights hold (396 of 400, 4.1 to 1). Its bursts come further
-    /// apart than its GCRA's tolerance (`2 T_t` = 50 ms):
-    /// keeping nothing of its unused share below that, it got 201 of 400,
-    /// 9.0 to 1; losing the part of an interval left of what it saved at
-    /// a request past it, 352 of 400 (unmoved, 393).
+    /// apart than its GCRA's tolerance (`2 T_t` = 50 ms): keeping nothing
+    /// of its unused share below that, it got 201 of 400, 9.0 to 1; losing
+    /// the part of an interval left of what it saved at a request past
+    /// it, 352 of 400 (unmoved, 393).
     #[test]
     fn hogs_a_little_past_their_shares_on_six_connections_keep_them() {
         let settings = capacity(200);

@@ -250,8 +250,8 @@ if filled <= threshold then
     own.tat = math.min(p.tat, now + p.depth)
   end
 elseif p.within then
-  -- Refused within its share, a tenant loses what it saved as if it had
-  -- been admitted.
+  -- Refused within its share, a tenant loses an interval of what it
+  -- saved.
   own.saved = math.max(own.saved - t_interval, 0)
 end
 own.tat = math.max(own.tat, now)
