@@ -80,7 +80,7 @@ impl Changes {
                             "sentinel" => "the master Sentinel names",
                             _ => "one Redis server",
                         };
-                        println!(
+                        let said = format!(
                             "limits: joined the fleet (version {}) on {on}: changes reach every server",
                             fleet.version()
                         );
@@ -92,6 +92,10 @@ impl Changes {
                         });
                         let _ = task.fleet.set(fleet);
                         task.joined.notify_waiters();
+                        // Said once changes can be made: a caller reading
+                        // it and changing limits at once must not be told
+                        // the fleet has not answered.
+                        println!("{said}");
                         return;
                     }
                     Ok(Err(e)) => e.to_string(),
