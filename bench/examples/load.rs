@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `/bare` | the handler alone |
 //! | `/bare/path-as-long-as-ours` | the same at a path as long as `/memory/allowed-no-headers` (a path's parsing and routing grow with its length) |
+//! | `/bare/as-governor` | the same at a path as long as `/governor/allowed` |
 //! | `/bare/headers` | the handler, adding five constant headers as long as the quota headers (what sending them costs hyper, without computing them) |
 //! | `/governor/allowed`, `/governor/rejecting` | `tower_governor` per IP |
 //! | `/memory/allowed` | ours per IP (answering axum's own body: `axum_body`), default headers, a limit never reached |
@@ -66,6 +67,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/bare", ok())
         .route("/bare/path-as-long-as-ours", ok())
+        .route("/bare/as-governor", ok())
         .route("/bare/headers", get(|| async { (QUOTA_HEADERS, "ok") }))
         .route("/governor/allowed", ok().layer(governor(100, 1_000_000)))
         .route(
