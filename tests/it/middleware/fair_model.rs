@@ -1267,7 +1267,7 @@ fn over_many_cases() {
         if !picked {
             continue;
         }
-        for _ in 0..n {
+        for i in 0..n {
             let case = match generator {
                 "crowd" => crowd(20_000.0).new_tree(&mut runner).unwrap().current(),
                 "seldom" => seldom(20_000.0).new_tree(&mut runner).unwrap().current(),
@@ -1292,7 +1292,7 @@ fn over_many_cases() {
             };
             if let Err(failure) = check(&case, &seen, label) {
                 broken += 1;
-                println!("{generator}: {failure}");
+                println!("{generator}, case {}: {failure}", i + 1);
             }
         }
         println!("{generator}: {n} cases");
