@@ -89,16 +89,16 @@
 //!   [`POOL_GROWTH_WINDOWS`](newcomers::POOL_GROWTH_WINDOWS), 8, windows
 //!   it stays occupied, up to their weights: newcomers that stay new, as
 //!   tenants asking seldom and crowds of more than 16 do, come near their
-//!   weights [never grown: a case of tenants asking seldom among the fair
-//!   model's cases seen, and `a_crowd_past_sixteen_arriving_together_measured`,
-//!   run on demand].
+//!   weights [never grown:
+//!   `a_crowd_past_sixteen_arriving_together_is_served_once_the_place_grew`].
 //! - A newcomer graduates, a tenant of its own from then, a quarter window
 //!   after it came [none: `made_up_tenants_dilute_nobody`; an eighth:
 //!   `critical_requests_past_their_share_cost_every_share_alike`; a half:
 //!   `a_newcomer_loses_at_most_what_it_asks_past_the_newcomers_place`],
 //!   if the place holds at most [`SMALL_POOL`](newcomers::SMALL_POOL), 16,
-//!   a crowd arriving together [8: two crowds of twelve among the fair
-//!   model's cases seen; 24:
+//!   a crowd arriving together [8: two crowds of twelve in
+//!   `the_cases_seen_hold_on_both_backends`, and 6 of the fair model's
+//!   1,000 `crowd` cases; 24:
 //!   `critical_requests_within_the_reserve_pass_any_number_of_tenants`],
 //!   or it is busy: [`BUSY_SAMPLE`](newcomers::BUSY_SAMPLE), 8, requests
 //!   in its last window and [`BUSY_TIMES`](newcomers::BUSY_TIMES), 4,

@@ -594,11 +594,11 @@ mod tests {
     /// memory. 20 or 100 tenants each asking 80% of its share beside 2
     /// hogs at 200/s (and 20 at 20/s) stay newcomers, sharing one place
     /// that grows by one every 8 windows: the figures are printed for
-    /// RELIABILITY, and what is held is that once the place has grown
-    /// the crowd is refused at most 1% (from 200 s on, of 300).
+    /// RELIABILITY (`--nocapture`), and what is held is that once the
+    /// place has grown the crowd is refused at most 1% (from 200 s on, of
+    /// 300). A place that never grows: 7,867 of 14,531 refused then.
     #[test]
-    #[ignore = "a measurement of a known defect, run on demand"]
-    fn a_crowd_past_sixteen_arriving_together_measured() {
+    fn a_crowd_past_sixteen_arriving_together_is_served_once_the_place_grew() {
         for (per_second, n) in [(200u32, 20usize), (200, 100), (20, 20)] {
             let settings = capacity(per_second);
             let c = f64::from(per_second);
@@ -635,10 +635,11 @@ mod tests {
     }
 
     /// Trusted tenants (`FairShare::trusted_tenants`) have no newcomers'
-    /// place: the crowds of `a_crowd_past_sixteen_arriving_together_measured`
+    /// place: the crowds of
+    /// `a_crowd_past_sixteen_arriving_together_is_served_once_the_place_grew`
     /// (20 and 100 tenants at 80% of their shares beside 2 hogs arriving
-    /// together at 200/s, 20 at 20/s), which untrusted lose 690 of 1,440,
-    /// 716 of 1,500 and 55 of 140 requests in their first 10 s, and 20 at
+    /// together at 200/s, 20 at 20/s), which untrusted lose 695 of 1,440,
+    /// 740 of 1,500 and 58 of 140 requests in their first 10 s, and 20 at
     /// 5/s, are refused at most 1% from the start; and made-up ids are
     /// tenants.
     #[test]
