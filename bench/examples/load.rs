@@ -8,6 +8,7 @@
 //! | `/bare` | the handler alone |
 //! | `/bare/path-as-long-as-ours` | the same at a path as long as `/memory/allowed-no-headers` (a path's parsing and routing grow with its length) |
 //! | `/bare/as-governor` | the same at a path as long as `/governor/allowed` |
+//! | `/floor/key-plus-a-decision` | the least a layer deciding with our key and backend can be: the client-IP key, the memory backend's decision, then the inner call or a bare 429 (no policy resolved, no settings, no headers), at a path as long as ours |
 //! | `/bare/headers` | the handler, adding five constant headers as long as the quota headers (what sending them costs hyper, without computing them) |
 //! | `/governor/allowed`, `/governor/rejecting` | `tower_governor` per IP |
 //! | `/memory/allowed` | ours per IP (answering axum's own body: `axum_body`), default headers, a limit never reached |
@@ -25,11 +26,13 @@
 
 use std::net::SocketAddr;
 
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
-use tower_ratelimit::key::ClientIp;
+use tower_ratelimit::backend::MemoryBackend;
+use tower_ratelimit::key::{ClientIp, KeyExtractor, RequestHead};
 use tower_ratelimit::layer::HeaderStyle;
 use tower_ratelimit::{Algorithm, Policy, Quota, RateLimitLayer};
 
@@ -63,6 +66,15 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             .expect("a valid governor quota");
         GovernorLayer::new(config)
     };
+    let floor = |policy: &Policy| {
+        let (backend, policy) = (MemoryBackend::new(), policy.clone());
+        tower::layer::layer_fn(move |inner| Floor {
+            inner,
+            key: ClientIp::new(),
+            backend: backend.clone(),
+            policy: policy.clone(),
+        })
+    };
     let ok = || get(|| async { "ok" });
     let app = Router::new()
         .route("/bare", ok())
@@ -74,6 +86,7 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
             "/governor/rejecting",
             ok().layer(governor(3_600_000_000_000, 1)),
         )
+        .route("/floor/key-plus-a-decision", ok().layer(floor(&roomy)))
         .route("/memory/allowed", ok().layer(ours(&roomy)))
         .route(
             "/memory/allowed-no-headers",
@@ -114,4 +127,75 @@ async fn serve() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     Ok(())
+}
+
+/// The floor a layer deciding with our key and backend stands on: the
+/// client-IP key, the memory backend's decision, then the inner call or a
+/// bare 429. What `RateLimit` costs above it is its policy, settings and
+/// the steps between.
+#[derive(Clone)]
+struct Floor<S> {
+    inner: S,
+    key: ClientIp,
+    backend: MemoryBackend,
+    policy: Policy,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for Floor<S>
+where
+    S: tower::Service<http::Request<B>, Response = axum::response::Response>,
+{
+    type Response = axum::response::Response;
+    type Error = S::Error;
+    type Future = FloorFuture<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let allowed = self
+            .key
+            .extract(&RequestHead::from(&req))
+            .is_ok_and(|key| self.backend.check_now(&key, &self.policy, 1).is_allowed());
+        match allowed {
+            true => FloorFuture::Called {
+                call: self.inner.call(req),
+            },
+            false => FloorFuture::Refused {
+                response: Some((http::StatusCode::TOO_MANY_REQUESTS, "").into_response()),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// [`Floor`]'s future: the inner call's, or a refusal.
+    #[project = FloorProj]
+    enum FloorFuture<F> {
+        Called { #[pin] call: F },
+        Refused { response: Option<axum::response::Response> },
+    }
+}
+
+impl<F, E> std::future::Future for FloorFuture<F>
+where
+    F: std::future::Future<Output = Result<axum::response::Response, E>>,
+{
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.project() {
+            FloorProj::Called { call } => call.poll(cx),
+            FloorProj::Refused { response } => {
+                std::task::Poll::Ready(Ok(response.take().expect("polled after completion")))
+            }
+        }
+    }
 }
