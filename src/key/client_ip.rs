@@ -234,6 +234,8 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
+    // Inlined into the layer's call: the key is built where it is kept.
+    #[inline]
     fn extract(&self, req: &RequestHead<'_>) -> Result<Key, KeyError> {
         // Trusting no proxy (the default), the peer is the client: its
         // address is read and keyed in place.

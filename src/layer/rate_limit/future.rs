@@ -47,24 +47,37 @@ where
     S: Service<Request<ReqB>>,
     B: Backend,
 {
-    /// The one entry: the request's first step, taken with it.
+    /// The step nearly every request takes: the inner service called
+    /// with it, built in the expression that returns the future, so that
+    /// the call's future is moved into it once.
+    #[inline(always)]
+    pub(super) fn call<I>(
+        mut inner: I,
+        admission: Admission<B>,
+        req: Request<ReqB>,
+        config: Arc<Config>,
+    ) -> Self
+    where
+        I: Callee<Service = S>,
+    {
+        Self {
+            state: State::Call {
+                call: inner.service().call(req),
+            },
+            admission,
+            config,
+            body: PhantomData,
+        }
+    }
+
+    /// The request's first step, taken with it.
     #[inline(always)]
     pub(super) fn new<I>(step: Step<I, B>, req: Request<ReqB>, config: Arc<Config>) -> Self
     where
         I: Callee<Service = S>,
     {
         match step {
-            // The two steps nearly every request takes, spelled out rather
-            // than through `Step::state`: built in the expression that
-            // returns the future, each is moved into it once.
-            Step::Call(mut inner, admission) => Self {
-                state: State::Call {
-                    call: inner.service().call(req),
-                },
-                admission,
-                config,
-                body: PhantomData,
-            },
+            Step::Call(inner, admission) => Self::call(inner, admission, req, config),
             Step::Respond(response) => Self {
                 state: State::respond(response),
                 admission: Admission::unlimited(),

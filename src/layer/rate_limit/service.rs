@@ -15,8 +15,7 @@ use super::decide::{mark, Refusal};
 use super::future::ResponseFuture;
 use super::layer::{Config, OnKeyError, RateLimitLayer};
 use super::lists::Listed;
-use super::observe;
-use super::observe::Report;
+use super::observe::{self, Fate, Report};
 use super::select::{NoPolicy, PolicyResolver};
 use super::settle::Place;
 use super::state::{Admission, Ask, Parking, Pending, Retry, Step};
@@ -24,7 +23,8 @@ use crate::backend::{Backend, BackendError};
 use crate::decision::Origin;
 use crate::key::{Key, KeyError, KeyExtractor};
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
-use crate::layer::callee::{self, Answer};
+use crate::layer::answer::headers::HeaderStyle;
+use crate::layer::callee::{self, Answer, Callee};
 use crate::{key::RequestHead, Decision, Live, Policy};
 
 /// Rate-limits the requests to `S`. Made by [`RateLimitLayer`].
@@ -117,8 +117,12 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let config = self.layer.config.clone();
-        let step = self.first_step(&config, &mut req);
-        ResponseFuture::new(step, req, config)
+        match self.first_step(&config, &mut req) {
+            // Nearly every request: the request goes from here into the
+            // inner call, not through a copy kept for the other steps.
+            Step::Call(inner, admission) => ResponseFuture::call(inner, admission, req, config),
+            step => ResponseFuture::new(step, req, config),
+        }
     }
 }
 
@@ -288,20 +292,71 @@ where
     let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
     let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
     let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
-    let retry = config.shaping.as_ref().map(|shaping| {
-        Box::new(Retry {
-            deadline: Instant::now() + shaping.max_wait,
-            waiting: None,
+    // Built only for a request that may wait: none is dropped on the way.
+    let retry = || {
+        config.shaping.as_ref().map(|shaping| {
+            Box::new(Retry {
+                deadline: Instant::now() + shaping.max_wait,
+                waiting: None,
+            })
         })
-    });
-    let asks_again =
-        retry.is_some() || config.settlement.is_some() || config.demotion.is_some() || in_flight;
+    };
+    let asks_again = config.shaping.is_some()
+        || config.settlement.is_some()
+        || config.demotion.is_some()
+        || in_flight;
     match callee::answer::<B, S>(check, inner) {
-        Answer::Now(answer, inner) => Pending::new(inner, ask, backend, asks_again, retry, place)
+        // Nearly every request: admitted at once, with nothing to hold,
+        // settle or delay. Called straight away, its ask never moved into
+        // a pending request.
+        Answer::Now(Ok(decision), inner)
+            if decision.is_allowed() && !asks_again && config.soft_shed.is_none() =>
+        {
+            admitted_at_once(inner, ask, backend.name(), req, config, decision)
+        }
+        Answer::Now(answer, inner) => Pending::new(inner, ask, backend, asks_again, retry(), place)
             .answered(req, config, answer),
         Answer::Later(check, inner) => Step::Park(
-            Pending::new(inner, ask, backend, asks_again, retry, place),
+            Pending::new(inner, ask, backend, asks_again, retry(), place),
             Parking::Check(check),
         ),
     }
+}
+
+/// A request the backend admitted at once, when nothing is to be held,
+/// settled, delayed or asked again: what [`Pending::answered`] makes of
+/// such an answer, without building the pending request.
+#[inline(always)]
+fn admitted_at_once<I: Callee, B: Backend, ReqB>(
+    inner: I,
+    ask: Ask,
+    backend_name: &'static str,
+    req: &mut Request<ReqB>,
+    config: &Config,
+    decision: Decision,
+) -> Step<I, B> {
+    let Ask {
+        key,
+        policy,
+        report,
+        ..
+    } = ask;
+    observe::decided(
+        &config.observer,
+        (&key, &policy, &report),
+        backend_name,
+        &decision,
+        Fate::Allowed,
+    );
+    mark(req.extensions_mut(), decision.origin());
+    // Kept only to be shown: nothing else reads it on this path.
+    let quota = (config.headers != HeaderStyle::None).then_some((decision, policy));
+    Step::Call(
+        inner,
+        Admission {
+            quota,
+            settling: None,
+            permit: None,
+        },
+    )
 }

@@ -310,6 +310,34 @@ async fn how_each_request_was_decided_is_in_its_extensions() {
         decided_by(Broken, Deny).await,
         "response: FailedClosed { breaker_open: false }"
     );
+    // A backend answering within the call (as the memory backend does)
+    // has its admissions marked alike.
+    assert_eq!(
+        decided_by(AtOnceFallback::default(), Allow).await,
+        "Some(Fallback)"
+    );
+}
+
+/// A fallback of our own that answers within the layer's call: the
+/// memory backend's decisions, said to be a fallback's.
+#[derive(Clone, Default)]
+struct AtOnceFallback(MemoryBackend);
+
+impl Backend for AtOnceFallback {
+    type Future = Ready<Result<Decision, BackendError>>;
+
+    fn answer_now(future: &mut Self::Future) -> Option<Result<Decision, BackendError>> {
+        tower_ratelimit::backend::ready_answer(future)
+    }
+
+    fn check(&self, key: &Key, policy: &Policy, cost: u32) -> Self::Future {
+        let decision = self.0.check_now(key, policy, cost);
+        ready(Ok(decision.with_origin(Origin::Fallback)))
+    }
+
+    fn name(&self) -> &'static str {
+        "at-once-fallback"
+    }
 }
 
 #[test]
