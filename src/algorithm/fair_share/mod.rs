@@ -93,7 +93,7 @@
 //!   `a_crowd_past_sixteen_arriving_together_is_served_once_the_place_grew`].
 //! - A newcomer graduates, a tenant of its own from then, a quarter window
 //!   after it came [none: `made_up_tenants_dilute_nobody`; an eighth:
-//!   `critical_requests_past_their_share_cost_every_share_alike`; a half:
+//!   `made_up_tenants_gone_within_a_quarter_window_dilute_nobody`; a half:
 //!   `a_newcomer_loses_at_most_what_it_asks_past_the_newcomers_place`],
 //!   if the place holds at most [`SMALL_POOL`](newcomers::SMALL_POOL), 16,
 //!   a crowd arriving together [8: two crowds of twelve in

@@ -739,6 +739,29 @@ mod tests {
         }
     }
 
+    /// A light tenant at 20/s beside made-up ids arriving twelve at a
+    /// time (a place small enough to graduate from), five times a second,
+    /// each asking 40/s for a fifth of a window and never again: none
+    /// stays the quarter window a newcomer waits to graduate, so none
+    /// takes a share of its own.
+    #[test]
+    fn made_up_tenants_gone_within_a_quarter_window_dilute_nobody() {
+        let settings = capacity(200);
+        let mut clients = vec![client(20.0)];
+        for wave in 0..40 {
+            let from = 2.0 + 0.2 * f64::from(wave);
+            clients.push(Client {
+                ids: 12,
+                from,
+                until: Some(from + 0.2),
+                ..client(480.0)
+            });
+        }
+        let mut seen = play(&settings, &clients, 12);
+        let light = seen.remove(0);
+        assert!(at_most_one_percent(light), "{light:?}");
+    }
+
     /// The same flood through limits per client address that let each of
     /// its 8 addresses send 100 requests at once, then 100 a second: the
     /// 200 ids, silent for a second, come back with their shares saved.
