@@ -739,27 +739,32 @@ mod tests {
         }
     }
 
-    /// A light tenant at 20/s beside made-up ids arriving twelve at a
-    /// time (a place small enough to graduate from), five times a second,
-    /// each asking 40/s for a fifth of a window and never again: none
-    /// stays the quarter window a newcomer waits to graduate, so none
-    /// takes a share of its own.
+    /// A light tenant asking a tenth of the capacity beside made-up ids
+    /// arriving twelve at a time (a place small enough to graduate from),
+    /// five times a second, each asking a fifth of the capacity for a
+    /// fifth of a window and never again: none stays the quarter window a
+    /// newcomer waits to graduate, so none takes a share of its own. At
+    /// 5/s to 1000/s; at 200/s, graduating after an eighth refuses the
+    /// light tenant 17 of 240.
     #[test]
     fn made_up_tenants_gone_within_a_quarter_window_dilute_nobody() {
-        let settings = capacity(200);
-        let mut clients = vec![client(20.0)];
-        for wave in 0..40 {
-            let from = 2.0 + 0.2 * f64::from(wave);
-            clients.push(Client {
-                ids: 12,
-                from,
-                until: Some(from + 0.2),
-                ..client(480.0)
-            });
+        for per_second in [5u32, 20, 200, 1000] {
+            let settings = capacity(per_second);
+            let c = f64::from(per_second);
+            let mut clients = vec![client(c / 10.0)];
+            for wave in 0..40 {
+                let from = 2.0 + 0.2 * f64::from(wave);
+                clients.push(Client {
+                    ids: 12,
+                    from,
+                    until: Some(from + 0.2),
+                    ..client(2.4 * c)
+                });
+            }
+            let mut seen = play(&settings, &clients, 12);
+            let light = seen.remove(0);
+            assert!(at_most_one_percent(light), "{per_second}/s: {light:?}");
         }
-        let mut seen = play(&settings, &clients, 12);
-        let light = seen.remove(0);
-        assert!(at_most_one_percent(light), "{light:?}");
     }
 
     /// The same flood through limits per client address that let each of
