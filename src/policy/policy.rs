@@ -70,6 +70,9 @@ pub struct Policy {
 
 struct PolicyInner {
     limits: Box<[Limit]>,
+    /// Whether a limit counts requests in flight: asked on every request,
+    /// so kept rather than found.
+    in_flight: bool,
     settings: Settings,
     /// The penalty box's state identity (`penalty:<box>:` then each limit's
     /// identity): a ban belongs to exactly this set of limits.
@@ -159,6 +162,12 @@ impl Policy {
     /// The limits, in the order they were added.
     pub fn limits(&self) -> &[Limit] {
         &self.inner.limits
+    }
+
+    /// Whether a limit counts requests in flight (a permit held until the
+    /// response ends).
+    pub(crate) fn has_in_flight(&self) -> bool {
+        self.inner.in_flight
     }
 
     /// Whether denied requests count against the limits.
@@ -308,6 +317,7 @@ impl Policy {
         });
         Ok(Policy {
             inner: Arc::new(PolicyInner {
+                in_flight: limits.iter().any(Limit::is_concurrent),
                 limits: limits.into(),
                 settings,
                 penalty_identity,

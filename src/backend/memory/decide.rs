@@ -157,7 +157,7 @@ where
                 }
             }
             committed = true;
-            if limits.iter().any(Limit::is_concurrent) {
+            if policy.has_in_flight() {
                 decision = decision.with_permit(now);
             }
         }

@@ -289,7 +289,7 @@ where
     S: Service<Request<ReqB>> + Clone,
     B: Backend,
 {
-    let in_flight = ask.policy.limits().iter().any(|l| l.is_concurrent());
+    let in_flight = ask.policy.has_in_flight();
     let place = Place::of(config.settlement.as_ref(), &ask.key, &ask.policy);
     let check = backend.check(&ask.key, &ask.policy, place.cost(ask.cost));
     // Built only for a request that may wait: none is dropped on the way.
