@@ -237,6 +237,37 @@ mod tests {
         }
     }
 
+    /// The tests' random numbers: one step of a 64-bit LCG (`state`
+    /// becomes the next number), repeatable from a seed.
+    fn next_random(state: &mut u64) {
+        *state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+    }
+
+    /// `events` (time, tenant) decided in order, each tenant `t` of weight
+    /// `weight(t)`, in the default class: of `watched`'s requests from
+    /// `from` on, how many were refused and how many asked.
+    fn refused_of(
+        settings: &Settings,
+        mut events: Vec<(u64, u8)>,
+        weight: impl Fn(u8) -> u32,
+        watched: u8,
+        from: u64,
+    ) -> (u64, u64) {
+        events.sort_unstable();
+        let mut shares = Shares::default();
+        let (mut asked, mut refused) = (0u64, 0u64);
+        for (now, tenant) in events {
+            let verdict = shares.decide(settings, ask(tenant, weight(tenant), DEFAULT, now));
+            if tenant == watched && now >= from {
+                asked += 1;
+                refused += u64::from(!verdict.admitted);
+            }
+        }
+        (refused, asked)
+    }
+
     /// At most 1% of `seen` refused.
     fn at_most_one_percent((admitted, refused): (u64, u64)) -> bool {
         refused * 100 <= admitted + refused
@@ -264,9 +295,7 @@ mod tests {
             let until = client.until.unwrap_or(seconds as f64).min(seconds as f64);
             let count = (client.per_second * (until - client.from)) as u64;
             let mut uniform = || {
-                random = random
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
+                next_random(&mut random);
                 (random >> 33) as f64 / f64::from(1u32 << 31)
             };
             let phase = client.from * SECOND as f64 + uniform() * spacing;
@@ -397,9 +426,7 @@ mod tests {
                 // Twelve requests 20 µs apart, each the pro's or the
                 // free's at random.
                 for n in 0..12 {
-                    random = random
-                        .wrapping_mul(6_364_136_223_846_793_005)
-                        .wrapping_add(1);
+                    next_random(&mut random);
                     let free = (random >> 40) & 1;
                     let mut tenant = [0; 16];
                     tenant[0] = free as u8;
@@ -438,9 +465,7 @@ mod tests {
         for (tenant, spacing, offset) in [(0u8, 25_000u64, 0u64), (1, 100_000, 12_300)] {
             let mut at = SECOND + offset;
             while at < 11 * SECOND {
-                random = random
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
+                next_random(&mut random);
                 let moved = (random >> 33) % 5_000;
                 events.extend((0..6).map(|n| (at + moved + n * 20, tenant)));
                 at += spacing;
@@ -487,24 +512,13 @@ mod tests {
             let mut random = 0x2545_f491_4f6c_dd1du64;
             let mut at = SECOND as f64;
             while at < (61 * SECOND) as f64 {
-                random = random
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
+                next_random(&mut random);
                 let uniform = ((random >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
                 at += -uniform.ln() / (share * part) * SECOND as f64;
                 events.push((at as u64, 2));
             }
-            events.sort_unstable();
-            let mut shares = Shares::default();
-            let (mut asked, mut refused) = (0u64, 0u64);
-            for (now, tenant) in events {
-                let weight = if tenant == 0 { 4 } else { 1 };
-                let verdict = shares.decide(&settings, ask(tenant, weight, DEFAULT, now));
-                if tenant == 2 && now >= 3 * SECOND {
-                    asked += 1;
-                    refused += u64::from(!verdict.admitted);
-                }
-            }
+            let weight = |tenant| if tenant == 0 { 4 } else { 1 };
+            let (refused, asked) = refused_of(&settings, events, weight, 2, 3 * SECOND);
             assert!(
                 refused * 100 <= asked,
                 "{per_second}/s at {part} of its share: {refused} of {asked} refused"
@@ -528,9 +542,7 @@ mod tests {
             let mut random = 0x9e37_79b9_7f4a_7c15u64;
             for tenant in 0..10u8 {
                 let spacing = (8.0 / (0.9 * share) * SECOND as f64) as u64;
-                random = random
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
+                next_random(&mut random);
                 let mut at = SECOND + (random >> 11) % spacing;
                 while at < 91 * SECOND {
                     events.extend((0..8).map(|n| (at + n * 20, tenant)));
@@ -543,16 +555,7 @@ mod tests {
                     .map(|n| (SECOND + 3_000 + n * spacing, 10))
                     .take_while(|e| e.0 < 91 * SECOND),
             );
-            events.sort_unstable();
-            let mut shares = Shares::default();
-            let (mut asked, mut refused) = (0u64, 0u64);
-            for (now, tenant) in events {
-                let verdict = shares.decide(&settings, ask(tenant, 1, DEFAULT, now));
-                if tenant == 10 && now >= 11 * SECOND {
-                    asked += 1;
-                    refused += u64::from(!verdict.admitted);
-                }
-            }
+            let (refused, asked) = refused_of(&settings, events, |_| 1, 10, 11 * SECOND);
             assert!(
                 refused * 100 <= asked,
                 "{per_second}/s: {refused} of {asked} refused"
@@ -1034,9 +1037,7 @@ mod tests {
             let mut random = 0x9e37_79b9_7f4a_7c15u64 ^ ids;
             let mut events: Vec<(u64, u64)> = (0..280).map(|n| (n * SECOND / 20, 0)).collect();
             for n in 0..(700 * 12) {
-                random = random
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1);
+                next_random(&mut random);
                 events.push((2 * SECOND + n * SECOND / 700, 1 + (random >> 33) % ids));
             }
             events.sort();
