@@ -11,12 +11,12 @@
 //! below `θ` less a part of the headroom `H`: none for a critical request
 //! within the critical reserve; `H · e` for one within its tenant's share
 //! `C · w / Σw`, where `e`, from 0 to 1, is how far the tenant asks past
-//! its share (at most a half once it left a whole depth of its share
-//! unused; a half for one past its GCRA that spends what its tenant saved
-//! of its share by not asking); `3 H / 2` for one past its share. So
-//! within a class every request within a share (or saved) comes before
-//! every request past one, and a tenant asking no more than its share
-//! (`e = 0`) before every tenant asking more: it is refused only when
+//! its share (at most a half for a request spending share its tenant
+//! left unused: its GCRA empty, or past it, what it saved by not asking);
+//! `3 H / 2` for one past its share. So within a class every request
+//! within a share (or saved) comes before every request past one, and a
+//! tenant asking no more than its share (`e = 0`) before every tenant
+//! asking more: it is refused only when
 //! tenants asking no more than theirs fill the room above, and their
 //! shares add up to at most `C`. Tenants new to the capacity share one
 //! place until they graduate, so made-up ids dilute only that place.
@@ -57,16 +57,17 @@
 //!   `hogs_a_little_past_their_shares_on_six_connections_keep_them` and
 //!   `two_hogs_asking_in_bursts_share_by_weight`; half as many: the
 //!   first]. A request past its GCRA spends one of its intervals and
-//!   counts as within its share at `e = 1 / 2`, as a tenant that left its
-//!   share unused does: before all borrowing, behind the requests of
-//!   tenants asking within their shares [`e = 0`:
-//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`;
-//!   `e = 1`: the first]. What is left of an interval stays for the next
-//!   request [lost at a request past it: the second, its bursts moved by
-//!   up to 5 ms]. A request refused within its share loses an interval
-//!   (or what is left), so that a tenant refused the share it asked for
-//!   saves nothing [not: 2 of the fair model's 1,000 cases `beside_hogs`; also
-//!   refused past its share: the second]. A newcomer keeps nothing.
+//!   counts as within its share, spending share left unused (below):
+//!   before all borrowing, behind the requests of tenants asking within
+//!   their shares [at `e = 0`:
+//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`; at
+//!   `e = 1`, or its `e` not held to a half: the first]. What is left
+//!   of an interval stays for the next request [lost at a request past
+//!   it: the second, its bursts moved by up to 5 ms]. A request refused
+//!   within its share loses an interval (or what is left), so that a
+//!   tenant refused the share it asked for saves nothing [not: 2 of the
+//!   fair model's 1,000 cases `beside_hogs`; also refused past its share:
+//!   the second]. A newcomer keeps nothing.
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
 //!   `critical_requests_past_their_share_cost_every_share_alike`], and `e`
@@ -77,8 +78,9 @@
 //!   `a_light_tenant_asking_at_random_within_its_share_is_served`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
-//! - A tenant whose GCRA at its share is empty (it left a whole `2 T_t`
-//!   of its share unused, refused or not asking) counts `e` at most a half:
+//! - A request spending share its tenant left unused, its GCRA at its
+//!   share empty (a whole `2 T_t` left unused, refused or not asking) or
+//!   what it saved, counts `e` at most a half:
 //!   when the shares add up to more than `C` (newcomers, each request
 //!   new, take more than the newcomers' place), tenants asking less far
 //!   past their shares do not keep it from its share for good [no cap:

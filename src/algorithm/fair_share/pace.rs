@@ -110,9 +110,9 @@ pub(super) struct Ahead(u64);
 
 impl Ahead {
     /// The room a request within its share leaves below the threshold,
-    /// `H · e`; at most `H / 2` for a tenant that left its whole kept
-    /// share `unused` (its GCRA empty), so that tenants asking less far
-    /// past their shares do not keep it from its own.
+    /// `H · e`; at most `H / 2` for one spending share its tenant left
+    /// `unused` (its GCRA empty, or what it saved), so that tenants asking
+    /// less far past their shares do not keep it from its own.
     pub(super) fn room(&self, settings: &Settings, unused: bool) -> u64 {
         let room = settings.headroom * self.0 / Demand::DEPTH;
         if unused {

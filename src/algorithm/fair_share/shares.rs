@@ -107,10 +107,10 @@ impl Shares {
         let class = ask.class.min(2);
         let threshold = if in_reserve {
             settings.thresholds[class]
-        } else if pace.within {
-            settings.thresholds[class].saturating_sub(ahead.room(settings, own.tat <= now))
-        } else if saved {
-            settings.thresholds[class].saturating_sub(settings.headroom / 2)
+        } else if pace.within || saved {
+            // Spending share it left unused, its GCRA empty or saved.
+            let unused = saved || own.tat <= now;
+            settings.thresholds[class].saturating_sub(ahead.room(settings, unused))
         } else {
             settings.thresholds[class].saturating_sub(settings.headroom * 3 / 2)
         }

@@ -223,14 +223,12 @@ local saved = not p.within and not in_reserve and spend()
 
 if in_reserve then
   -- the class's threshold
-elseif p.within then
+elseif p.within or saved then
   local room = idiv(headroom * ahead, 1024)
-  -- A tenant that left a whole depth of its share unused (its GCRA
-  -- empty): at most half the headroom.
-  if own.tat <= now then room = math.min(room, idiv(headroom, 2)) end
+  -- A tenant spending share it left unused (its GCRA empty, or what it
+  -- saved): at most half the headroom.
+  if saved or own.tat <= now then room = math.min(room, idiv(headroom, 2)) end
   threshold = threshold - room
-elseif saved then
-  threshold = threshold - idiv(headroom, 2)
 else
   threshold = threshold - idiv(headroom * 3, 2)
 end
