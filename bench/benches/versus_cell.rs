@@ -13,7 +13,10 @@
 //! for Redis to expire); then the tail at one load
 //! for both (each caller paced, 80% of the anchor's rate, latency from
 //! when a decision was due); then callers from 1 to 16, batched and each
-//! alone (`max_batch(1)`), to find where batching starts to win.
+//! alone (`max_batch(1)`), to find where batching starts to win. Redis's
+//! CPU a decision, ours against the anchor's at 32 and 256 callers on
+//! new keys, is measured again in alternating pairs (`PAIRS`, 5 by
+//! default): each pair's ratio and their median.
 //!
 //! The callers are tokio tasks on one worker thread, the library called
 //! directly (no HTTP). Ours: `RedisBackend` as built by default (batching
@@ -30,7 +33,8 @@
 //! measures the rest.
 //!
 //! Run: `cargo bench -p tower-ratelimit-bench --features redis --bench versus_cell`
-//! (`REDIS_HZ=100` for Redis's `hz`, 10 by default)
+//! (`REDIS_HZ=100` for Redis's `hz`, 10 by default; `PAIRS=7` for seven
+//! alternating pairs)
 
 #[allow(dead_code)] // the tests' Redis processes; this bench needs one server
 #[path = "../../tests/it/support/redis.rs"]
@@ -417,6 +421,36 @@ fn main() {
             }
         }
     }
+    // Redis's CPU a decision, ours against the anchor in alternating pairs
+    // (ours first in one pair, the anchor first in the next), new keys:
+    // each pair's ratio and their median, so that a slow few seconds of
+    // the machine move one pair, not the figure.
+    let pairs: usize = std::env::var("PAIRS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(5);
+    let mut paired = Vec::new();
+    for callers in [32, 256] {
+        let cpu = |contender: &Contender, tag: String| {
+            rt.block_on(run(&server, contender, callers, Keys::New, &tag, None))
+                .cpu_us
+        };
+        let mut ratios: Vec<f64> = (0..pairs)
+            .map(|pair| {
+                let tag = |who| format!("pair{callers}-{pair}-{who}");
+                let (ours, theirs) = if pair % 2 == 0 {
+                    let ours = cpu(&gcra, tag("ours"));
+                    (ours, cpu(&anchor.1, tag("anchor")))
+                } else {
+                    let theirs = cpu(&anchor.1, tag("anchor"));
+                    (cpu(&gcra, tag("ours")), theirs)
+                };
+                ours / theirs
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        paired.push((callers, ratios));
+    }
     // The tail at one load for both: decided faster, ours expires as many
     // times the keys a second, and Redis's passes over them stop every
     // caller. Paced at 80% of the anchor's rate above, new keys, each
@@ -470,5 +504,15 @@ fn main() {
     }
     for (callers, ratio) in equal {
         println!("  {callers:>3} callers, new keys, the same load: p99.9 latency {ratio:.2}×");
+    }
+    for (callers, ratios) in paired {
+        let pairs: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        if let Some(median) = ratios.get(ratios.len() / 2) {
+            println!(
+                "  {callers:>3} callers, new keys, {} alternating pairs: Redis CPU per decision, median {median:.2}× ({}×)",
+                ratios.len(),
+                pairs.join(", ")
+            );
+        }
     }
 }
