@@ -10,16 +10,16 @@
 //! of it, default and sheddable their parts), and a request needs room
 //! below `θ` less a part of the headroom `H`: none for a critical request
 //! within the critical reserve; `H · e` for one within its tenant's share
-//! `C · w / Σw`, where `e`, from 0 to 1, is how far the tenant asks past
-//! its share (at most a half for a request spending share its tenant
-//! left unused: its GCRA empty, or past it, what it saved by not asking);
-//! `3 H / 2` for one past its share. So within a class every request
-//! within a share (or saved) comes before every request past one, and a
-//! tenant asking no more than its share (`e = 0`) before every tenant
-//! asking more: it is refused only when
-//! tenants asking no more than theirs fill the room above, and their
-//! shares add up to at most `C`. Tenants new to the capacity share one
-//! place until they graduate, so made-up ids dilute only that place.
+//! `C · w / Σw` (its GCRA, with what it kept of its unused share), where
+//! `e`, from 0 to 1, is how far the tenant asks past its share (at most a
+//! half for a request spending share its tenant left unused); `3 H / 2`
+//! for one past its share. So within a class every request within a
+//! share comes before every request past one, and a tenant asking no
+//! more than its share (`e = 0`) before every tenant asking more: it is
+//! refused only when tenants asking no more than theirs fill the room
+//! above, and their shares add up to at most `C`. Tenants new to the
+//! capacity share one place until they graduate, so made-up ids dilute
+//! only that place.
 //!
 //! **The rules**, each with why its constant is what it is; in brackets,
 //! another value and a test it fails (the unit tests in `shares`; the
@@ -38,36 +38,30 @@
 //!   requests within the shares of tenants asking more than theirs keep
 //!   half a headroom above all borrowing [`θ − H`:
 //!   `two_hogs_asking_in_bursts_share_by_weight`]; no more, so that a
-//!   lone new sheddable tenant, with nothing saved, still bursts a quarter
+//!   lone new sheddable tenant, with nothing kept, still bursts a quarter
 //!   of the depth into capacity left idle [`θ − 2 H`:
 //!   `a_lone_tenant_bursts_into_the_idle_capacity`].
 //! - A request is within its tenant's share by a GCRA at the share's
 //!   interval `T_t` of tolerance `2 T_t`, a burst of two [`T_t`:
 //!   `light_tenants_are_served_at_every_capacity`; longer bursts are
-//!   what a tenant saves, below]. Its time of arrival counts at most
+//!   what a tenant keeps, below]. Its time of arrival counts at most
 //!   `2 T_t` ahead, when read and when kept: borrowing what others leave
 //!   costs nothing later [unbounded:
 //!   `borrowing_idle_capacity_costs_nothing_later`].
-//! - A tenant of its own keeps what it leaves of its share unused (the
-//!   time its GCRA stands empty) up to as many of its intervals as the
-//!   headroom holds requests, `⌊H / T⌋ · T_t` (six at least), so that a
-//!   client asking at random, or on connections paced alike, keeps its
-//!   share [none kept:
+//! - For a tenant of its own that time falls behind the present by as
+//!   long as its GCRA stood empty, up to as many of its intervals as the
+//!   headroom holds requests, `⌊H / T⌋ · T_t` (six at least): it keeps
+//!   what it left of its share unused, so that a client asking at
+//!   random, or on connections paced alike, keeps its share [none kept:
 //!   `a_light_tenant_asking_at_random_within_its_share_is_served`,
-//!   `hogs_a_little_past_their_shares_on_six_connections_keep_them` and
-//!   `two_hogs_asking_in_bursts_share_by_weight`; half as many: the
-//!   first]. A request past its GCRA spends one of its intervals and
-//!   counts as within its share, spending share left unused (below):
-//!   before all borrowing, behind the requests of tenants asking within
-//!   their shares [at `e = 0`:
-//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved`; at
-//!   `e = 1`, or its `e` not held to a half: the first]. What is left
-//!   of an interval stays for the next request [lost at a request past
-//!   it: the second, its bursts moved by up to 5 ms]. A request refused
-//!   within its share loses an interval (or what is left), so that a
-//!   tenant refused the share it asked for saves nothing [not: 2 of the
-//!   fair model's 1,000 cases `beside_hogs`; also refused past its share:
-//!   the second]. A newcomer keeps nothing.
+//!   `hogs_a_little_past_their_shares_on_six_connections_keep_them`,
+//!   `two_hogs_asking_in_bursts_share_by_weight` and
+//!   `a_lone_tenant_bursts_into_the_idle_capacity`; half as many: the
+//!   first and the last]. A request refused within its share loses an
+//!   interval of it, so that a tenant refused the share it asked for
+//!   keeps none of it [not:
+//!   `a_tenant_a_little_past_its_share_gets_it_beside_many_hogs`, and 42
+//!   of the fair model's 1,000 `hogs` cases]. A newcomer keeps nothing.
 //! - `e` counts every request of the tenant, admitted or not: a GCRA at
 //!   `T_t` of depth `d = 2 T_t` [`T_t` or `4 T_t`:
 //!   `critical_requests_past_their_share_cost_every_share_alike`], and `e`
@@ -78,14 +72,18 @@
 //!   `a_light_tenant_asking_at_random_within_its_share_is_served`], and
 //!   starts `d` ahead, so that a hog is seen from its second request [0:
 //!   `light_tenants_arriving_with_many_others_are_served`].
-//! - A request spending share its tenant left unused, its GCRA at its
-//!   share empty (a whole `2 T_t` left unused, refused or not asking) or
-//!   what it saved, counts `e` at most a half:
-//!   when the shares add up to more than `C` (newcomers, each request
-//!   new, take more than the newcomers' place), tenants asking less far
-//!   past their shares do not keep it from its share for good [no cap:
-//!   `a_tenant_far_past_its_share_keeps_it_beside_tenants_less_far_past`;
-//!   0: `made_up_tenants_dilute_nobody`].
+//! - A request spending share its tenant left unused (its GCRA empty or
+//!   behind the present: a whole `2 T_t` left unused, refused or not
+//!   asking) counts `e` at most a half: when the shares add up to more
+//!   than `C` (newcomers, each request new, take more than the
+//!   newcomers' place), tenants asking less far past their shares do not
+//!   keep it from its share for good, and tenants spending what they
+//!   kept come after those asking within their shares [no cap:
+//!   `a_tenant_far_past_its_share_keeps_it_beside_tenants_less_far_past`
+//!   and `a_light_tenant_asking_at_random_within_its_share_is_served`;
+//!   0: `made_up_tenants_dilute_nobody`,
+//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved` and
+//!   six more].
 //! - The newcomers' place weighs 1 against the established tenants (and
 //!   its newcomers share it by weight), one more every
 //!   [`POOL_GROWTH_WINDOWS`](newcomers::POOL_GROWTH_WINDOWS), 8, windows
@@ -111,8 +109,8 @@
 //!   one a window [any number:
 //!   `made_up_tenants_graduate_at_most_one_a_window`].
 //! - In a place holding more than 16 a newcomer's `e` is at least a
-//!   third, so that made-up ids coming back with their shares saved stay
-//!   behind established tenants asking within theirs [none:
+//!   third, so that made-up ids coming back with their shares unused
+//!   stay behind established tenants asking within theirs [none:
 //!   `made_up_tenants_dilute_nobody`]; in a smaller place it is its own,
 //!   so that a light newcomer is not behind a crowd of hogs whose `e` has
 //!   not grown yet [a third there too:
@@ -130,9 +128,10 @@
 //!   per decision, a bounded cost.
 //!
 //! The files: `settings` (a capacity's numbers), `shares` (the decision),
-//! `pace` (a tenant's GCRA, what it saved and how far ahead it asks),
-//! `newcomers` (the newcomers' place), `tenants` (the active tenants,
-//! told apart up to a cap), `counted` (requests by whole windows).
+//! `pace` (a tenant's GCRA, with what it keeps of its unused share, and
+//! how far ahead it asks), `newcomers` (the newcomers' place), `tenants`
+//! (the active tenants, told apart up to a cap), `counted` (requests by
+//! whole windows).
 
 mod counted;
 mod newcomers;

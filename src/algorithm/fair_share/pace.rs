@@ -1,12 +1,13 @@
-//! A tenant's pace: its GCRA at its share, and how far past its share
-//! it asks.
+//! A tenant's pace: its GCRA at its share (with what it keeps of its
+//! unused share), and how far past its share it asks.
 
 use super::settings::Settings;
 
-/// One request against a GCRA: its time of arrival after the request,
-/// and whether that is within the depth.
+/// One request against a GCRA: its time of arrival before and after the
+/// request, and whether that is within the depth.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Pace {
+    from: u64,
     pub(super) tat: u64,
     depth: u64,
     now: u64,
@@ -16,47 +17,38 @@ pub(super) struct Pace {
 impl Pace {
     /// At `interval` µs a request with `depth` µs of tolerance, from
     /// `tat`: a debt counts at most the depth (one left from a smaller
-    /// share, or from borrowing).
-    pub(super) fn new(interval: u64, depth: u64, tat: u64, now: u64) -> Self {
-        let tat = tat.clamp(now, now + depth) + interval;
+    /// share, or from borrowing), and the time the GCRA stood empty at
+    /// most `behind` (what a tenant keeps of its unused share).
+    pub(super) fn new(interval: u64, depth: u64, tat: u64, now: u64, behind: u64) -> Self {
+        let from = tat.clamp(now.saturating_sub(behind), now + depth);
+        let tat = from + interval;
         Self {
+            from,
             tat,
             depth,
             now,
-            within: tat - now <= depth,
+            within: tat.saturating_sub(now) <= depth,
         }
+    }
+
+    /// Whether the GCRA stood empty: the request spends what was left
+    /// unused.
+    pub(super) fn unused(&self) -> bool {
+        self.from <= self.now
     }
 
     /// Its time of arrival once admitted, at most the depth ahead.
     pub(super) fn kept(&self) -> u64 {
         self.tat.min(self.now + self.depth)
     }
-}
 
-/// What a tenant of its own left unused of its share by not asking, µs:
-/// the time its GCRA at its share stood empty, kept up to a bound.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Saved(u64);
-
-impl Saved {
-    /// `unused` µs more, kept up to `most` in all.
-    pub(super) fn add(&mut self, unused: u64, most: u64) {
-        self.0 = self.0.saturating_add(unused).min(most);
-    }
-
-    /// One request's `interval` spent, if that much is saved (what is
-    /// left of an interval stays for the next).
-    pub(super) fn spend(&mut self, interval: u64) -> bool {
-        let spent = self.0 >= interval;
-        if spent {
-            self.0 -= interval;
+    /// Its time of arrival once refused within the depth: an `interval`
+    /// of what was left unused is lost (none past `now`).
+    pub(super) fn refused(&self, interval: u64) -> u64 {
+        match self.from < self.now {
+            true => (self.from + interval).min(self.now),
+            false => self.from,
         }
-        spent
-    }
-
-    /// One request's `interval` gone, or all that is saved if less.
-    pub(super) fn lose(&mut self, interval: u64) {
-        self.0 = self.0.saturating_sub(interval);
     }
 }
 
@@ -81,7 +73,7 @@ impl Demand {
     /// starts a depth ahead: a hog is past it from its second request,
     /// and one asking within its share never reaches it. A newcomer in a
     /// `crowded` place counts at least a third: made-up ids silent a
-    /// while, their shares saved, come back behind established tenants
+    /// while, their shares unused, come back behind established tenants
     /// asking within theirs.
     pub(super) fn ask(&mut self, interval: u64, depth: u64, now: u64, crowded: bool) -> Ahead {
         let step = depth.div_ceil(Self::DEPTH);
@@ -111,8 +103,8 @@ pub(super) struct Ahead(u64);
 impl Ahead {
     /// The room a request within its share leaves below the threshold,
     /// `H · e`; at most `H / 2` for one spending share its tenant left
-    /// `unused` (its GCRA empty, or what it saved), so that tenants asking
-    /// less far past their shares do not keep it from its own.
+    /// `unused` (its GCRA empty), so that tenants asking less far past
+    /// their shares do not keep it from its own.
     pub(super) fn room(&self, settings: &Settings, unused: bool) -> u64 {
         let room = settings.headroom * self.0 / Demand::DEPTH;
         if unused {

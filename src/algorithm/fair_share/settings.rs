@@ -90,7 +90,7 @@ impl Settings {
 
     /// How many of its requests a tenant keeps of its unused share: as
     /// many as the headroom holds (six at least).
-    pub(crate) fn saved_requests(&self) -> u64 {
+    pub(crate) fn kept_requests(&self) -> u64 {
         self.headroom / self.interval
     }
 

@@ -3,7 +3,7 @@
 
 use super::counted::Counted;
 use super::newcomers::{Newcomer, Pool};
-use super::pace::{Demand, Pace, Saved};
+use super::pace::{Demand, Pace};
 use super::settings::Settings;
 use super::tenants::Tenants;
 use super::{Ask, Verdict};
@@ -13,13 +13,12 @@ use super::{Ask, Verdict};
 /// Redis script's doubles are exact.
 pub(crate) const MAX_TENANT_INTERVAL: u64 = 1 << 50;
 
-/// A tenant's own state: its time of arrival at its share, what it saved
-/// of its share, how far ahead of its share it asks, and where it stands
-/// as a newcomer.
+/// A tenant's own state: its time of arrival at its share (behind now by
+/// what it keeps of its unused share), how far ahead of its share it
+/// asks, and where it stands as a newcomer.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Own {
     tat: u64,
-    saved: Saved,
     demand: Demand,
     newcomer: Newcomer,
 }
@@ -80,16 +79,13 @@ impl Shares {
         // How far ahead of its share it asks is counted over two of its
         // intervals, and its GCRA's tolerance is as long.
         let depth = 2 * interval;
-        // What a tenant of its own left unused of its share (its GCRA
-        // empty since it last asked) is saved, up to the headroom's
-        // requests at its interval.
-        let unused = if pooled {
-            0
-        } else {
-            now.saturating_sub(own.tat)
+        // A tenant of its own keeps its unused share (the time its GCRA
+        // stood empty) up to the headroom's requests at its interval.
+        let behind = match pooled {
+            true => 0,
+            false => settings.kept_requests() * interval,
         };
-        own.saved.add(unused, settings.saved_requests() * interval);
-        let pace = Pace::new(interval, depth, own.tat, now);
+        let pace = Pace::new(interval, depth, own.tat, now, behind);
         let ahead = own
             .demand
             .ask(interval, depth, now, pooled && self.pool.crowded());
@@ -98,19 +94,16 @@ impl Shares {
             settings.reserve_depth,
             self.reserve_tat,
             now,
+            0,
         );
         let in_reserve =
             ask.class == 0 && !pace.within && settings.reserve_interval > 0 && reserve.within;
-        // Past its GCRA, a request spends one interval of what it saved.
-        let saved = !pace.within && !in_reserve && own.saved.spend(interval);
         // Where the request must find room (see the module's guarantee).
         let class = ask.class.min(2);
         let threshold = if in_reserve {
             settings.thresholds[class]
-        } else if pace.within || saved {
-            // Spending share it left unused, its GCRA empty or saved.
-            let unused = saved || own.tat <= now;
-            settings.thresholds[class].saturating_sub(ahead.room(settings, unused))
+        } else if pace.within {
+            settings.thresholds[class].saturating_sub(ahead.room(settings, pace.unused()))
         } else {
             settings.thresholds[class].saturating_sub(settings.headroom * 3 / 2)
         }
@@ -128,18 +121,16 @@ impl Shares {
                 self.reserve_tat = reserve.tat;
                 self.reserved
                     .count(now, settings.window * settings.reserved_windows());
-            } else if !saved {
+            } else {
                 // Borrowing leaves a tenant at most a full share behind.
                 own.tat = pace.kept();
             }
         } else if pace.within {
             // Refused within its share, a tenant loses an interval of
-            // what it saved: refused the share it asked for, it saves
+            // what it kept: refused the share it asked for, it keeps
             // none of it.
-            own.saved.lose(interval);
+            own.tat = pace.refused(interval);
         }
-        // Its share from now on is unused until it asks again.
-        own.tat = own.tat.max(now);
         self.tenants.put(id, tenant);
         Verdict {
             admitted,
@@ -453,9 +444,7 @@ mod tests {
     /// ms at random, as over HTTP. The free one keeps 90% of its share and
     /// the weights hold (396 of 400, 4.1 to 1). Its bursts come further
     /// apart than its GCRA's tolerance (`2 T_t` = 50 ms): keeping nothing
-    /// of its unused share below that, it got 201 of 400, 9.0 to 1; losing
-    /// the part of an interval left of what it saved at a request past
-    /// it, 352 of 400 (unmoved, 393).
+    /// of its unused share below that, it got 244 of 400, 7.2 to 1.
     #[test]
     fn hogs_a_little_past_their_shares_on_six_connections_keep_them() {
         let settings = capacity(200);
@@ -486,12 +475,12 @@ mod tests {
     /// A light tenant whose requests come at random (a Poisson stream at
     /// half and at 70% of its share, weights 4, 1 and 1) beside two hogs
     /// asking 1.5 times their shares in bursts of six: refused at most 1%.
-    /// Today at half its share, 0 of 15, 0 of 78, 1 of 962 and 0 of 4,954
-    /// at 5/s, 20/s, 200/s and 1000/s; at 70%, at most 6 of 1,354 (200/s).
+    /// Today at half its share, none of 15, 78, 962 and 4,954 at 5/s,
+    /// 20/s, 200/s and 1000/s; at 70%, at most 4 of 1,354 (200/s).
     /// Keeping nothing of its unused share below its GCRA's tolerance, it
-    /// was refused 2.6% at 20/s and 4.0% at 200/s at half its share;
-    /// spending what it saved below `θ − H` instead of `θ − H / 2`, 31 of
-    /// 1,354 at 70%; saving half as many requests, the same.
+    /// was refused 2.6% at 20/s and 3.6% at 200/s at half its share;
+    /// spending what it kept below `θ − H` instead of `θ − H / 2`, 16 of
+    /// 1,354 at 70%; keeping half as many requests, 28.
     #[test]
     fn a_light_tenant_asking_at_random_within_its_share_is_served() {
         for (per_second, part) in [5u32, 20, 200, 1000]
@@ -530,9 +519,9 @@ mod tests {
     /// light tenant asking 95% of its share evenly (weights 1, at 5/s,
     /// 20/s, 200/s and 1000/s): the light tenant, asking within its share,
     /// comes before the bursts' requests spending what their tenants
-    /// saved, and is refused at most 1% (none of 34, 138, 1,382 and
-    /// 6,910). Were those requests as far up as its own (room below `θ`),
-    /// it was refused 3.6% at 200/s (50 of 1,382).
+    /// kept, and is refused at most 1% (none of 34, 138, 1,382 and 6,910).
+    /// Were those requests as far up as its own (room below `θ`), it was
+    /// refused 1.4% at 200/s (19 of 1,382).
     #[test]
     fn a_light_tenant_comes_before_tenants_spending_what_they_saved() {
         for per_second in [5u32, 20, 200, 1000] {
@@ -772,7 +761,7 @@ mod tests {
 
     /// The same flood through limits per client address that let each of
     /// its 8 addresses send 100 requests at once, then 100 a second: the
-    /// 200 ids, silent for a second, come back with their shares saved.
+    /// 200 ids, silent for a second, come back with their shares unused.
     #[test]
     fn made_up_tenants_in_bursts_dilute_nobody() {
         let settings = capacity(200);
@@ -951,7 +940,7 @@ mod tests {
                 .filter(|_| shares.decide(&settings, ask(1, 1, SHEDDABLE, now)).admitted)
                 .count() as u64;
             assert!(
-                admitted >= 2 + settings.saved_requests(),
+                admitted >= 2 + settings.kept_requests(),
                 "{per_second}/s, established: {admitted} of {depth}"
             );
         }

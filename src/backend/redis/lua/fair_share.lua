@@ -6,9 +6,11 @@
 -- windows), `gtat` (the graduations'), `w` (the active weights), the
 -- newcomers' place (`pm` members, `pw` weights, `ps` since, `pk` `pc` `pp`
 -- its requests by window) and `t<tenant>` = "tat:weight:seen:level:at:
--- standing:since:pooled_weight:k:current:previous:saved" each (level and
+-- standing:since:pooled_weight:k:current:previous:0" each (level and
 -- at: how far ahead of its share it asks; standing 1: a newcomer, 2: a
--- tenant of its own; saved: what it left unused of its share). Every
+-- tenant of its own; tat up to what it keeps of its unused share behind
+-- now; the last field, once what it saved apart, written 0 and not read,
+-- so that servers of either version read each other's states). Every
 -- number is an integer in microseconds (integers.lua comes first); a
 -- field that does not parse counts as absent.
 local H, Z = KEYS[1], KEYS[2]
@@ -46,8 +48,7 @@ local function tenant(key)
   for n in string.gmatch(v, '%d+') do f[#f + 1] = tonumber(n) end
   if #f ~= 12 or (f[6] ~= 1 and f[6] ~= 2) then return nil end
   return { tat = f[1], weight = f[2], level = f[4], at = f[5], standing = f[6],
-    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11],
-    saved = f[12] }
+    since = f[7], pooled_weight = f[8], k = f[9], current = f[10], previous = f[11] }
 end
 
 local weights = field('w')
@@ -82,7 +83,7 @@ local active = count
 if not own then
   active = count + 1
   own = { tat = 0, weight = 0, level = 0, at = 0, standing = 0, since = 0,
-    pooled_weight = 0, k = 0, current = 0, previous = 0, saved = 0 }
+    pooled_weight = 0, k = 0, current = 0, previous = 0 }
 end
 weights = weights - own.weight + weight
 own.weight = weight
@@ -157,11 +158,13 @@ local function tenant_interval(interval, weights, w)
   local b = interval - a * w
   return math.min(interval * q + a * r + ceil_div(b * r, w), MAX_TENANT_INTERVAL)
 end
--- One request against a GCRA from tat: its time of arrival after it (a
--- debt counts at most the depth), and whether that is within the depth.
-local function pace(step, depth, tat)
-  local after = math.min(math.max(tat, now), now + depth) + step
-  return { tat = after, depth = depth, within = after - now <= depth }
+-- One request against a GCRA from tat: its time of arrival before and
+-- after it (a debt counts at most the depth, a time it stood empty at most
+-- behind), and whether that is within the depth.
+local function pace(step, depth, tat, behind)
+  local from = math.min(math.max(tat, now - behind), now + depth)
+  local after = from + step
+  return { from = from, tat = after, depth = depth, within = after - now <= depth }
 end
 
 local place = 0
@@ -191,17 +194,11 @@ share = math.max(share, 1)
 -- How far ahead of its share it asks is counted over two intervals, and
 -- its GCRA's tolerance is as long.
 local t_depth = 2 * t_interval
--- What a tenant of its own left unused of its share (its GCRA empty), kept
--- up to as many of its intervals as the headroom holds requests.
-local unused = 0
-if not pooled then unused = math.max(now - own.tat, 0) end
-own.saved = math.min(own.saved + unused, idiv(headroom, interval) * t_interval)
-local function spend()
-  if own.saved < t_interval then return false end
-  own.saved = own.saved - t_interval
-  return true
-end
-local p = pace(t_interval, t_depth, own.tat)
+-- A tenant of its own keeps its unused share (the time its GCRA stood
+-- empty) up to as many of its intervals as the headroom holds requests.
+local behind = 0
+if not pooled then behind = idiv(headroom, interval) * t_interval end
+local p = pace(t_interval, t_depth, own.tat, behind)
 local step = ceil_div(t_depth, 1024)
 -- A GCRA of every request at the share's interval, in 1024ths of its
 -- depth, at most two depths (a tenant starts one ahead), drained to now.
@@ -216,18 +213,16 @@ local ahead = math.min(math.max(level - 1024, 0), 1024)
 if pooled and pm > SMALL_POOL then ahead = math.max(ahead, 341) end
 own.level = math.min(level + idiv(t_interval, step), 2048)
 own.at = math.max(own.at, now)
-local reserve = pace(reserve_interval, reserve_depth, field('rtat'))
+local reserve = pace(reserve_interval, reserve_depth, field('rtat'), 0)
 local in_reserve = critical and not p.within and reserve_interval > 0 and reserve.within
--- Past its share, what it saved, one interval a request.
-local saved = not p.within and not in_reserve and spend()
 
 if in_reserve then
   -- the class's threshold
-elseif p.within or saved then
+elseif p.within then
   local room = idiv(headroom * ahead, 1024)
-  -- A tenant spending share it left unused (its GCRA empty, or what it
-  -- saved): at most half the headroom.
-  if saved or own.tat <= now then room = math.min(room, idiv(headroom, 2)) end
+  -- A tenant spending share it left unused (its GCRA empty): at most half
+  -- the headroom.
+  if p.from <= now then room = math.min(room, idiv(headroom, 2)) end
   threshold = threshold - room
 else
   threshold = threshold - idiv(headroom * 3, 2)
@@ -244,21 +239,20 @@ if filled <= threshold then
     count_one(reserved, reserved_span)
     redis.call('HSET', H, 'rtat', num(reserve.tat), 'ck', num(reserved.k), 'cc', num(reserved.current),
       'cp', num(reserved.previous))
-  elseif not saved then
+  else
     own.tat = math.min(p.tat, now + p.depth)
   end
 elseif p.within then
-  -- Refused within its share, a tenant loses an interval of what it
-  -- saved.
-  own.saved = math.max(own.saved - t_interval, 0)
+  -- Refused within its share, a tenant loses an interval of what it kept.
+  own.tat = p.from
+  if p.from < now then own.tat = math.min(p.from + t_interval, now) end
 end
-own.tat = math.max(own.tat, now)
 local retry_after = math.max(filled - threshold, 0)
 redis.call('HSET', H, 'w', num(weights), 'pm', num(pm), 'pw', num(pw), 'ps', num(ps),
   'pk', num(pool.k), 'pc', num(pool.current), 'pp', num(pool.previous),
   't' .. id, table.concat({ num(own.tat), num(own.weight), num(now), num(own.level),
     num(own.at), num(own.standing), num(own.since), num(own.pooled_weight), num(own.k),
-    num(own.current), num(own.previous), num(own.saved) }, ':'))
+    num(own.current), num(own.previous), '0' }, ':'))
 -- An idle capacity leaves nothing behind.
 local ttl = math.max(ceil_div(active_for * 2, 1000), 1)
 redis.call('PEXPIRE', H, ttl)

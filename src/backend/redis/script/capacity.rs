@@ -78,9 +78,12 @@ impl Capacities<'_> {
         ask: &Ask,
         now: Option<u64>,
     ) -> Result<Verdict, BackendError> {
-        // `fair7`: the state's layout with what each tenant saved of its
-        // share; a capacity's keys of the layouts before are left to
-        // expire.
+        // `fair7`: the state's layout since each tenant keeps what it
+        // left of its share unused; a capacity's keys of the layouts
+        // before are left to expire. (Its last field, once that amount
+        // apart, is written 0 and not read; a time of arrival behind the
+        // present reads as that amount to a server of the version before,
+        // so both read each other's states.)
         let hash = self.capacity_key("fair7", name);
         let class = ask.class.min(2);
         let mut cmd = ::redis::cmd("EVALSHA");
