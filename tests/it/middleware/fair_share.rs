@@ -508,8 +508,7 @@ fn hogs_asking_a_few_times_their_shares_keep_their_weights() {
 /// 90% of that), and the weights hold where both were refused: 480 of
 /// its share's 480 over 12 s, 4.0 to 1. Keeping nothing of its unused
 /// share below that tolerance, it got 343 (0.47 of what it asked), 6.0
-/// to 1; losing the part of an interval left of what it saved at a
-/// request past it, 427 (0.59), 4.6 to 1. `shares`'
+/// to 1. `shares`'
 /// `hogs_a_little_past_their_shares_on_six_connections_keep_them` is the
 /// same in the unit model.
 #[test]
