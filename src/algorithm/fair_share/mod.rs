@@ -82,7 +82,7 @@
 //!   `a_tenant_far_past_its_share_keeps_it_beside_tenants_less_far_past`
 //!   and `a_light_tenant_asking_at_random_within_its_share_is_served`;
 //!   0: `made_up_tenants_dilute_nobody`,
-//!   `a_light_tenant_comes_before_tenants_spending_what_they_saved` and
+//!   `a_light_tenant_comes_before_tenants_spending_what_they_kept` and
 //!   six more].
 //! - The newcomers' place weighs 1 against the established tenants (and
 //!   its newcomers share it by weight), one more every

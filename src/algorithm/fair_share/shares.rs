@@ -523,7 +523,7 @@ mod tests {
     /// Were those requests as far up as its own (room below `θ`), it was
     /// refused 1.4% at 200/s (19 of 1,382).
     #[test]
-    fn a_light_tenant_comes_before_tenants_spending_what_they_saved() {
+    fn a_light_tenant_comes_before_tenants_spending_what_they_kept() {
         for per_second in [5u32, 20, 200, 1000] {
             let settings = capacity(per_second);
             let share = f64::from(per_second) / 11.0;
