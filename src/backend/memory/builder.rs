@@ -1,9 +1,9 @@
 //! [`MemoryBackendBuilder`]: the cap, what to do at it, the shards, a
 //! server's share, the clock.
 
-use std::collections::hash_map::RandomState;
 use std::sync::{Arc, Mutex, RwLock};
 
+use super::key_hash::KeyHash;
 use super::shard::{LogBytes, Shard};
 use super::table::Table;
 use super::AtCapacity;
@@ -117,7 +117,7 @@ impl<C: Clock> MemoryBackendBuilder<C> {
                 store: Store {
                     shards: shards_vec,
                     shard_mask: shards as u64 - 1,
-                    hasher: RandomState::new(),
+                    hasher: KeyHash::new(),
                     at_capacity: self.at_capacity,
                     max_keys: per_shard * shards,
                     log_bytes,

@@ -78,18 +78,18 @@ mod at_capacity;
 pub(crate) mod bucket;
 mod builder;
 pub(crate) mod decide;
+mod key_hash;
 pub(crate) mod shard;
 pub(crate) mod table;
 
 use std::borrow::Cow;
-use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::{ready, Ready};
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use self::decide::{PermitChange, Settlement};
+use self::key_hash::KeyHash;
 use self::shard::{LogBytes, Shard};
 use super::{Backend, BackendError, Reset};
 use crate::algorithm::{Form, Gcra};
@@ -118,7 +118,7 @@ struct Inner<C> {
 struct Store {
     shards: Box<[CachePadded<RwLock<Shard>>]>,
     shard_mask: u64,
-    hasher: RandomState,
+    hasher: KeyHash,
     at_capacity: AtCapacity,
     max_keys: usize,
     /// The sliding logs' bytes, shared by every shard.
@@ -339,7 +339,7 @@ impl Store {
     /// fingerprint) and its shard's lock.
     #[inline]
     fn locate(&self, key: &Key) -> (u64, &RwLock<Shard>) {
-        let base = self.hasher.hash_one(OneWrite(key.as_bytes()));
+        let base = self.hasher.of(key.as_bytes());
         // The low bits pick the shard; a shard's table places keys by
         // the high bits.
         (base, &self.shards[(base & self.shard_mask) as usize].0)
@@ -435,18 +435,6 @@ fn read(lock: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
 #[inline]
 fn write(lock: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Hashes bytes in one write. `[u8]`'s own `Hash` also writes a length
-/// prefix, which only matters when several values share one hasher; SipHash
-/// folds the total length into the result anyway.
-struct OneWrite<'a>(&'a [u8]);
-
-impl Hash for OneWrite<'_> {
-    #[inline]
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write(self.0);
-    }
 }
 
 impl<C> Clone for MemoryBackend<C> {
