@@ -2,6 +2,7 @@
 //! around any inner body ([`OwnBody`]), or axum's `Body` ([`AxumBody`]).
 
 use super::body::ResponseBody;
+use super::permit::Held;
 
 /// Which body a layer's responses carry, given the inner service's body `B`.
 ///
@@ -13,6 +14,14 @@ pub trait BodyKind<B>: sealed::Sealed {
     /// The layer's response body in this kind.
     #[doc(hidden)]
     fn body(body: ResponseBody<B>) -> Self::Body;
+
+    /// The inner service's `response`, its body holding `permit` until
+    /// it ends.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn served(response: http::Response<B>, permit: Option<Held>) -> http::Response<Self::Body> {
+        response.map(|b| Self::body(ResponseBody::holding(b, permit)))
+    }
 }
 
 /// Responses carry [`ResponseBody`]: the inner service's body, or the
@@ -54,6 +63,25 @@ where
             Ok(inner) => axum::body::Body::new(inner),
             Err(body) => axum::body::Body::new(body),
         }
+    }
+
+    #[inline(always)]
+    fn served(
+        response: http::Response<B>,
+        permit: Option<Held>,
+    ) -> http::Response<axum::body::Body> {
+        // An axum response with nothing riding on its body (the commonest)
+        // is passed on whole, not taken apart and put together again.
+        let mut slot = Some(response);
+        if permit.is_none() {
+            let any: &mut dyn std::any::Any = &mut slot;
+            let same = any.downcast_mut::<Option<http::Response<axum::body::Body>>>();
+            if let Some(response) = same.and_then(Option::take) {
+                return response;
+            }
+        }
+        let response = slot.expect("taken only when passed on whole");
+        response.map(|b| Self::body(ResponseBody::holding(b, permit)))
     }
 }
 

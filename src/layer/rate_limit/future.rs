@@ -18,7 +18,6 @@ use crate::backend::Backend;
 use crate::layer::answer::body::ResponseBody;
 use crate::layer::answer::body_kind::{BodyKind, OwnBody};
 use crate::layer::answer::headers::{self, HeaderStyle};
-use crate::layer::answer::permit::Held;
 use crate::layer::answer::RefusedByLimit;
 use crate::layer::callee::Callee;
 use crate::{Decision, Policy};
@@ -150,7 +149,7 @@ where
                     if let Some((decision, policy)) = &admission.quota {
                         quota_headers(this.config, &mut response, decision, policy);
                     }
-                    return Poll::Ready(Ok(finish::<_, O>(response, admission.permit.take())));
+                    return Poll::Ready(Ok(O::served(response, admission.permit.take())));
                 }
                 StateProj::Settle {
                     settle,
@@ -176,7 +175,7 @@ where
                         let decision = settled.as_ref().unwrap_or(first);
                         quota_headers(this.config, &mut response, decision, policy);
                     }
-                    return Poll::Ready(Ok(finish::<_, O>(response, admission.permit.take())));
+                    return Poll::Ready(Ok(O::served(response, admission.permit.take())));
                 }
                 StateProj::Respond { response } => {
                     let response = response
@@ -234,11 +233,4 @@ fn quota_headers<B>(
         let policy = decision.decided_on(policy);
         headers::write(response.headers_mut(), config.headers, &policy, decision);
     }
-}
-
-/// The one tail of every served request: a body that holds its permit
-/// until it ends.
-#[inline(always)]
-fn finish<B, O: BodyKind<B>>(response: Response<B>, permit: Option<Held>) -> Response<O::Body> {
-    response.map(|b| O::body(ResponseBody::holding(b, permit)))
 }
