@@ -124,8 +124,12 @@
 //! - A tenant is active while it asked within the last `max(2 W, 2 D)`,
 //!   the definition the fair model checks [`max(W, D)`: 16 of 300 cases
 //!   of tenants asking seldom, `SEED=11 WHICH=seldom`]; at most
-//!   [`EXPIRE_AT_ONCE`](tenants::EXPIRE_AT_ONCE) expired tenants leave
-//!   per decision, a bounded cost.
+//!   [`EXPIRE_AT_ONCE`](tenants::EXPIRE_AT_ONCE), 64, expired tenants
+//!   leave per decision, oldest first, so that a decision after a crowd
+//!   went quiet costs a bounded amount [unbounded: all 200 of
+//!   `idle_tenants_leave_at_most_64_a_decision`, in
+//!   `tests/it/middleware/fair_share.rs`, leave at once, on either
+//!   backend].
 //!
 //! The files: `settings` (a capacity's numbers), `shares` (the decision),
 //! `pace` (a tenant's GCRA, with what it keeps of its unused share, and
