@@ -117,9 +117,10 @@ fn trusted_tenants_stay_trusted_through_the_builder() {
 
 /// Idle tenants leave at most 64 a decision, oldest first, on both
 /// backends, so that a decision after a crowd went quiet costs a bounded
-/// amount: 200 tenants ask once, then nobody for a minute; the next four
-/// decisions, of one tenant, count 137, 73, 9 and 1 active (itself among
-/// them).
+/// amount: 200 tenants ask once, then nobody for an hour (past the
+/// activity period of every capacity here, 40 minutes at 1/min); the next
+/// four decisions, of one tenant, count 137, 73, 9 and 1 active (itself
+/// among them), at 200/s, 5/s and 1/min.
 #[test]
 fn idle_tenants_leave_at_most_64_a_decision() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -127,38 +128,40 @@ fn idle_tenants_leave_at_most_64_a_decision() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let name = unique_name("expiry");
-        let capacity = || {
-            FairShare::new(Quota::per_second(200).unwrap())
-                .unwrap()
-                .named(&name)
-                .unwrap()
-                .max_tenants(256)
-        };
         let backend = RedisBackend::builder(&RedisServer::per_thread_url())
             .timeout(Duration::from_secs(5))
             .connect()
             .await
             .unwrap();
-        for capacity in [capacity(), capacity().redis(backend)] {
-            let start = 1_700_000_000_000_000u64;
-            for tenant in 0..200u8 {
-                let at = start + u64::from(tenant) * 1_000;
-                capacity
-                    .decide_at(&[tenant], 1, Class::Default, at)
-                    .await
-                    .unwrap();
+        for quota in ["200/s", "5/s", "1/min"] {
+            let name = unique_name("expiry");
+            let capacity = || {
+                FairShare::new(quota.parse::<Quota>().unwrap())
+                    .unwrap()
+                    .named(&name)
+                    .unwrap()
+                    .max_tenants(256)
+            };
+            for capacity in [capacity(), capacity().redis(backend.clone())] {
+                let start = 1_700_000_000_000_000u64;
+                for tenant in 0..200u8 {
+                    let at = start + u64::from(tenant) * 1_000;
+                    capacity
+                        .decide_at(&[tenant], 1, Class::Default, at)
+                        .await
+                        .unwrap();
+                }
+                let mut active = Vec::new();
+                for n in 0..4 {
+                    let at = start + 3_600_000_000 + n * 1_000;
+                    let (.., seen) = capacity
+                        .decide_at(&[250], 1, Class::Default, at)
+                        .await
+                        .unwrap();
+                    active.push(seen);
+                }
+                assert_eq!(active, [137, 73, 9, 1], "{quota}: {capacity:?}");
             }
-            let mut active = Vec::new();
-            for n in 0..4 {
-                let at = start + 60_000_000 + n * 1_000;
-                let (.., seen) = capacity
-                    .decide_at(&[250], 1, Class::Default, at)
-                    .await
-                    .unwrap();
-                active.push(seen);
-            }
-            assert_eq!(active, [137, 73, 9, 1], "{capacity:?}");
         }
     });
 }
