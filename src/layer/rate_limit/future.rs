@@ -1,5 +1,7 @@
 //! [`ResponseFuture`]: first the backend's decision, then the inner call;
 //! it polls what each [`State`] awaits and takes the step `state.rs` says.
+//! A request admitted with nothing to finish (no quota headers, nothing to
+//! settle, no permit) holds its inner call alone.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -32,12 +34,34 @@ pin_project! {
         B: Backend,
     {
         #[pin]
-        state: State<S, ReqB, B>,
-        // What finishes an admitted request's response.
-        admission: Admission<B>,
-        config: Arc<Config>,
+        kind: Kind<S, ReqB, B>,
         // The kind of body it answers with.
         body: PhantomData<fn() -> O>,
+    }
+}
+
+pin_project! {
+    // The inner call alone, or the states a request goes through with what
+    // finishes its response.
+    #[project = KindProj]
+    enum Kind<S, ReqB, B>
+    where
+        S: Service<Request<ReqB>>,
+        B: Backend,
+    {
+        // Called with nothing to finish its response: no quota headers,
+        // nothing to settle, no permit.
+        Plain {
+            #[pin]
+            call: S::Future,
+        },
+        Steps {
+            #[pin]
+            state: State<S, ReqB, B>,
+            // What finishes an admitted request's response.
+            admission: Admission<B>,
+            config: Arc<Config>,
+        },
     }
 }
 
@@ -54,42 +78,54 @@ where
         mut inner: I,
         admission: Admission<B>,
         req: Request<ReqB>,
-        config: Arc<Config>,
+        config: &Arc<Config>,
     ) -> Self
     where
         I: Callee<Service = S>,
     {
-        Self {
-            state: State::Call {
+        let kind = match admission.needed() {
+            None => Kind::Plain {
                 call: inner.service().call(req),
             },
-            admission,
-            config,
+            Some(admission) => Kind::Steps {
+                state: State::Call {
+                    call: inner.service().call(req),
+                },
+                admission,
+                config: Arc::clone(config),
+            },
+        };
+        Self {
+            kind,
             body: PhantomData,
         }
     }
 
     /// The request's first step, taken with it.
     #[inline(always)]
-    pub(super) fn new<I>(step: Step<I, B>, req: Request<ReqB>, config: Arc<Config>) -> Self
+    pub(super) fn new<I>(step: Step<I, B>, req: Request<ReqB>, config: &Arc<Config>) -> Self
     where
         I: Callee<Service = S>,
     {
         match step {
             Step::Call(inner, admission) => Self::call(inner, admission, req, config),
             Step::Respond(response) => Self {
-                state: State::respond(response),
-                admission: Admission::unlimited(),
-                config,
+                kind: Kind::Steps {
+                    state: State::respond(response),
+                    admission: Admission::unlimited(),
+                    config: Arc::clone(config),
+                },
                 body: PhantomData,
             },
             step => {
                 let mut admission = Admission::unlimited();
                 let state = step.state(req, &mut admission);
                 Self {
-                    state,
-                    admission,
-                    config,
+                    kind: Kind::Steps {
+                        state,
+                        admission,
+                        config: Arc::clone(config),
+                    },
                     body: PhantomData,
                 }
             }
@@ -106,48 +142,55 @@ where
     type Output = Result<Response<O::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
+        let (mut state, admission, config) = match self.project().kind.project() {
+            KindProj::Plain { call } => {
+                let response = ready!(call.poll(cx))?;
+                return Poll::Ready(Ok(O::served(response, None)));
+            }
+            KindProj::Steps {
+                state,
+                admission,
+                config,
+            } => (state, admission, config),
+        };
         loop {
-            match this.state.as_mut().project() {
+            match state.as_mut().project() {
                 StateProj::Check { check, pending } => {
                     let answer = ready!(check.poll(cx));
                     let p = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    let state = p.answered(this.config, answer, this.admission);
-                    this.state.set(state);
+                    state.set(p.answered(config, answer, admission));
                 }
                 StateProj::Wait { sleep, pending } => {
                     ready!(sleep.as_mut().poll(cx));
                     let parked = pending
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    this.state.set(parked.ask_again(this.config));
+                    state.set(parked.ask_again(config));
                 }
                 StateProj::Delay { sleep, admitted } => {
                     ready!(sleep.as_mut().poll(cx));
                     let admitted = admitted
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    this.state
-                        .set((*admitted).call(this.config, this.admission));
+                    state.set((*admitted).call(config, admission));
                 }
                 StateProj::Call { call } => {
                     // Changed in place and moved once, at the end: a
                     // response is 128 bytes.
                     let mut response = ready!(call.poll(cx))?;
-                    let admission = &mut *this.admission;
                     if let Some(settling) = admission.settling.take() {
-                        match (*settling).by(this.config, response, &admission.quota) {
+                        match (*settling).by(config, response, &admission.quota) {
                             Ok(settle) => {
-                                this.state.set(settle);
+                                state.set(settle);
                                 continue;
                             }
                             Err(unsettled) => response = unsettled,
                         }
                     }
                     if let Some((decision, policy)) = &admission.quota {
-                        quota_headers(this.config, &mut response, decision, policy);
+                        quota_headers(config, &mut response, decision, policy);
                     }
                     return Poll::Ready(Ok(O::served(response, admission.permit.take())));
                 }
@@ -166,14 +209,13 @@ where
                     let settled = match settled {
                         Ok(settled) => Some(settled),
                         Err(error) => {
-                            observe::settle_failed(&this.config.observer, &error);
+                            observe::settle_failed(&config.observer, &error);
                             None
                         }
                     };
-                    let admission = &mut *this.admission;
                     if let Some((first, policy)) = &admission.quota {
                         let decision = settled.as_ref().unwrap_or(first);
-                        quota_headers(this.config, &mut response, decision, policy);
+                        quota_headers(config, &mut response, decision, policy);
                     }
                     return Poll::Ready(Ok(O::served(response, admission.permit.take())));
                 }

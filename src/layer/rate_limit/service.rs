@@ -116,8 +116,8 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let config = self.layer.config.clone();
-        match self.first_step(&config, &mut req) {
+        let config = &self.layer.config;
+        match Self::first_step(&self.layer, &mut self.inner, &mut req) {
             // Nearly every request: the request goes from here into the
             // inner call, not through a copy kept for the other steps.
             Step::Call(inner, admission) => ResponseFuture::call(inner, admission, req, config),
@@ -137,22 +137,27 @@ where
     /// make of it, or the backend's answer. A request to check goes
     /// straight on to the backend, its ask built where it is kept.
     #[inline(always)]
-    fn first_step<ReqB>(&mut self, config: &Config, req: &mut Request<ReqB>) -> Step<&mut S, B>
+    fn first_step<'s, ReqB>(
+        layer: &RateLimitLayer<K, P, B, C, O>,
+        inner: &'s mut S,
+        req: &mut Request<ReqB>,
+    ) -> Step<&'s mut S, B>
     where
         S: Service<Request<ReqB>> + Clone,
     {
+        let config = &layer.config;
         let head = RequestHead::from(&*req);
         let report = Report::start(&config.observer, &head);
-        let known = match self.layer.select(config, &head) {
+        let known = match layer.select(config, &head) {
             Selected::Check(key, policy) => {
-                let cost = self.layer.cost.cost(&head);
+                let cost = layer.cost.cost(&head);
                 let ask = Ask {
                     key,
                     policy,
                     cost,
                     report,
                 };
-                return check(ask, &self.layer.backend, &mut self.inner, req, config);
+                return check(ask, &layer.backend, inner, req, config);
             }
             Selected::Listed(listed) => {
                 let denied = listed == Listed::Denied;
@@ -184,7 +189,7 @@ where
         match known {
             Ok(origin) => {
                 mark(req.extensions_mut(), origin);
-                Step::Call(&mut self.inner, Admission::unlimited())
+                Step::Call(inner, Admission::unlimited())
             }
             Err(refusal) => Step::Respond(refusal.response(config.refusals(), req, None)),
         }
