@@ -954,28 +954,71 @@ where
     seen
 }
 
-/// `axum_body`: the same answers as the layer's own body — the limiter's
-/// refusal, quota headers, a permit of requests in flight held until the
-/// body ends — in axum's own `Body`, the route's body passed on as it is.
-#[tokio::test]
-async fn axum_body_answers_as_the_layers_own_body_does() {
+/// One request in flight and two a minute for each `x-user-id`, in memory,
+/// quota headers as `style`.
+fn one_in_flight_two_a_minute(style: HeaderStyle) -> RateLimitLayer<Header> {
     let policy = Policy::builder()
         .with(tower_ratelimit::Limit::concurrent("in-flight", 1).unwrap())
         .limit("rate", Algorithm::Gcra, "2/min".parse().unwrap())
         .build()
         .unwrap();
-    let layer = RateLimitLayer::new(policy).key(Header::new("x-user-id"));
-    let route = || {
-        service_fn(|_: Request<Body>| async {
-            Ok::<_, Infallible>(Response::new(Body::from("hi")))
-        })
-    };
+    RateLimitLayer::new(policy)
+        .key(Header::new("x-user-id"))
+        .headers(style)
+}
+
+/// `layer` around [`says_hi`] answering in its own body and in axum's,
+/// each with a backend of its own (the same requests meet the same state).
+fn own_and_axum_bodies(
+    layer: RateLimitLayer<Header>,
+) -> (
+    impl Service<
+            Request<Body>,
+            Response = Response<impl http_body::Body<Error: std::fmt::Debug>>,
+            Error = Infallible,
+        > + Clone,
+    impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone,
+) {
     let own = ServiceBuilder::new()
         .layer(layer.clone().backend(MemoryBackend::new()))
-        .service(route());
+        .service(says_hi());
     let axum = ServiceBuilder::new()
         .layer(layer.backend(MemoryBackend::new()).axum_body())
-        .service(route());
+        .service(says_hi());
+    (own, axum)
+}
+
+/// A route answering "hi" in axum's body.
+fn says_hi() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
+    service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::from("hi"))) })
+}
+
+/// With quota headers off, nothing is written on the response, but a
+/// permit of requests in flight still rides in its body and goes back
+/// when the body ends: in the layer's own body and in axum's.
+#[tokio::test]
+async fn a_permit_rides_in_the_body_with_quota_headers_off() {
+    let layer = one_in_flight_two_a_minute(HeaderStyle::None);
+    let (own, axum) = own_and_axum_bodies(layer);
+    for seen in [
+        held_open_then_spent(own).await,
+        held_open_then_spent(axum).await,
+    ] {
+        let statuses: Vec<u16> = seen.iter().map(|(s, _, _)| s.as_u16()).collect();
+        assert_eq!(statuses, [429, 200, 200, 429]);
+        assert!(seen
+            .iter()
+            .all(|(_, headers, _)| !headers.contains_key("ratelimit")));
+    }
+}
+
+/// `axum_body`: the same answers as the layer's own body — the limiter's
+/// refusal, quota headers, a permit of requests in flight held until the
+/// body ends — in axum's own `Body`, the route's body passed on as it is.
+#[tokio::test]
+async fn axum_body_answers_as_the_layers_own_body_does() {
+    let layer = one_in_flight_two_a_minute(HeaderStyle::default());
+    let (own, axum) = own_and_axum_bodies(layer);
 
     let typed: Response<Body> = axum.clone().oneshot(user("b")).await.unwrap();
     assert_eq!(typed.status(), 200);
