@@ -144,8 +144,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let (mut state, admission, config) = match self.project().kind.project() {
             KindProj::Plain { call } => {
-                let response = ready!(call.poll(cx))?;
-                return Poll::Ready(Ok(O::served(response, None)));
+                return call.poll(cx).map_ok(|response| O::served(response, None));
             }
             KindProj::Steps {
                 state,

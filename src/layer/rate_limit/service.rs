@@ -317,6 +317,9 @@ where
         Answer::Now(Ok(decision), inner)
             if decision.is_allowed() && !asks_again && config.soft_shed.is_none() =>
         {
+            // Nothing is settled, so it holds no place: forgotten, not
+            // dropped (its drop is a call).
+            std::mem::forget(place);
             admitted_at_once(inner, ask, backend.name(), req, config, decision)
         }
         Answer::Now(answer, inner) => Pending::new(inner, ask, backend, asks_again, retry(), place)
@@ -354,12 +357,15 @@ fn admitted_at_once<I: Callee, B: Backend, ReqB>(
         Fate::Allowed,
     );
     mark(req.extensions_mut(), decision.origin());
-    // Kept only to be shown: nothing else reads it on this path.
-    let quota = (config.headers != HeaderStyle::None).then_some((decision, policy));
+    // The decision is kept only to be shown: nothing else reads it on
+    // this path.
+    if config.headers == HeaderStyle::None {
+        return Step::Call(inner, Admission::unlimited());
+    }
     Step::Call(
         inner,
         Admission {
-            quota,
+            quota: Some((decision, policy)),
             settling: None,
             permit: None,
         },
